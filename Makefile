@@ -1,0 +1,39 @@
+# Two commands do everything: `make run` (the whole workflow) and `make test` (the test suite).
+# Both create .venv when it is missing and install the pinned dependencies into it.
+# On a CUDA machine: `make run TORCH=torch==2.11.0` (the CUDA build that ships with Triton 3.6.0).
+PYTHON ?= python3
+VENV ?= .venv
+TORCH ?= torch==2.13.0
+CORES ?= all
+BIN := $(VENV)/bin
+export PATH := $(abspath $(BIN)):$(PATH)
+
+.PHONY: install run test verify report lint clean
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet "$(TORCH)"
+	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	touch $@
+
+install: $(VENV)/.installed
+
+run: install
+	$(BIN)/snakemake --cores $(CORES)
+
+test: install
+	$(BIN)/python -m pytest
+
+verify: install
+	$(BIN)/python -m minimodel.manifest verify results
+
+report: install
+	$(BIN)/snakemake --report results/report.html
+
+lint: install
+	$(BIN)/snakemake --lint
+	$(BIN)/ruff check .
+	$(BIN)/snakefmt --check workflow
+
+clean:
+	rm -rf results/symbolic results/cpu results/gpu results/plots results/verify results/report.html .snakemake

@@ -1,0 +1,10 @@
+"""Rule `cpu_bytes`: one tidy table of the measured bytes of every dtype."""
+
+import pandas as pd
+
+from minimodel.manifest import stage, write_csv
+
+with stage(snakemake) as st:
+    table = pd.concat([pd.read_csv(p) for p in snakemake.input.parts], ignore_index=True)
+    st.extra["worst_abs_deviation"] = float(table["deviation"].abs().max())
+    write_csv(snakemake.output.table, table)

@@ -1,0 +1,21 @@
+"""Rule `cpu_bytes_part`: measured vs modelled bytes of both references, one dtype."""
+
+import sys
+
+import pandas as pd
+import torch
+
+from minimodel import bytecount
+from minimodel.manifest import stage, write_csv
+
+with stage(snakemake) as st:
+    cfg = snakemake.params.cfg
+    if cfg["threads"]:
+        torch.set_num_threads(cfg["threads"])
+    rows = bytecount.sweep(
+        cfg["n"], cfg["head_dims"], [snakemake.wildcards.dtype], cfg["block_r"], cfg["block_c"],
+        cfg["sram_bytes"], cfg["profiler_max_n"], progress=sys.stderr,
+    )
+    table = pd.DataFrame(rows)
+    st.extra["worst_abs_deviation"] = float(table["deviation"].abs().max())
+    write_csv(snakemake.output.table, table)

@@ -1,0 +1,19 @@
+"""Rule `cpu_roofline`: this machine's ceilings and lab 01's roofline speedup prediction."""
+
+import logging
+
+import torch
+
+from minimodel import roofline
+from minimodel.manifest import stage, write_json
+
+with stage(snakemake):
+    cfg = snakemake.params.cfg
+    torch.set_num_threads(snakemake.threads)
+    ceilings = roofline.measure_ceilings(cfg["matmul_n"], cfg["copy_mib"], cfg["repeats"])
+    n, d = cfg["predict_at"]
+    ceilings["prediction"] = roofline.predict_speedup(ceilings, n, d, *snakemake.params.tile)
+    logging.info("peak %.3g FLOP/s, bandwidth %.3g B/s, predicted speedup %.2f",
+                 ceilings["peak_flops_per_s"], ceilings["bandwidth_bytes_per_s"],
+                 ceilings["prediction"]["predicted_speedup"])
+    write_json(snakemake.output.ceilings, ceilings)

@@ -1,0 +1,22 @@
+"""Rule `gpu_correctness`: the kernel's sweep; the table is written, then a failure fails the rule."""
+
+import sys
+
+import pandas as pd
+import torch
+
+from minimodel import correctness
+from minimodel.manifest import stage, write_csv, write_json
+
+with stage(snakemake) as st:
+    backend = correctness.select_backend()  # before the kernel module is imported
+    seed = torch.seed() % 2**63
+    rows = correctness.run_sweep(snakemake.params.cfg, backend, seed, progress=sys.stderr)
+    summary = correctness.summarize(rows, backend, seed)
+    st.extra.update(backend=backend, seed=seed, all_passed=summary["all_passed"])
+    write_csv(snakemake.output.table, pd.DataFrame(rows).assign(backend=backend))
+    write_json(snakemake.output.summary, summary)
+    if not summary["all_passed"]:
+        failed = [r for r in rows if r.get("passed") is False]
+        print(pd.DataFrame(failed).to_string(), file=sys.stderr)  # the log outlives the outputs
+        raise SystemExit(f"{len(failed)} correctness cases failed; see {snakemake.output.table}")

@@ -1,0 +1,17 @@
+"""Rule `symbolic`: the byte model's tidy table, its closed forms and the lab's printed table."""
+
+from minimodel import symbolic
+from minimodel.manifest import stage, write_csv, write_text
+
+with stage(snakemake):
+    cfg = snakemake.params.cfg
+    write_csv(snakemake.output.table, symbolic.byte_table(
+        cfg["n"], cfg["head_dims"], cfg["tiles"], cfg["dtypes"],
+        schemes=symbolic.SCHEMES,
+    ))
+    write_csv(snakemake.output.formulas, symbolic.formulas_table())
+    table = symbolic.lab_table(cfg["lab_grid"], *cfg["lab_tile"], dtype=cfg["lab_dtype"],
+                               l1_bytes=cfg["l1_bytes"], l2_bytes=cfg["l2_bytes"])
+    text = symbolic.format_lab_table(table)
+    print(text)
+    write_text(snakemake.output.lab_table, text)

@@ -1,0 +1,12 @@
+"""Rule `verify`: the manifests of this run re-hashed; any change fails the rule."""
+
+from minimodel.manifest import stage, verify_manifests, write_text
+
+with stage(snakemake):
+    manifests = list(snakemake.input.manifests)
+    problems = verify_manifests(manifests)
+    if problems:
+        raise SystemExit("verify found changed results:\n" + "\n".join(problems))
+    write_text(snakemake.output.report,
+               "".join(f"ok {m}\n" for m in manifests)
+               + f"{len(manifests)} manifests verified, no problems\n")

@@ -1,0 +1,212 @@
+"""Flash-attention forward in Triton (lab 02): `flash_attn_forward(Q, K, V, causal=True)`.
+
+FlashAttention-2 order: one program per (query tile, batch·head); each program keeps its
+query tile, the running maximum m, the running sum l and the fp32 output accumulator on chip
+while every key/value tile streams past once (the online softmax of theory 02).
+
+Runs on a CUDA device, or on CPU tensors under Triton's interpreter: set TRITON_INTERPRET=1
+before this module (or triton) is imported, and the very same kernel source runs in numpy.
+
+    import torch
+    from minimodel.attention_flash import flash_attn_forward
+    q, k, v = (torch.randn(2, 4, 1024, 64, device="cuda", dtype=torch.float16) for _ in range(3))
+    o = flash_attn_forward(q, k, v, causal=True)
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import asdict, dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+SUPPORTED_HEAD_DIMS = (16, 32, 64, 128, 256)
+SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
+LOG2E = 1.4426950408889634  # log2(e): exp(x) = exp2(x·log2 e)
+
+# Read once: Triton decides at decoration time whether kernels are compiled or interpreted.
+INTERPRETED = os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+@dataclass(frozen=True)
+class FwdConfig:
+    """Tile sizes and launch parameters of one kernel specialization."""
+
+    BLOCK_M: int
+    BLOCK_N: int
+    num_warps: int
+    num_stages: int
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def get_fwd_config(head_dim: int, causal: bool, device_type: str) -> FwdConfig:
+    """The tile configuration for a head dim on a device type.
+
+    BLOCK_M is a multiple of BLOCK_N, so the causal diagonal of a query tile falls in whole
+    key tiles. The interpreter runs one program at a time in numpy, where larger tiles mean
+    fewer programs; it takes the seed's 64 × 64 everywhere.
+    """
+    if device_type != "cuda":
+        return FwdConfig(64, 64, 4, 1)
+    if head_dim <= 64:
+        return FwdConfig(128, 64, 4, 3)
+    if head_dim == 128:
+        return FwdConfig(128, 64, 8, 3)
+    return FwdConfig(64, 32, 4, 2)
+
+
+@triton.jit
+def _attn_tile(acc, l_i, m_i, q, k_base, v_base, start_n, offs_m, offs_n, offs_d,
+               stride_kn, stride_kd, stride_vn, stride_vd, N, qk_scale,
+               MASKED: tl.constexpr, IS_CAUSAL: tl.constexpr):
+    cols = start_n + offs_n
+    k_ptrs = k_base + cols[None, :] * stride_kn + offs_d[:, None] * stride_kd
+    v_ptrs = v_base + cols[:, None] * stride_vn + offs_d[None, :] * stride_vd
+    if MASKED:
+        kt = tl.load(k_ptrs, mask=cols[None, :] < N, other=0.0)
+    else:
+        kt = tl.load(k_ptrs)
+    # scores in base 2: the softmax scale and log2(e) are folded into one multiply
+    s = tl.dot(q, kt) * qk_scale
+    if MASKED:  # only the diagonal band and the tail pay for a mask
+        valid = cols[None, :] < N
+        if IS_CAUSAL:
+            valid = valid & (offs_m[:, None] >= cols[None, :])
+        s = tl.where(valid, s, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(s, 1))
+    alpha = tl.math.exp2(m_i - m_new)  # rescales what was summed under the old maximum
+    p = tl.math.exp2(s - m_new[:, None])
+    l_i = l_i * alpha + tl.sum(p, 1)
+    if MASKED:
+        v = tl.load(v_ptrs, mask=cols[:, None] < N, other=0.0)
+    else:
+        v = tl.load(v_ptrs)
+    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+    return acc, l_i, m_new
+
+
+@triton.jit
+def _flash_fwd_kernel(
+    Q, K, V, O, LSE, qk_scale,
+    stride_qb, stride_qh, stride_qn, stride_qd,
+    stride_kb, stride_kh, stride_kn, stride_kd,
+    stride_vb, stride_vh, stride_vn, stride_vd,
+    stride_ob, stride_oh, stride_on, stride_od,
+    H, N, GROUP,
+    HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    IS_CAUSAL: tl.constexpr, STORE_LSE: tl.constexpr,
+):
+    pid_m = tl.program_id(0)
+    if IS_CAUSAL:  # the last query tiles have the most keys to visit: start them first
+        pid_m = tl.num_programs(0) - 1 - pid_m
+    pid_bh = tl.program_id(1)
+    b = pid_bh // H
+    h = pid_bh % H
+    h_kv = h // GROUP  # grouped-query attention: GROUP query heads share one K/V head
+
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, HEAD_DIM)
+    q_ptrs = Q + b * stride_qb + h * stride_qh + offs_m[:, None] * stride_qn + offs_d[None, :] * stride_qd
+    q = tl.load(q_ptrs, mask=offs_m[:, None] < N, other=0.0)
+    k_base = K + b * stride_kb + h_kv * stride_kh
+    v_base = V + b * stride_vb + h_kv * stride_vh
+
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+
+    # Keys [0, lo) need no mask; [lo, hi) hold the causal diagonal band or the ragged tail.
+    # Causal tiles above the diagonal (keys >= hi) are never loaded.
+    if IS_CAUSAL:
+        lo = pid_m * BLOCK_M
+        hi = tl.minimum((pid_m + 1) * BLOCK_M, N)
+    else:
+        lo = (N // BLOCK_N) * BLOCK_N
+        hi = N
+    for start_n in range(0, lo, BLOCK_N):
+        acc, l_i, m_i = _attn_tile(acc, l_i, m_i, q, k_base, v_base, start_n, offs_m, offs_n,
+                                   offs_d, stride_kn, stride_kd, stride_vn, stride_vd, N,
+                                   qk_scale, False, IS_CAUSAL)
+    for start_n in range(lo, hi, BLOCK_N):
+        acc, l_i, m_i = _attn_tile(acc, l_i, m_i, q, k_base, v_base, start_n, offs_m, offs_n,
+                                   offs_d, stride_kn, stride_kd, stride_vn, stride_vd, N,
+                                   qk_scale, True, IS_CAUSAL)
+
+    # every row sees key 0, so l_i > 0: no division by zero, no NaN
+    acc = acc / l_i[:, None]
+    o_ptrs = O + b * stride_ob + h * stride_oh + offs_m[:, None] * stride_on + offs_d[None, :] * stride_od
+    tl.store(o_ptrs, acc.to(O.dtype.element_ty), mask=offs_m[:, None] < N)
+    if STORE_LSE:  # natural-log log-sum-exp per row, what a backward pass needs
+        lse = (m_i + tl.math.log2(l_i)) * 0.6931471805599453
+        tl.store(LSE + pid_bh * N + offs_m, lse, mask=offs_m < N)
+
+
+def _validate(Q, K, V) -> None:
+    for name, t in (("Q", Q), ("K", K), ("V", V)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dim() != 4:
+            raise ValueError(f"{name} must have rank 4 (B, H, N, d), got shape {tuple(t.shape)}")
+        if t.dtype not in SUPPORTED_DTYPES:
+            raise TypeError(f"{name} has dtype {t.dtype}; accepted: torch.float16, torch.bfloat16")
+    if not Q.dtype == K.dtype == V.dtype:
+        raise TypeError(f"Q, K, V must share one dtype, got {Q.dtype}, {K.dtype}, {V.dtype}")
+    B, H, N, d = Q.shape
+    if K.shape != V.shape:
+        raise ValueError(f"K and V must have the same shape, got {tuple(K.shape)} and {tuple(V.shape)}")
+    Bk, Hk, Nk, dk = K.shape
+    if (Bk, Nk, dk) != (B, N, d):
+        raise ValueError(f"K and V must be (B, H_kv, N, d) = ({B}, H_kv, {N}, {d}) to match Q "
+                         f"{tuple(Q.shape)}, got {tuple(K.shape)}")
+    if Hk == 0 or H % Hk:
+        raise ValueError(f"Q's heads ({H}) must be a multiple of K/V's heads ({Hk})")
+    if d not in SUPPORTED_HEAD_DIMS:
+        raise ValueError(f"head dim {d} is not supported; accepted: {SUPPORTED_HEAD_DIMS}")
+    if not Q.device == K.device == V.device:
+        raise ValueError(f"Q, K, V must be on one device, got {Q.device}, {K.device}, {V.device}")
+    if Q.device.type == "cpu" and not INTERPRETED:
+        raise ValueError("CPU tensors need Triton's interpreter: set TRITON_INTERPRET=1 before "
+                         "importing triton, or pass CUDA tensors")
+    if Q.device.type not in ("cuda", "cpu"):
+        raise ValueError(f"device {Q.device} is not supported; accepted: cuda, or cpu under "
+                         "TRITON_INTERPRET=1")
+
+
+def flash_attn_forward(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, causal: bool = True,
+                       sm_scale: float | None = None, return_lse: bool = False,
+                       config: FwdConfig | None = None):
+    """Attention softmax(Q Kᵀ · sm_scale) V, without materializing the N × N scores.
+
+    Q: (B, H, N, d); K, V: (B, H_kv, N, d) with H divisible by H_kv (grouped-query and
+    multi-query attention; K and V are not copied). float16 or bfloat16, all on one CUDA
+    device, or on the CPU under TRITON_INTERPRET=1. d ∈ {16, 32, 64, 128, 256}. Any strides
+    (e.g. a transposed (B, N, H, d) tensor) are read as they are.
+    causal: query i sees keys j <= i. sm_scale: defaults to 1/sqrt(d).
+    return_lse: also return the natural-log log-sum-exp of each row, (B, H, N) float32.
+    config: tile configuration; defaults to `get_fwd_config(d, causal, device)`.
+    Returns O with Q's shape and dtype (contiguous), and LSE when asked.
+    """
+    _validate(Q, K, V)
+    B, H, N, d = Q.shape
+    O = torch.empty(Q.shape, dtype=Q.dtype, device=Q.device)
+    LSE = torch.empty((B, H, N), dtype=torch.float32, device=Q.device)
+    if O.numel() == 0:
+        return (O, LSE) if return_lse else O
+    scale = 1.0 / math.sqrt(d) if sm_scale is None else float(sm_scale)
+    cfg = config or get_fwd_config(d, causal, Q.device.type)
+    grid = (triton.cdiv(N, cfg.BLOCK_M), B * H)
+    _flash_fwd_kernel[grid](
+        Q, K, V, O, LSE, scale * LOG2E,
+        *Q.stride(), *K.stride(), *V.stride(), *O.stride(),
+        H, N, H // K.shape[1],
+        HEAD_DIM=d, BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N,
+        IS_CAUSAL=bool(causal), STORE_LSE=bool(return_lse),
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+    )
+    return (O, LSE) if return_lse else O

@@ -1,0 +1,296 @@
+"""Measured byte traffic across the slow-memory boundary (lab 01 block C), two ways.
+
+1. The instrumented count: the inputs are wrapped as `SlowMemoryTensor`s, a tensor subclass whose
+   `__torch_dispatch__` sees every aten op that touches slow memory and adds up the bytes it
+   reads and writes in a `ByteCounter`. A result made from slow-memory data stays in slow memory
+   when its storage is larger than an on-chip budget (theory 02's 64 KiB of SRAM); a smaller one
+   is on chip, a plain tensor whose ops are free. So the naive S and P count, and the flash tile
+   intermediates do not. View ops (slices, transposes) move nothing; `copy_` writes its
+   destination without reading it; `addmm`/`baddbmm` with beta=0 read no input matrix (BLAS
+   semantics); `empty` allocates without writing.
+2. `profiler_bytes`, the seed's way: `torch.profiler` with memory profiling. It sees what each
+   op allocates (the bytes of every new tensor it writes) and the shapes of its inputs, but it
+   knows nothing of on-chip budgets, views or in-place writes: its numbers are set beside the
+   instrumented ones, not used as the measurement.
+
+`measure()` runs one reference under both and returns one tidy row.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+
+import torch
+
+from minimodel import attention, symbolic
+
+log = logging.getLogger(__name__)
+aten = torch.ops.aten
+
+_FREE_OPS = {aten.empty.memory_format, aten.empty_strided.default, aten.empty_like.default}
+_BETA_OPS = {aten.addmm.default, aten.baddbmm.default}
+
+
+def _tensors(value) -> list[torch.Tensor]:
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, list | tuple):
+        return [t for t in value if isinstance(t, torch.Tensor)]
+    return []
+
+
+def _storage_key(t: torch.Tensor) -> int:
+    return t.untyped_storage().data_ptr()
+
+
+@functools.cache
+def _plan(func) -> tuple | None:
+    """Per op: None when it moves nothing, else (name, [(position, name, written, read)])."""
+    if func in _FREE_OPS:
+        return None
+    plan = []
+    for i, arg in enumerate(func._schema.arguments):
+        written = arg.alias_info is not None and arg.alias_info.is_write
+        # copy_ and out= arguments are overwritten whole, never read
+        read = not (written and (func is aten.copy_.default or arg.kwarg_only))
+        plan.append((i, arg.name, written, read))
+    return str(func.overloadpacket.__name__), plan
+
+
+class ByteCounter:
+    """Totals of slow-memory bytes read and written, filled in by `SlowMemoryTensor` ops.
+
+    `sram_bytes`: a tensor made from slow-memory data whose storage fits in this many bytes is
+    on chip (a plain tensor, free to use); a larger one stays in slow memory.
+    `per_op` maps an aten op's name to [calls, bytes read, bytes written].
+    """
+
+    def __init__(self, sram_bytes: int = 64 * 1024):
+        if sram_bytes < 0:
+            raise ValueError(f"sram_bytes must be >= 0, got {sram_bytes}")
+        self.sram_bytes = sram_bytes
+        self.reads = 0
+        self.writes = 0
+        self.per_op: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
+        self._writes_by_storage: dict[int, int] = defaultdict(int)
+
+    @property
+    def total(self) -> int:
+        return self.reads + self.writes
+
+    def writes_to(self, t: torch.Tensor) -> int:
+        """Bytes written into the storage of `t` (a slow-memory tensor or its plain data)."""
+        return self._writes_by_storage.get(_storage_key(_unwrap(t)), 0)
+
+    def wrap(self, t: torch.Tensor) -> SlowMemoryTensor:
+        """Place an existing tensor in slow memory, whatever its size (the inputs Q, K, V)."""
+        return SlowMemoryTensor(t, self)
+
+    def record(self, name: str, reads: int, writes: int) -> None:
+        self.reads += reads
+        self.writes += writes
+        entry = self.per_op[name]
+        entry[0] += 1
+        entry[1] += reads
+        entry[2] += writes
+
+
+def _unwrap(t):
+    return t.elem if isinstance(t, SlowMemoryTensor) else t
+
+
+def _nbytes(t: torch.Tensor) -> int:
+    return t.numel() * t.element_size()
+
+
+class SlowMemoryTensor(torch.Tensor):
+    """A tensor that lives in slow memory; every aten op on it is counted by its `ByteCounter`.
+
+    Ops on plain (on-chip) tensors run at native speed and are free. An op that touches a
+    slow-memory tensor reads the bytes of its slow inputs (the view's elements, not the whole
+    storage) and writes the bytes of its slow outputs; a new result larger than the budget
+    stays in slow memory, a smaller one comes back as a plain tensor (it was made on chip).
+    """
+
+    elem: torch.Tensor
+    counter: ByteCounter
+
+    @staticmethod
+    def __new__(cls, elem: torch.Tensor, counter: ByteCounter):
+        r = torch.Tensor._make_wrapper_subclass(
+            cls, elem.shape, strides=elem.stride(), storage_offset=elem.storage_offset(),
+            dtype=elem.dtype, device=elem.device, requires_grad=False,
+        )
+        r.elem = elem
+        r.counter = counter
+        return r
+
+    def __repr__(self):
+        return f"SlowMemoryTensor({self.elem!r})"
+
+    __torch_function__ = torch._C._disabled_torch_function_impl
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        counter = next(t.counter for t in _tensors(list(args) + list(kwargs.values()))
+                       if isinstance(t, SlowMemoryTensor))
+        flat_args = [_unwrap_tree(a) for a in args]
+        flat_kwargs = {k: _unwrap_tree(v) for k, v in kwargs.items()}
+        out = func(*flat_args, **flat_kwargs)
+        plan = _plan(func)
+        if func.is_view:
+            # an alias of slow memory is slow memory; reading it happens in the op that uses it
+            return _map_out(out, lambda t: SlowMemoryTensor(t, counter))
+        reads = writes = 0
+        written = []
+        if plan is not None:
+            name, arguments = plan
+            for i, arg_name, is_written, is_read in arguments:
+                value = args[i] if i < len(args) else kwargs.get(arg_name)
+                tensors = _tensors(value)
+                if is_written:
+                    written += tensors
+                if is_read and not (func in _BETA_OPS and arg_name == "self"
+                                    and _beta(args, kwargs) == 0):
+                    reads += sum(_nbytes(t) for t in tensors if isinstance(t, SlowMemoryTensor))
+        for t in written:
+            if isinstance(t, SlowMemoryTensor):
+                writes += _nbytes(t)
+                counter._writes_by_storage[_storage_key(t.elem)] += _nbytes(t)
+        if written and func._schema.returns and func._schema.returns[0].alias_info is not None:
+            result = written[0]  # in-place or out=: return the caller's own tensor
+        else:
+            def place(t):
+                nonlocal writes
+                if t.untyped_storage().nbytes() <= counter.sram_bytes:
+                    return t
+                if plan is not None:
+                    writes += _nbytes(t)
+                    counter._writes_by_storage[_storage_key(t)] += _nbytes(t)
+                return SlowMemoryTensor(t, counter)
+            result = _map_out(out, place)
+        counter.record(str(func.overloadpacket.__name__), reads, writes)
+        return result
+
+
+def _unwrap_tree(value):
+    if isinstance(value, list | tuple):
+        return type(value)(_unwrap(v) for v in value)
+    return _unwrap(value)
+
+
+def _map_out(out, fn):
+    if isinstance(out, torch.Tensor):
+        return fn(out)
+    if isinstance(out, list | tuple):
+        return type(out)(fn(t) if isinstance(t, torch.Tensor) else t for t in out)
+    return out
+
+
+def count_bytes(fn: Callable[..., torch.Tensor], inputs: Iterable[torch.Tensor],
+                sram_bytes: int = 64 * 1024) -> dict:
+    """Call `fn(*inputs)` with the inputs in slow memory; the write of its output is split off."""
+    counter = ByteCounter(sram_bytes)
+    result = fn(*(counter.wrap(t) for t in inputs))
+    o_write = counter.writes_to(result)
+    return {
+        "reads": counter.reads,
+        "writes": counter.writes - o_write,
+        "o_write": o_write,
+        "bytes": counter.total - o_write,
+        "per_op": {k: tuple(v) for k, v in counter.per_op.items()},
+        "result": _unwrap(result),
+    }
+
+
+def profiler_bytes(fn: Callable[[], torch.Tensor]) -> dict:
+    """What torch.profiler sees of the same run: bytes allocated by ops, bytes of op inputs."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True,
+                 record_shapes=True) as prof:
+        fn()
+    allocated = 0
+    input_bytes = 0
+    for event in prof.events():
+        if event.cpu_parent is None:
+            # top-level aten ops only: nested ops would count the same tensors twice
+            allocated += max(int(event.cpu_memory_usage), 0)
+            for shape, dtype in zip(event.input_shapes or [], getattr(event, "input_dtypes", None) or [],
+                                    strict=False):
+                if shape and dtype in _DTYPE_BYTES:
+                    numel = 1
+                    for s in shape:
+                        numel *= s
+                    input_bytes += numel * _DTYPE_BYTES[dtype]
+    return {"allocated": allocated, "input_bytes": input_bytes}
+
+
+_DTYPE_BYTES = {"float": 4, "c10::Half": 2, "c10::BFloat16": 2, "double": 8}
+TORCH_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
+
+
+def model_scheme(scheme: str, dtype: str) -> str:
+    """The symbolic scheme a measured reference corresponds to."""
+    if scheme == "naive" and symbolic.DTYPE_BYTES[dtype] == 2:
+        return "naive_fp32_softmax"
+    return scheme
+
+
+def measure(scheme: str, n: int, d: int, dtype: str, block_r: int = 64, block_c: int = 64,
+            sram_bytes: int = 64 * 1024, with_profiler: bool = False, seed: int = 0) -> dict:
+    """Bytes of one reference on one (N, d) head, measured and set beside the model."""
+    if scheme not in ("naive", "flash"):
+        raise ValueError(f"unknown scheme {scheme!r}; accepted: naive, flash")
+    if dtype not in TORCH_DTYPES:
+        raise ValueError(f"unknown dtype {dtype!r}; accepted: {', '.join(TORCH_DTYPES)}")
+    gen = torch.Generator().manual_seed(seed)
+    Q, K, V = (torch.randn(n, d, generator=gen).to(TORCH_DTYPES[dtype]) for _ in range(3))
+    if scheme == "naive":
+        fn = attention.attn_naive_cpu
+    else:
+        fn = lambda q, k, v: attention.attn_flash_reference_cpu(q, k, v, block_r, block_c)
+    counted = count_bytes(fn, (Q, K, V), sram_bytes)
+    model_name = model_scheme(scheme, dtype)
+    model = symbolic.model_bytes(model_name, n, d, block_r, block_c,
+                                 symbolic.DTYPE_BYTES[dtype], "consistent")
+    row = {
+        "scheme": scheme, "model_scheme": model_name, "N": n, "d": d,
+        "B_r": block_r, "B_c": block_c, "dtype": dtype, "sram_bytes": sram_bytes,
+        "convention": "consistent (O write left out)",
+        "bytes_model": model,
+        "bytes_instrumented": counted["bytes"],
+        "bytes_read": counted["reads"], "bytes_written": counted["writes"],
+        "o_write_bytes": counted["o_write"],
+        "deviation": (counted["bytes"] - model) / model,
+        "bytes_profiler": None, "profiler_input_bytes": None,
+    }
+    if with_profiler:
+        prof = profiler_bytes(lambda: fn(Q, K, V))
+        row["bytes_profiler"] = prof["allocated"]
+        row["profiler_input_bytes"] = prof["input_bytes"]
+    return row
+
+
+def sweep(n_values, head_dims, dtypes, block_r=64, block_c=64, sram_bytes=64 * 1024,
+          profiler_max_n=0, progress=None):
+    """Every (scheme, N, d, dtype) of the CPU stage, as a list of rows."""
+    import itertools
+
+    from tqdm import tqdm
+
+    points = list(itertools.product(("naive", "flash"), dtypes, head_dims, n_values))
+    rows = []
+    for scheme, dtype, d, n in tqdm(points, desc="cpu bytes", file=progress, mininterval=2):
+        rows.append(measure(scheme, n, d, dtype, block_r, block_c, sram_bytes,
+                            with_profiler=n <= profiler_max_n))
+        log.info("%s N=%d d=%d %s: deviation %.3g", scheme, n, d, dtype, rows[-1]["deviation"])
+    return rows
+
+
+def _beta(args, kwargs):
+    return args[3] if len(args) > 3 else kwargs.get("beta", 1)

@@ -1,0 +1,84 @@
+"""This machine's roofline ceilings and the flash speedup they predict (lab 01 block E).
+
+`measure_ceilings` times a large fp32 matmul (peak FLOP/s) and a large copy (bandwidth,
+counting the bytes read plus the bytes written), several repeats each, and keeps the median.
+`predict_speedup` places naive and flash attention on that roofline by their model intensity:
+attainable = min(peak, intensity × bandwidth), and the predicted speedup is the ratio of the
+two attainable rates (the FLOPs being equal, time falls as the attainable rate rises).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+
+from minimodel import symbolic
+
+
+def _median_seconds(fn, repeats: int) -> tuple[float, list[float]]:
+    fn()  # warm-up: first-touch page faults and thread-pool start stay out of the numbers
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times), times
+
+
+def matmul_flops(n: int = 2048, repeats: int = 7, dtype=torch.float32, device="cpu") -> dict:
+    """Median FLOP/s of an n×n by n×n matmul (2·n³ FLOPs) on random inputs."""
+    a = torch.randn(n, n, dtype=dtype, device=device)
+    b = torch.randn(n, n, dtype=dtype, device=device)
+    c = torch.empty(n, n, dtype=dtype, device=device)
+    seconds, times = _median_seconds(lambda: torch.mm(a, b, out=c), repeats)
+    return {"flops_per_s": 2 * n**3 / seconds, "n": n, "dtype": str(dtype).removeprefix("torch."),
+            "median_s": seconds, "times_s": times}
+
+
+def copy_bandwidth(mib: int = 256, repeats: int = 7, device="cpu") -> dict:
+    """Median bytes/s of copying a `mib` MiB buffer, counting bytes read plus bytes written."""
+    n = mib * 2**20 // 4
+    src = torch.randn(n, device=device)
+    dst = torch.empty_like(src)
+    seconds, times = _median_seconds(lambda: dst.copy_(src), repeats)
+    return {"bytes_per_s": 2 * n * 4 / seconds, "mib": mib, "median_s": seconds, "times_s": times}
+
+
+def measure_ceilings(matmul_n: int = 2048, copy_mib: int = 256, repeats: int = 7) -> dict:
+    if repeats < 1:
+        raise ValueError(f"repeats must be >= 1, got {repeats}")
+    mm = matmul_flops(matmul_n, repeats)
+    bw = copy_bandwidth(copy_mib, repeats)
+    return {
+        "peak_flops_per_s": mm["flops_per_s"],
+        "bandwidth_bytes_per_s": bw["bytes_per_s"],
+        "ridge_intensity": mm["flops_per_s"] / bw["bytes_per_s"],
+        "torch_threads": torch.get_num_threads(),
+        "matmul": mm,
+        "copy": bw,
+    }
+
+
+def attainable(intensity: float, peak: float, bandwidth: float) -> float:
+    """The roofline: min(peak, intensity × bandwidth)."""
+    return min(peak, intensity * bandwidth)
+
+
+def predict_speedup(ceilings: dict, n: int = 2048, d: int = 64, B_r: int = 64, B_c: int = 64,
+                    dtype: str = "float32") -> dict:
+    """Flash over naive speedup the roofline predicts at (n, d), consistent convention."""
+    peak = ceilings["peak_flops_per_s"]
+    bw = ceilings["bandwidth_bytes_per_s"]
+    b = symbolic.DTYPE_BYTES[dtype]
+    out = {"N": n, "d": d, "B_r": B_r, "B_c": B_c, "dtype": dtype,
+           "convention": "consistent (O write left out)"}
+    for scheme in ("naive", "flash"):
+        i = symbolic.intensity(scheme, n, d, B_r, B_c, b, "consistent")
+        out[f"intensity_{scheme}"] = i
+        out[f"attainable_{scheme}_flops_per_s"] = attainable(i, peak, bw)
+        out[f"bound_{scheme}"] = "memory" if i * bw < peak else "compute"
+    out["predicted_speedup"] = (out["attainable_flash_flops_per_s"]
+                                / out["attainable_naive_flops_per_s"])
+    return out

@@ -1,0 +1,276 @@
+"""The closed-form byte model of naive and flash attention (lab 01 blocks A and B, theory 02).
+
+The closed forms are not typed in: they are summed with sympy from a per-step list of the
+reads and writes that cross the slow-memory boundary (HBM on a GPU), one list per scheme,
+exactly as theory 02 accounts for them. `seed_forms()` holds the lab's formulas as written;
+tests check that the derived sums equal them.
+
+Two conventions for the write of O (both schemes write O once):
+- "seed": the lab's formulas as written. The naive one leaves the write of O out, the flash
+  one counts it, so they are not quite comparable.
+- "consistent": the write of O is left out of both. Every measured comparison in this
+  project (the CPU byte counts of issue #3, the plots) uses this one.
+
+Per element, the lab charges `dtype_bytes` for every tensor. `naive_fp32_softmax` is the
+accounting of a half-precision naive attention computed the way PyTorch does it for
+stability: S is upcast to fp32, the softmax runs in fp32, P is cast back (theory 02:
+"closer to ~24 N^2").
+
+Run `python -m minimodel.symbolic` to print the lab's table.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+
+import pandas as pd
+import sympy as sp
+
+N, d, B_r, B_c, dtype_bytes = sp.symbols("N d B_r B_c dtype_bytes", positive=True)
+
+CONVENTIONS = ("seed", "consistent")
+SCHEMES = ("naive", "naive_fp32_softmax", "flash")
+DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4}
+MiB = 2**20
+
+
+@dataclass(frozen=True)
+class Transfer:
+    """One tensor crossing the slow-memory boundary in one step of the algorithm."""
+
+    step: str
+    tensor: str
+    direction: str  # "R" (read from slow memory) or "W" (written to it)
+    elements: sp.Expr
+    bytes_per_element: sp.Expr = dtype_bytes
+
+    @property
+    def bytes(self) -> sp.Expr:
+        return self.elements * self.bytes_per_element
+
+
+def naive_transfers(count_o_write: bool) -> list[Transfer]:
+    """Theory 02's naive accounting: S = QK^T, P = softmax(S), O = PV, all through HBM."""
+    steps = [
+        Transfer("1: S = Q K^T", "Q", "R", N * d),
+        Transfer("1: S = Q K^T", "K", "R", N * d),
+        Transfer("1: S = Q K^T", "S", "W", N**2),
+        Transfer("2: P = softmax(S)", "S", "R", N**2),
+        Transfer("2: P = softmax(S)", "P", "W", N**2),
+        Transfer("3: O = P V", "P", "R", N**2),
+        Transfer("3: O = P V", "V", "R", N * d),
+    ]
+    if count_o_write:
+        steps.append(Transfer("3: O = P V", "O", "W", N * d))
+    return steps
+
+
+def naive_fp32_softmax_transfers(count_o_write: bool) -> list[Transfer]:
+    """Naive attention in a 2-byte dtype whose softmax runs in fp32 (S upcast, P cast back)."""
+    f32 = sp.Integer(4)
+    steps = [
+        Transfer("1: S = Q K^T", "Q", "R", N * d),
+        Transfer("1: S = Q K^T", "K", "R", N * d),
+        Transfer("1: S = Q K^T", "S", "W", N**2),
+        Transfer("2a: S32 = float(S)", "S", "R", N**2),
+        Transfer("2a: S32 = float(S)", "S32", "W", N**2, f32),
+        Transfer("2b: P32 = softmax(S32)", "S32", "R", N**2, f32),
+        Transfer("2b: P32 = softmax(S32)", "P32", "W", N**2, f32),
+        Transfer("2c: P = half(P32)", "P32", "R", N**2, f32),
+        Transfer("2c: P = half(P32)", "P", "W", N**2),
+        Transfer("3: O = P V", "P", "R", N**2),
+        Transfer("3: O = P V", "V", "R", N * d),
+    ]
+    if count_o_write:
+        steps.append(Transfer("3: O = P V", "O", "W", N * d))
+    return steps
+
+
+def flash_transfers(count_o_write: bool) -> list[Transfer]:
+    """Theory 02's flash accounting (FlashAttention-2 order: Q tiles outside).
+
+    Each of the N/B_r query tiles is loaded once; for each of them every K and V tile is
+    loaded once, so K and V each cross N/B_r times. S, P and the running m, l stay on chip.
+    B_c does not appear: it changes how K and V are cut, not how often they are read.
+    """
+    steps = [
+        Transfer("load Q tiles", "Q", "R", N * d),
+        Transfer("load K tiles (once per Q tile)", "K", "R", N * d * N / B_r),
+        Transfer("load V tiles (once per Q tile)", "V", "R", N * d * N / B_r),
+    ]
+    if count_o_write:
+        steps.append(Transfer("store O tiles", "O", "W", N * d))
+    return steps
+
+
+TRANSFERS = {
+    "naive": naive_transfers,
+    "naive_fp32_softmax": naive_fp32_softmax_transfers,
+    "flash": flash_transfers,
+}
+
+
+def counts_o_write(scheme: str, convention: str) -> bool:
+    """Whether the write of O is in the sum: the seed's naive formula omits it, its flash one counts it."""
+    if convention not in CONVENTIONS:
+        raise ValueError(f"unknown convention {convention!r}; accepted: {', '.join(CONVENTIONS)}")
+    return convention == "seed" and scheme == "flash"
+
+
+@cache
+def derived_bytes(scheme: str, convention: str = "consistent") -> sp.Expr:
+    """Total slow-memory bytes of a scheme, summed from its transfers and simplified."""
+    if scheme not in TRANSFERS:
+        raise ValueError(f"unknown scheme {scheme!r}; accepted: {', '.join(TRANSFERS)}")
+    steps = TRANSFERS[scheme](counts_o_write(scheme, convention))
+    return sp.factor(sp.simplify(sum(t.bytes for t in steps)))
+
+
+def seed_forms() -> dict[str, sp.Expr]:
+    """The lab's formulas exactly as written (12·N·d + 16·N²)·(b/4) and 8·N·d·(1 + N/B_r)·(b/4)."""
+    return {
+        "naive": (12 * N * d + 16 * N**2) * (dtype_bytes / 4),
+        "flash": 8 * N * d * (1 + N / B_r) * (dtype_bytes / 4),
+    }
+
+
+FLOPS = {
+    "matmul": 4 * N**2 * d,  # Q K^T and P V, 2·N²·d each
+    "matmul+softmax": 4 * N**2 * d + 5 * N**2,  # theory 02's count, softmax at 5 FLOPs per score
+}
+
+
+@cache
+def _numeric(expr: sp.Expr):
+    return sp.lambdify((N, d, B_r, B_c, dtype_bytes), expr, "math")
+
+
+def _check_positive(**values) -> None:
+    for name, value in values.items():
+        if not isinstance(value, int | float) or isinstance(value, bool) or value <= 0:
+            raise ValueError(f"{name} must be a positive number, got {value!r}")
+
+
+def bytes_naive(N: int, d: int, dtype_bytes: int = 2) -> float:
+    """Naive attention's HBM bytes, the lab's formula: (12·N·d + 16·N²)·(dtype_bytes/4), O write left out."""
+    _check_positive(N=N, d=d, dtype_bytes=dtype_bytes)
+    return float(_numeric(derived_bytes("naive", "seed"))(N, d, 1, 1, dtype_bytes))
+
+
+def bytes_flash(N: int, d: int, B_r: int, B_c: int, dtype_bytes: int = 2) -> float:
+    """Flash attention's HBM bytes, the lab's formula: 8·N·d·(1 + N/B_r)·(dtype_bytes/4), O write counted."""
+    _check_positive(N=N, d=d, B_r=B_r, B_c=B_c, dtype_bytes=dtype_bytes)
+    return float(_numeric(derived_bytes("flash", "seed"))(N, d, B_r, B_c, dtype_bytes))
+
+
+def model_bytes(
+    scheme: str, N: int, d: int, B_r: int = 64, B_c: int = 64, dtype_bytes: int = 2,
+    convention: str = "consistent",
+) -> float:
+    """Bytes of any scheme under either convention (see the module docstring)."""
+    _check_positive(N=N, d=d, B_r=B_r, B_c=B_c, dtype_bytes=dtype_bytes)
+    return float(_numeric(derived_bytes(scheme, convention))(N, d, B_r, B_c, dtype_bytes))
+
+
+def flops(N: int, d: int, variant: str = "matmul") -> float:
+    """Attention FLOPs for one head: 4·N²·d ("matmul") or theory 02's 4·N²·d + 5·N² ("matmul+softmax")."""
+    if variant not in FLOPS:
+        raise ValueError(f"unknown FLOP count {variant!r}; accepted: {', '.join(FLOPS)}")
+    return float(_numeric(FLOPS[variant])(N, d, 1, 1, 1))
+
+
+def intensity(scheme: str, N: int, d: int, B_r: int = 64, B_c: int = 64, dtype_bytes: int = 2,
+              convention: str = "consistent", flop_variant: str = "matmul") -> float:
+    """Arithmetic intensity in FLOP per slow-memory byte."""
+    return flops(N, d, flop_variant) / model_bytes(scheme, N, d, B_r, B_c, dtype_bytes, convention)
+
+
+def byte_table(
+    n_values, head_dims, tiles, dtypes, schemes=("naive", "flash"), conventions=CONVENTIONS,
+) -> pd.DataFrame:
+    """Tidy table: one row per scheme × convention × N × d × tile × dtype."""
+    rows = []
+    for scheme in schemes:
+        for convention in conventions:
+            for dtype in dtypes:
+                if scheme == "naive_fp32_softmax" and DTYPE_BYTES[dtype] != 2:
+                    continue
+                for n in n_values:
+                    for hd in head_dims:
+                        for br, bc in tiles:
+                            b = model_bytes(scheme, n, hd, br, bc, DTYPE_BYTES[dtype], convention)
+                            rows.append({
+                                "scheme": scheme, "convention": convention, "N": n, "d": hd,
+                                "B_r": br, "B_c": bc, "dtype": dtype, "bytes": b,
+                                "flops": flops(n, hd, "matmul"),
+                                "flops_with_softmax": flops(n, hd, "matmul+softmax"),
+                                "intensity": flops(n, hd, "matmul") / b,
+                                "intensity_with_softmax": flops(n, hd, "matmul+softmax") / b,
+                            })
+    return pd.DataFrame(rows)
+
+
+def formulas_table() -> pd.DataFrame:
+    """Every derived closed form beside the seed's, as text, for the results folder."""
+    seed = seed_forms()
+    rows = []
+    for scheme in SCHEMES:
+        for convention in CONVENTIONS:
+            expr = derived_bytes(scheme, convention)
+            rows.append({
+                "scheme": scheme, "convention": convention,
+                "counts_o_write": counts_o_write(scheme, convention),
+                "bytes": str(expr),
+                "equals_seed_formula": (
+                    bool(sp.simplify(expr - seed[scheme]) == 0) if scheme in seed else None
+                ),
+            })
+    return pd.DataFrame(rows)
+
+
+def lab_table(grid, B_r_: int = 64, B_c_: int = 64, dtype: str = "float16",
+              l1_bytes: int = 256 * 1024, l2_bytes: int = 50 * 2**20) -> pd.DataFrame:
+    """The lab's printed table (blocks A and B) with its annotations.
+
+    `score_matrix_fp32` is the size of one materialized N×N fp32 matrix: where it fits in L1
+    the naive scheme never really leaves the chip, and flash gains nothing; flash only pays
+    once N·N·dtype no longer fits in L2.
+    """
+    b = DTYPE_BYTES[dtype]
+    rows = []
+    for n, hd in grid:
+        naive = model_bytes("naive", n, hd, B_r_, B_c_, b, "seed")
+        flash = model_bytes("flash", n, hd, B_r_, B_c_, b, "seed")
+        naive_c = model_bytes("naive", n, hd, B_r_, B_c_, b, "consistent")
+        flash_c = model_bytes("flash", n, hd, B_r_, B_c_, b, "consistent")
+        score = 4 * n * n
+        if score <= l1_bytes:
+            note = f"N² fp32 = {score / 1024:.0f} KiB fits in L1: flash gains nothing"
+        elif n * n * b <= l2_bytes:
+            note = f"N²·{b} B = {n * n * b / MiB:.2f} MiB fits in L2: little to gain"
+        else:
+            note = f"N²·{b} B = {n * n * b / MiB:.0f} MiB exceeds L2: flash wins"
+        rows.append({
+            "N": n, "d": hd, "dtype": dtype,
+            "naive_MiB_seed": naive / MiB, "flash_MiB_seed": flash / MiB,
+            "naive_MiB_consistent": naive_c / MiB, "flash_MiB_consistent": flash_c / MiB,
+            "naive_over_flash_consistent": naive_c / flash_c,
+            "intensity_naive": flops(n, hd) / naive_c, "intensity_flash": flops(n, hd) / flash_c,
+            "note": note,
+        })
+    return pd.DataFrame(rows)
+
+
+def format_lab_table(table: pd.DataFrame) -> str:
+    header = (
+        "Lab 01, blocks A-B: HBM bytes per head (MiB), FLOPs = 4·N²·d, intensity in FLOP/byte.\n"
+        "seed = the lab's formulas (naive without the O write, flash with it); "
+        "consistent = O write left out of both.\n\n"
+    )
+    return header + table.to_string(index=False, float_format=lambda x: f"{x:,.2f}") + "\n"
+
+
+if __name__ == "__main__":
+    grid = [(64, 64), (1024, 64), (2048, 64), (4096, 64), (8192, 128), (32768, 128)]
+    print(format_lab_table(lab_table(grid)))

@@ -1,0 +1,53 @@
+import ast
+from pathlib import Path
+
+SRC = Path("src/minimodel")
+RESULTS = Path("results")
+
+
+def _minimodel_imports(path):
+    """Modules of minimodel that a Python file imports directly."""
+    found = set()
+    for node in ast.walk(ast.parse(Path(path).read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        elif isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        else:
+            continue
+        for name in names:
+            parts = name.split(".")
+            if parts[0] == "minimodel" and len(parts) > 1:
+                rel = Path(*parts[1:])
+                for candidate in (SRC / rel.with_suffix(".py"), SRC / rel / "__init__.py"):
+                    if candidate.exists():
+                        found.add(candidate)
+    return found
+
+
+def code(script):
+    """The script and every minimodel module it imports, followed through the package.
+
+    Listed as inputs so that editing a module re-runs exactly the rules that use it.
+    """
+    todo, seen = [Path(script)], set()
+    while todo:
+        path = todo.pop()
+        if path in seen:
+            continue
+        seen.add(path)
+        todo.extend(_minimodel_imports(path))
+    seen.add(SRC / "__init__.py")
+    return sorted(str(p) for p in seen)
+
+
+def out(*parts):
+    return str(RESULTS.joinpath(*parts))
+
+
+def logfile(rule_name):
+    return out("logs", f"{rule_name}.log")
+
+
+def benchfile(rule_name):
+    return out("benchmarks", f"{rule_name}.tsv")

@@ -1,0 +1,51 @@
+rule cpu_bytes_part:
+    """Stage 2: measured byte traffic of the naive and tiled-flash references for one dtype (lab 01 C)."""
+    input:
+        code=code("scripts/cpu_bytes_part.py"),
+    output:
+        table=out("cpu", "bytes", "{dtype}", "bytes.csv"),
+        manifest=out("cpu", "bytes", "{dtype}", "manifest.json"),
+    params:
+        cfg=config["cpu"],
+    wildcard_constraints:
+        dtype="float16|bfloat16|float32",
+    threads: 1
+    log:
+        logfile("cpu_bytes_part_{dtype}"),
+    benchmark:
+        benchfile("cpu_bytes_part_{dtype}")
+    script:
+        "../../scripts/cpu_bytes_part.py"
+
+
+rule cpu_bytes:
+    """Stage 2: the byte tables of every dtype in one tidy CSV."""
+    input:
+        parts=expand(out("cpu", "bytes", "{dtype}", "bytes.csv"), dtype=config["cpu"]["dtypes"]),
+        code=code("scripts/cpu_bytes.py"),
+    output:
+        table=out("cpu", "bytes.csv"),
+        manifest=out("cpu", "manifest.json"),
+    log:
+        logfile("cpu_bytes"),
+    script:
+        "../../scripts/cpu_bytes.py"
+
+
+rule cpu_roofline:
+    """Stage 2: this machine's ceilings and the roofline speedup prediction (lab 01 E)."""
+    input:
+        code=code("scripts/cpu_roofline.py"),
+    output:
+        ceilings=out("cpu", "roofline", "ceilings.json"),
+        manifest=out("cpu", "roofline", "manifest.json"),
+    params:
+        cfg=config["roofline"],
+        tile=[config["cpu"]["block_r"], config["cpu"]["block_c"]],
+    threads: workflow.cores  # alone on the machine: a ceiling measured beside other jobs is no ceiling
+    log:
+        logfile("cpu_roofline"),
+    benchmark:
+        benchfile("cpu_roofline")
+    script:
+        "../../scripts/cpu_roofline.py"

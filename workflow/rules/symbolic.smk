@@ -1,0 +1,17 @@
+rule symbolic:
+    """Stage 1: closed-form HBM bytes, FLOPs and intensity of naive vs flash (lab 01 A-B)."""
+    input:
+        code=code("scripts/symbolic.py"),
+    output:
+        table=out("symbolic", "bytes.csv"),
+        formulas=out("symbolic", "formulas.csv"),
+        lab_table=out("symbolic", "lab_table.txt"),
+        manifest=out("symbolic", "manifest.json"),
+    params:
+        cfg=config["symbolic"],
+    log:
+        logfile("symbolic"),
+    benchmark:
+        benchfile("symbolic")
+    script:
+        "../../scripts/symbolic.py"
