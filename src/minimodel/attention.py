@@ -88,7 +88,7 @@ def attn_naive_cpu(Q, K, V, causal: bool = False, sm_scale: float | None = None)
 
 def _load_tile(view: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """Bring one tile from slow memory into a fresh (on-chip) buffer: one read of the tile."""
-    return torch.empty(view.shape, dtype=dtype, device=view.device).copy_(view)
+    return view.to(dtype=dtype, copy=True)
 
 
 def attn_flash_reference_cpu(Q, K, V, B_r: int = 64, B_c: int = 64, causal: bool = False,

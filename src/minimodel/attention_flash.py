@@ -164,7 +164,7 @@ def _validate(Q, K, V) -> None:
     if (Bk, Nk, dk) != (B, N, d):
         raise ValueError(f"K and V must be (B, H_kv, N, d) = ({B}, H_kv, {N}, {d}) to match Q "
                          f"{tuple(Q.shape)}, got {tuple(K.shape)}")
-    if Hk == 0 or H % Hk:
+    if (Hk == 0 and H != 0) or (Hk and H % Hk):
         raise ValueError(f"Q's heads ({H}) must be a multiple of K/V's heads ({Hk})")
     if d not in SUPPORTED_HEAD_DIMS:
         raise ValueError(f"head dim {d} is not supported; accepted: {SUPPORTED_HEAD_DIMS}")

@@ -144,6 +144,7 @@ class SlowMemoryTensor(torch.Tensor):
         plan = _plan(func)
         if func.is_view:
             # an alias of slow memory is slow memory; reading it happens in the op that uses it
+            counter.record(str(func.overloadpacket.__name__), 0, 0)
             return _map_out(out, lambda t: SlowMemoryTensor(t, counter))
         reads = writes = 0
         written = []
@@ -166,7 +167,8 @@ class SlowMemoryTensor(torch.Tensor):
         else:
             def place(t):
                 nonlocal writes
-                if t.untyped_storage().nbytes() <= counter.sram_bytes:
+                # memory allocated like a slow tensor (empty_like) is allocated where it lives
+                if plan is not None and t.untyped_storage().nbytes() <= counter.sram_bytes:
                     return t
                 if plan is not None:
                     writes += _nbytes(t)

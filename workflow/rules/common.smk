@@ -19,7 +19,10 @@ def _minimodel_imports(path):
             parts = name.split(".")
             if parts[0] == "minimodel" and len(parts) > 1:
                 rel = Path(*parts[1:])
-                for candidate in (SRC / rel.with_suffix(".py"), SRC / rel / "__init__.py"):
+                for candidate in (
+                    SRC / rel.with_suffix(".py"),
+                    SRC / rel / "__init__.py",
+                ):
                     if candidate.exists():
                         found.add(candidate)
     return found
@@ -51,3 +54,7 @@ def logfile(rule_name):
 
 def benchfile(rule_name):
     return out("benchmarks", f"{rule_name}.tsv")
+
+
+# `snakemake --use-conda` builds every rule's environment from the project's one environment file.
+CONDA_ENV = "../../environment.yml"

@@ -5,15 +5,17 @@ rule cpu_bytes_part:
     output:
         table=out("cpu", "bytes", "{dtype}", "bytes.csv"),
         manifest=out("cpu", "bytes", "{dtype}", "manifest.json"),
-    params:
-        cfg=config["cpu"],
-    wildcard_constraints:
-        dtype="float16|bfloat16|float32",
-    threads: 1
     log:
         logfile("cpu_bytes_part_{dtype}"),
     benchmark:
         benchfile("cpu_bytes_part_{dtype}")
+    wildcard_constraints:
+        dtype="float16|bfloat16|float32",
+    conda:
+        CONDA_ENV
+    threads: 1
+    params:
+        cfg=config["cpu"],
     script:
         "../../scripts/cpu_bytes_part.py"
 
@@ -21,13 +23,17 @@ rule cpu_bytes_part:
 rule cpu_bytes:
     """Stage 2: the byte tables of every dtype in one tidy CSV."""
     input:
-        parts=expand(out("cpu", "bytes", "{dtype}", "bytes.csv"), dtype=config["cpu"]["dtypes"]),
+        parts=expand(
+            out("cpu", "bytes", "{dtype}", "bytes.csv"), dtype=config["cpu"]["dtypes"]
+        ),
         code=code("scripts/cpu_bytes.py"),
     output:
         table=out("cpu", "bytes.csv"),
         manifest=out("cpu", "manifest.json"),
     log:
         logfile("cpu_bytes"),
+    conda:
+        CONDA_ENV
     script:
         "../../scripts/cpu_bytes.py"
 
@@ -39,13 +45,15 @@ rule cpu_roofline:
     output:
         ceilings=out("cpu", "roofline", "ceilings.json"),
         manifest=out("cpu", "roofline", "manifest.json"),
-    params:
-        cfg=config["roofline"],
-        tile=[config["cpu"]["block_r"], config["cpu"]["block_c"]],
-    threads: workflow.cores  # alone on the machine: a ceiling measured beside other jobs is no ceiling
     log:
         logfile("cpu_roofline"),
     benchmark:
         benchfile("cpu_roofline")
+    conda:
+        CONDA_ENV
+    threads: workflow.cores  # alone on the machine: a ceiling measured beside other jobs is no ceiling
+    params:
+        cfg=config["roofline"],
+        tile=[config["cpu"]["block_r"], config["cpu"]["block_c"]],
     script:
         "../../scripts/cpu_roofline.py"

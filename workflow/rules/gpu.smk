@@ -6,13 +6,15 @@ rule gpu_correctness:
         table=out("gpu", "correctness", "correctness.csv"),
         summary=out("gpu", "correctness", "correctness.json"),
         manifest=out("gpu", "correctness", "manifest.json"),
-    params:
-        cfg=config["gpu"]["correctness"],
-    resources:
-        gpu=1,
     log:
         logfile("gpu_correctness"),
     benchmark:
         benchfile("gpu_correctness")
+    conda:
+        CONDA_ENV
+    resources:
+        gpu=1,
+    params:
+        cfg=config["gpu"]["correctness"],
     script:
         "../../scripts/gpu_correctness.py"

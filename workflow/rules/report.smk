@@ -13,5 +13,7 @@ rule verify:
         manifest=out("verify", "manifest.json"),
     log:
         logfile("verify"),
+    conda:
+        CONDA_ENV
     script:
         "../../scripts/verify.py"

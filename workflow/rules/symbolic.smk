@@ -7,11 +7,13 @@ rule symbolic:
         formulas=out("symbolic", "formulas.csv"),
         lab_table=out("symbolic", "lab_table.txt"),
         manifest=out("symbolic", "manifest.json"),
-    params:
-        cfg=config["symbolic"],
     log:
         logfile("symbolic"),
     benchmark:
         benchfile("symbolic")
+    conda:
+        CONDA_ENV
+    params:
+        cfg=config["symbolic"],
     script:
         "../../scripts/symbolic.py"

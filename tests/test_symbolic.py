@@ -1,0 +1,103 @@
+import math
+
+import pytest
+import sympy as sp
+
+from minimodel import symbolic
+from minimodel.symbolic import B_r, N, d, dtype_bytes
+
+MiB = 2**20
+
+
+def test_derived_sums_equal_the_seed_formulas():
+    seed = symbolic.seed_forms()
+    for scheme in ("naive", "flash"):
+        assert sp.simplify(symbolic.derived_bytes(scheme, "seed") - seed[scheme]) == 0
+
+
+def test_consistent_convention_leaves_o_out_of_both():
+    naive = symbolic.derived_bytes("naive", "consistent")
+    flash = symbolic.derived_bytes("flash", "consistent")
+    assert sp.simplify(naive - (3 * N * d + 4 * N**2) * dtype_bytes) == 0
+    assert sp.simplify(flash - (N * d + 2 * N**2 * d / B_r) * dtype_bytes) == 0
+    # the seed's flash formula counts O once more than the consistent one
+    assert sp.simplify(symbolic.derived_bytes("flash", "seed") - flash - N * d * dtype_bytes) == 0
+
+
+def test_fp32_softmax_accounting_is_24_n_squared_in_fp16():
+    expr = symbolic.derived_bytes("naive_fp32_softmax", "consistent").subs(dtype_bytes, 2)
+    assert sp.expand(expr) == sp.expand(6 * N * d + 24 * N**2)
+
+
+def test_theory_worked_numbers():
+    # theory 02: N=2048, d=64 -> naive 65.6 MiB (fp32 accounting), flash ~33 MiB with B_r=64
+    naive = symbolic.bytes_naive(2048, 64, dtype_bytes=4)
+    flash = symbolic.bytes_flash(2048, 64, 64, 64, dtype_bytes=4)
+    assert naive == 12 * 2048 * 64 + 16 * 2048**2
+    assert naive / MiB == pytest.approx(65.6, abs=0.1)  # 1.5 MiB + 64 MiB, printed as 65.6
+    assert flash / MiB == pytest.approx(33.0, abs=0.01)
+    # theory 02's intensity: 1.09e9 / 6.88e7 = 15.8 (it rounds both; exactly 15.94)
+    i = symbolic.flops(2048, 64, "matmul+softmax") / naive
+    assert i == pytest.approx(15.8, abs=0.15)
+    assert symbolic.flops(2048, 64, "matmul+softmax") == pytest.approx(1.09e9, rel=0.01)
+
+
+def test_seed_signatures_and_dtype_scaling():
+    assert symbolic.bytes_naive(1024, 64) == (12 * 1024 * 64 + 16 * 1024**2) * 0.5
+    assert symbolic.bytes_flash(1024, 64, 64, 64) == 8 * 1024 * 64 * (1 + 1024 / 64) * 0.5
+    assert symbolic.bytes_naive(1024, 64, 4) == 2 * symbolic.bytes_naive(1024, 64, 2)
+
+
+def test_flops_variants():
+    assert symbolic.flops(128, 64) == 4 * 128 * 128 * 64
+    assert symbolic.flops(128, 64, "matmul+softmax") == 4 * 128 * 128 * 64 + 5 * 128 * 128
+    with pytest.raises(ValueError, match="matmul"):
+        symbolic.flops(128, 64, "bogus")
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5j, "64", None, True])
+def test_bad_sizes_are_rejected(bad):
+    with pytest.raises(ValueError, match="N must be a positive number"):
+        symbolic.bytes_naive(bad, 64)
+
+
+def test_unknown_scheme_and_convention():
+    with pytest.raises(ValueError, match="accepted: naive"):
+        symbolic.model_bytes("flashy", 64, 64)
+    with pytest.raises(ValueError, match="accepted: seed, consistent"):
+        symbolic.model_bytes("naive", 64, 64, convention="mine")
+
+
+def test_intensity_ratio_at_lab_question_point():
+    # lab 01 F2: N=8192, d=128, B_r=B_c=64: the ratio is 4N^2+3Nd over Nd+2N^2 d/B_r
+    ratio = (symbolic.intensity("flash", 8192, 128, 64, 64)
+             / symbolic.intensity("naive", 8192, 128, 64, 64))
+    n, hd = 8192, 128
+    assert ratio == pytest.approx((3 * n * hd + 4 * n * n) / (n * hd + 2 * n * n * hd / 64))
+
+
+def test_byte_table_is_tidy():
+    table = symbolic.byte_table([64, 128], [64], [(64, 64), (128, 64)], ["float16", "float32"],
+                                schemes=symbolic.SCHEMES)
+    # naive_fp32_softmax exists only for 2-byte dtypes
+    assert set(table.scheme) == set(symbolic.SCHEMES)
+    assert set(table[table.scheme == "naive_fp32_softmax"].dtype) == {"float16"}
+    assert not table.duplicated(["scheme", "convention", "N", "d", "B_r", "B_c", "dtype"]).any()
+    row = table.query("scheme == 'naive' and convention == 'seed' and N == 128 and dtype == 'float16'")
+    assert row.bytes.iloc[0] == symbolic.bytes_naive(128, 64, 2)
+    assert math.isclose(row.intensity.iloc[0], 4 * 128 * 128 * 64 / row.bytes.iloc[0])
+
+
+def test_lab_table_annotations():
+    grid = [(64, 64), (1024, 64), (8192, 128)]
+    table = symbolic.lab_table(grid, l1_bytes=256 * 1024, l2_bytes=50 * MiB)
+    assert "16 KiB fits in L1" in table.note.iloc[0]
+    assert "fits in L2" in table.note.iloc[1]
+    assert "exceeds L2" in table.note.iloc[2]
+    assert "seed" in symbolic.format_lab_table(table)
+
+
+def test_formulas_table_marks_seed_agreement():
+    table = symbolic.formulas_table()
+    seed_rows = table[(table.convention == "seed") & table.scheme.isin(["naive", "flash"])]
+    assert seed_rows.equals_seed_formula.all()
