@@ -154,3 +154,18 @@ def test_agrees_with_sdpa_on_the_gpu(gen, causal):
     expected = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
     torch.testing.assert_close(flash_attn_forward(q, k, v, causal=causal), expected,
                                atol=4e-3, rtol=0)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("h_kv", [1, 2])
+def test_tma_descriptor_path_matches_pointer_path(gen, causal, h_kv):
+    q = torch.randn(1, 2, 77, 32, generator=gen).half().to(DEVICE)
+    k, v = (torch.randn(1, h_kv, 77, 32, generator=gen).half().to(DEVICE) for _ in range(2))
+    tma, lse_tma = flash_attn_forward(q, k, v, causal=causal, return_lse=True,
+                                      config=FwdConfig(64, 32, 4, 2, TMA=True))
+    ptr, lse_ptr = flash_attn_forward(q, k, v, causal=causal, return_lse=True,
+                                      config=FwdConfig(64, 32, 4, 2, TMA=False))
+    torch.testing.assert_close(tma, ptr, atol=1e-3, rtol=0)
+    torch.testing.assert_close(lse_tma, lse_ptr, atol=1e-4, rtol=0)
+    exact = reference_attn(q, k, v, causal=causal, upcast=True)
+    assert (tma.double() - exact).abs().max() < 2e-3

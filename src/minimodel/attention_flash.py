@@ -33,12 +33,17 @@ INTERPRETED = os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 @dataclass(frozen=True)
 class FwdConfig:
-    """Tile sizes and launch parameters of one kernel specialization."""
+    """Tile sizes and launch parameters of one kernel specialization.
+
+    TMA: load tiles through Hopper's tensor-memory accelerator (host-side tensor descriptors)
+    instead of per-thread pointer loads; needs compute capability >= 9 and 16-byte aligned strides.
+    """
 
     BLOCK_M: int
     BLOCK_N: int
     num_warps: int
     num_stages: int
+    TMA: bool = False
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -61,33 +66,56 @@ def get_fwd_config(head_dim: int, causal: bool, device_type: str) -> FwdConfig:
 
 
 @triton.jit
-def _attn_tile(acc, l_i, m_i, q, k_base, v_base, start_n, offs_m, offs_n, offs_d,
-               stride_kn, stride_kd, stride_vn, stride_vd, N, qk_scale,
-               MASKED: tl.constexpr, IS_CAUSAL: tl.constexpr):
-    cols = start_n + offs_n
-    k_ptrs = k_base + cols[None, :] * stride_kn + offs_d[:, None] * stride_kd
-    v_ptrs = v_base + cols[:, None] * stride_vn + offs_d[None, :] * stride_vd
-    if MASKED:
-        kt = tl.load(k_ptrs, mask=cols[None, :] < N, other=0.0)
-    else:
-        kt = tl.load(k_ptrs)
-    # scores in base 2: the softmax scale and log2(e) are folded into one multiply
-    s = tl.dot(q, kt) * qk_scale
-    if MASKED:  # only the diagonal band and the tail pay for a mask
+def _softmax_step(acc, l_i, m_i, q, kt, v, cols, offs_m, N, qk_scale,
+                  MASKED: tl.constexpr, IS_CAUSAL: tl.constexpr):
+    """One key/value tile of the online softmax (theory 02), scores in base 2."""
+    qk = tl.dot(q, kt)
+    if MASKED:  # only the diagonal band and the ragged tail pay for a mask
         valid = cols[None, :] < N
         if IS_CAUSAL:
             valid = valid & (offs_m[:, None] >= cols[None, :])
-        s = tl.where(valid, s, float("-inf"))
-    m_new = tl.maximum(m_i, tl.max(s, 1))
-    alpha = tl.math.exp2(m_i - m_new)  # rescales what was summed under the old maximum
-    p = tl.math.exp2(s - m_new[:, None])
-    l_i = l_i * alpha + tl.sum(p, 1)
-    if MASKED:
-        v = tl.load(v_ptrs, mask=cols[:, None] < N, other=0.0)
+        qk = tl.where(valid, qk * qk_scale, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(qk, 1))
+        qk = qk - m_new[:, None]
     else:
-        v = tl.load(v_ptrs)
-    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+        # the softmax scale and log2(e) are folded into one multiply-add with the max
+        m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
+        qk = qk * qk_scale - m_new[:, None]
+    p = tl.math.exp2(qk)
+    alpha = tl.math.exp2(m_i - m_new)  # rescales what was summed under the old maximum
+    l_i = l_i * alpha + tl.sum(p, 1)
+    acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])
     return acc, l_i, m_new
+
+
+@triton.jit
+def _kv_range(pid_m, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, IS_CAUSAL: tl.constexpr):
+    """Keys [0, lo) need no mask; [lo, hi) hold the causal diagonal band or the ragged tail.
+
+    Causal tiles above the diagonal (keys >= hi) are never loaded.
+    """
+    if IS_CAUSAL:
+        lo = pid_m * BLOCK_M
+        hi = tl.minimum((pid_m + 1) * BLOCK_M, N)
+    else:
+        lo = (N // BLOCK_N) * BLOCK_N
+        hi = N
+    return lo, hi
+
+
+@triton.jit
+def _program_ids(IS_CAUSAL: tl.constexpr):
+    pid_m = tl.program_id(0)
+    if IS_CAUSAL:  # the last query tiles have the most keys to visit: start them first
+        pid_m = tl.num_programs(0) - 1 - pid_m
+    return pid_m, tl.program_id(1)
+
+
+@triton.jit
+def _store_lse(LSE, pid_bh, offs_m, m_i, l_i, N):
+    # natural-log log-sum-exp per row, what a backward pass needs
+    lse = (m_i + tl.math.log2(l_i)) * 0.6931471805599453
+    tl.store(LSE + pid_bh.to(tl.int64) * N + offs_m, lse, mask=offs_m < N)
 
 
 @triton.jit
@@ -101,12 +129,10 @@ def _flash_fwd_kernel(
     HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     IS_CAUSAL: tl.constexpr, STORE_LSE: tl.constexpr,
 ):
-    pid_m = tl.program_id(0)
-    if IS_CAUSAL:  # the last query tiles have the most keys to visit: start them first
-        pid_m = tl.num_programs(0) - 1 - pid_m
-    pid_bh = tl.program_id(1)
-    b = pid_bh // H
-    h = pid_bh % H
+    """Pointer loads with real strides: any layout, any device Triton runs on."""
+    pid_m, pid_bh = _program_ids(IS_CAUSAL)
+    b = (pid_bh // H).to(tl.int64)
+    h = (pid_bh % H).to(tl.int64)
     h_kv = h // GROUP  # grouped-query attention: GROUP query heads share one K/V head
 
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -114,37 +140,76 @@ def _flash_fwd_kernel(
     offs_d = tl.arange(0, HEAD_DIM)
     q_ptrs = Q + b * stride_qb + h * stride_qh + offs_m[:, None] * stride_qn + offs_d[None, :] * stride_qd
     q = tl.load(q_ptrs, mask=offs_m[:, None] < N, other=0.0)
-    k_base = K + b * stride_kb + h_kv * stride_kh
-    v_base = V + b * stride_vb + h_kv * stride_vh
+    kt_ptrs = K + b * stride_kb + h_kv * stride_kh + offs_n[None, :] * stride_kn + offs_d[:, None] * stride_kd
+    v_ptrs = V + b * stride_vb + h_kv * stride_vh + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd
 
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
-
-    # Keys [0, lo) need no mask; [lo, hi) hold the causal diagonal band or the ragged tail.
-    # Causal tiles above the diagonal (keys >= hi) are never loaded.
-    if IS_CAUSAL:
-        lo = pid_m * BLOCK_M
-        hi = tl.minimum((pid_m + 1) * BLOCK_M, N)
-    else:
-        lo = (N // BLOCK_N) * BLOCK_N
-        hi = N
+    lo, hi = _kv_range(pid_m, N, BLOCK_M, BLOCK_N, IS_CAUSAL)
     for start_n in range(0, lo, BLOCK_N):
-        acc, l_i, m_i = _attn_tile(acc, l_i, m_i, q, k_base, v_base, start_n, offs_m, offs_n,
-                                   offs_d, stride_kn, stride_kd, stride_vn, stride_vd, N,
-                                   qk_scale, False, IS_CAUSAL)
+        start_n = tl.multiple_of(start_n, BLOCK_N)
+        kt = tl.load(kt_ptrs + start_n * stride_kn)
+        v = tl.load(v_ptrs + start_n * stride_vn)
+        acc, l_i, m_i = _softmax_step(acc, l_i, m_i, q, kt, v, start_n + offs_n, offs_m, N,
+                                      qk_scale, False, IS_CAUSAL)
     for start_n in range(lo, hi, BLOCK_N):
-        acc, l_i, m_i = _attn_tile(acc, l_i, m_i, q, k_base, v_base, start_n, offs_m, offs_n,
-                                   offs_d, stride_kn, stride_kd, stride_vn, stride_vd, N,
-                                   qk_scale, True, IS_CAUSAL)
+        cols = start_n + offs_n
+        kt = tl.load(kt_ptrs + start_n * stride_kn, mask=cols[None, :] < N, other=0.0)
+        v = tl.load(v_ptrs + start_n * stride_vn, mask=cols[:, None] < N, other=0.0)
+        acc, l_i, m_i = _softmax_step(acc, l_i, m_i, q, kt, v, cols, offs_m, N,
+                                      qk_scale, True, IS_CAUSAL)
 
     # every row sees key 0, so l_i > 0: no division by zero, no NaN
     acc = acc / l_i[:, None]
     o_ptrs = O + b * stride_ob + h * stride_oh + offs_m[:, None] * stride_on + offs_d[None, :] * stride_od
     tl.store(o_ptrs, acc.to(O.dtype.element_ty), mask=offs_m[:, None] < N)
-    if STORE_LSE:  # natural-log log-sum-exp per row, what a backward pass needs
-        lse = (m_i + tl.math.log2(l_i)) * 0.6931471805599453
-        tl.store(LSE + pid_bh * N + offs_m, lse, mask=offs_m < N)
+    if STORE_LSE:
+        _store_lse(LSE, pid_bh, offs_m, m_i, l_i, N)
+
+
+@triton.jit
+def _flash_fwd_kernel_tma(
+    desc_q, desc_k, desc_v, desc_o, LSE, qk_scale, H, N, GROUP,
+    HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    IS_CAUSAL: tl.constexpr, STORE_LSE: tl.constexpr,
+):
+    """The same algorithm with tiles moved by TMA (4-D descriptors; out-of-range rows read as 0)."""
+    pid_m, pid_bh = _program_ids(IS_CAUSAL)
+    b = pid_bh // H
+    h = pid_bh % H
+    h_kv = h // GROUP
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    q = desc_q.load([b, h, pid_m * BLOCK_M, 0]).reshape(BLOCK_M, HEAD_DIM)
+
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+    lo, hi = _kv_range(pid_m, N, BLOCK_M, BLOCK_N, IS_CAUSAL)
+    for start_n in range(0, lo, BLOCK_N):
+        start_n = tl.multiple_of(start_n, BLOCK_N)
+        kt = desc_k.load([b, h_kv, start_n, 0]).reshape(BLOCK_N, HEAD_DIM).T
+        v = desc_v.load([b, h_kv, start_n, 0]).reshape(BLOCK_N, HEAD_DIM)
+        acc, l_i, m_i = _softmax_step(acc, l_i, m_i, q, kt, v, start_n + offs_n, offs_m, N,
+                                      qk_scale, False, IS_CAUSAL)
+    for start_n in range(lo, hi, BLOCK_N):
+        kt = desc_k.load([b, h_kv, start_n, 0]).reshape(BLOCK_N, HEAD_DIM).T
+        v = desc_v.load([b, h_kv, start_n, 0]).reshape(BLOCK_N, HEAD_DIM)
+        acc, l_i, m_i = _softmax_step(acc, l_i, m_i, q, kt, v, start_n + offs_n, offs_m, N,
+                                      qk_scale, True, IS_CAUSAL)
+
+    acc = acc / l_i[:, None]
+    desc_o.store([b, h, pid_m * BLOCK_M, 0],
+                 acc.to(desc_o.dtype).reshape(1, 1, BLOCK_M, HEAD_DIM))
+    if STORE_LSE:
+        _store_lse(LSE, pid_bh, offs_m, m_i, l_i, N)
+
+
+def _tma_ok(*tensors) -> bool:
+    """TMA needs unit stride on d and every other stride a multiple of 16 bytes."""
+    return all(t.stride(-1) == 1 and all((s * t.element_size()) % 16 == 0 for s in t.stride()[:-1])
+               and t.data_ptr() % 16 == 0 for t in tensors)
 
 
 def _validate(Q, K, V) -> None:
@@ -201,12 +266,22 @@ def flash_attn_forward(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, causal
     scale = 1.0 / math.sqrt(d) if sm_scale is None else float(sm_scale)
     cfg = config or get_fwd_config(d, causal, Q.device.type)
     grid = (triton.cdiv(N, cfg.BLOCK_M), B * H)
-    _flash_fwd_kernel[grid](
-        Q, K, V, O, LSE, scale * LOG2E,
-        *Q.stride(), *K.stride(), *V.stride(), *O.stride(),
-        H, N, H // K.shape[1],
-        HEAD_DIM=d, BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N,
-        IS_CAUSAL=bool(causal), STORE_LSE=bool(return_lse),
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
-    )
+    common = dict(HEAD_DIM=d, BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, IS_CAUSAL=bool(causal),
+                  STORE_LSE=bool(return_lse), num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+    if cfg.TMA and _tma_ok(Q, K, V):
+        from triton.tools.tensor_descriptor import TensorDescriptor
+
+        def desc(t, rows):
+            return TensorDescriptor(t, list(t.shape), list(t.stride()), [1, 1, rows, d])
+
+        _flash_fwd_kernel_tma[grid](
+            desc(Q, cfg.BLOCK_M), desc(K, cfg.BLOCK_N), desc(V, cfg.BLOCK_N), desc(O, cfg.BLOCK_M),
+            LSE, scale * LOG2E, H, N, H // K.shape[1], **common,
+        )
+    else:
+        _flash_fwd_kernel[grid](
+            Q, K, V, O, LSE, scale * LOG2E,
+            *Q.stride(), *K.stride(), *V.stride(), *O.stride(),
+            H, N, H // K.shape[1], **common,
+        )
     return (O, LSE) if return_lse else O

@@ -18,3 +18,28 @@ rule gpu_correctness:
         cfg=config["gpu"]["correctness"],
     script:
         "../../scripts/gpu_correctness.py"
+
+
+rule gpu_timing:
+    """Stage 3: the kernel timed against naive and SDPA's backends (lab 02 E); says so without CUDA."""
+    input:
+        cpu_ceilings=rules.cpu_roofline.output.ceilings,
+        correctness=rules.gpu_correctness.output.summary,
+        code=code("scripts/gpu_timing.py"),
+    output:
+        table=out("gpu", "timing", "timing.csv"),
+        summary=out("gpu", "timing", "timing.json"),
+        manifest=out("gpu", "timing", "manifest.json"),
+    params:
+        cfg=config["gpu"]["timing"],
+    threads: workflow.cores  # alone on the machine: timings beside other jobs are noise
+    resources:
+        gpu=1,
+    conda:
+        CONDA_ENV
+    log:
+        logfile("gpu_timing"),
+    benchmark:
+        benchfile("gpu_timing")
+    script:
+        "../../scripts/gpu_timing.py"

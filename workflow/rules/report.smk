@@ -6,6 +6,7 @@ rule verify:
             rules.cpu_bytes.output.manifest,
             rules.cpu_roofline.output.manifest,
             rules.gpu_correctness.output.manifest,
+            rules.gpu_timing.output.manifest,
         ],
         code=code("scripts/verify.py"),
     output:

@@ -1,0 +1,27 @@
+"""Rule `gpu_timing`: kernel vs naive vs SDPA backends on the GPU; an honest no-GPU table without one."""
+
+import json
+import sys
+
+import pandas as pd
+import torch
+
+from minimodel import timing
+from minimodel.manifest import stage, write_csv, write_json
+
+with stage(snakemake) as st:
+    cfg = snakemake.params.cfg
+    cpu_prediction = json.loads(open(snakemake.input.cpu_ceilings).read())["prediction"]
+    if torch.cuda.is_available():
+        seed = torch.seed() % 2**31
+        result = timing.run(cfg, seed, cpu_prediction, progress=sys.stderr)
+        result["seed"] = seed
+        rows = result.pop("rows")
+        st.extra.update(backend="cuda", device=result["device"])
+    else:
+        rows = timing.no_gpu_rows(cfg)
+        result = {"device": None, "status": timing.NO_GPU_REASON,
+                  "lab01_prediction_from_cpu_ceilings": cpu_prediction}
+        st.extra.update(backend="none", status=timing.NO_GPU_REASON)
+    write_csv(snakemake.output.table, pd.DataFrame(rows))
+    write_json(snakemake.output.summary, result)

@@ -1,0 +1,210 @@
+"""GPU timing (lab 02 block E): the Triton kernel against naive attention and PyTorch's SDPA backends.
+
+Every point is timed with `triton.testing.do_bench` (median, after its warm-up) on fresh random
+inputs, each implementation after one checked run: the caching allocator is first handed a
+NaN-filled block of the output's size, so an output element the implementation did not write
+shows up as NaN, and the result must pass the correctness rule of `minimodel.correctness`.
+
+Two grids: the seed's (2, 4, N, 64) against the naive reference (speedup, tokens/s, TFLOP/s) and
+FlashAttention's benchmark grid (batch·N = 16384, heads = 2048/d) against SDPA's flash,
+memory-efficient and cuDNN backends. FLOPs = 4·B·H·N²·d, halved for causal. The machine's
+ceilings (a large fp16 matmul, a large device copy) are measured in the same run, so every
+number is also a fraction of a ceiling.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+
+import torch
+
+from minimodel import correctness, roofline
+
+log = logging.getLogger(__name__)
+
+SDPA_BACKENDS = {
+    "sdpa_flash": "FLASH_ATTENTION",
+    "sdpa_efficient": "EFFICIENT_ATTENTION",
+    "sdpa_cudnn": "CUDNN_ATTENTION",
+}
+NO_GPU_REASON = "no CUDA device on this machine: GPU timing was not possible"
+
+
+def attention_flops(B: int, H: int, N: int, d: int, causal: bool) -> float:
+    """4·B·H·N²·d (Q Kᵀ and P V), halved for causal: the convention of FlashAttention's benchmarks."""
+    flops = 4.0 * B * H * N * N * d
+    return flops / 2 if causal else flops
+
+
+def bench_ms(fn, warmup_ms: float, rep_ms: float) -> float:
+    import triton.testing
+
+    return float(triton.testing.do_bench(fn, warmup=warmup_ms, rep=rep_ms, return_mode="median"))
+
+
+def gpu_ceilings(warmup_ms: float = 25, rep_ms: float = 200) -> dict:
+    """fp16 matmul (8192³) FLOP/s and device-copy bytes/s (2 GiB; read + write), medians."""
+    n = 8192
+    a = torch.randn(n, n, device="cuda", dtype=torch.float16)
+    b = torch.randn(n, n, device="cuda", dtype=torch.float16)
+    mm_ms = bench_ms(lambda: a @ b, warmup_ms, rep_ms)
+    src = torch.randn(2**29, device="cuda")  # 2 GiB of fp32, far past the 60 MB L2
+    dst = torch.empty_like(src)
+    copy_ms = bench_ms(lambda: dst.copy_(src), warmup_ms, rep_ms)
+    return {
+        "peak_flops_per_s": 2 * n**3 / (mm_ms * 1e-3),
+        "bandwidth_bytes_per_s": 2 * src.numel() * 4 / (copy_ms * 1e-3),
+        "matmul": {"n": n, "dtype": "float16", "median_ms": mm_ms},
+        "copy": {"bytes": src.numel() * 4, "median_ms": copy_ms},
+    }
+
+
+def implementations(causal: bool) -> dict:
+    """name -> fn(q, k, v) for every implementation timed."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.nn.functional import scaled_dot_product_attention as sdpa
+
+    from minimodel.attention import reference_attn
+    from minimodel.attention_flash import flash_attn_forward
+
+    def with_backend(name):
+        backend = getattr(SDPBackend, SDPA_BACKENDS[name])
+
+        def run(q, k, v):
+            with sdpa_kernel(backend):
+                return sdpa(q, k, v, is_causal=causal)
+        return run
+
+    impls = {
+        "triton": lambda q, k, v: flash_attn_forward(q, k, v, causal=causal),
+        "naive": lambda q, k, v: reference_attn(q, k, v, causal=causal),
+    }
+    impls.update({name: with_backend(name) for name in SDPA_BACKENDS})
+    return impls
+
+
+def checked_run(fn, q, k, v, exact: torch.Tensor, err_torch: float) -> tuple[bool, float]:
+    """One run on a poisoned allocator: (passes the correctness rule, error vs float64)."""
+    poison = torch.full_like(q, float("nan"))
+    del poison  # its block goes back to the cache, NaN-filled, for the output to reuse
+    out = fn(q, k, v)
+    torch.cuda.synchronize()
+    err = (out.double() - exact).abs().max().item()
+    ok = not torch.isnan(out).any().item() and err <= correctness.tolerance(err_torch)
+    return ok, err
+
+
+def time_point(grid: str, B: int, H: int, N: int, d: int, causal: bool, impl_names,
+               warmup_ms: float, rep_ms: float, ceilings: dict, seed: int) -> list[dict]:
+    """Every implementation at one (B, H, N, d, causal), with one checked run each."""
+    from minimodel.attention import reference_attn
+    from minimodel.attention_flash import get_fwd_config
+
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    q, k, v = (torch.randn(B, H, N, d, device="cuda", dtype=torch.float16, generator=gen)
+               for _ in range(3))
+    exact = None
+    err_torch = float("nan")
+    # a float64 reference of the whole batch is large: check on the first head of the first batch
+    qs, ks, vs = q[:1, :1], k[:1, :1], v[:1, :1]
+    with contextlib.suppress(torch.OutOfMemoryError):
+        exact = reference_attn(qs, ks, vs, causal=causal, upcast=True)
+        err_torch = (reference_attn(qs, ks, vs, causal=causal).double() - exact).abs().max().item()
+    cfg = get_fwd_config(d, causal, "cuda")
+    flops = attention_flops(B, H, N, d, causal)
+    impls = implementations(causal)
+    rows = []
+    for name in impl_names:
+        fn = impls[name]
+        row = {"grid": grid, "B": B, "H": H, "N": N, "d": d, "causal": causal, "impl": name,
+               "dtype": "float16", "flops": flops, "status": "ok", "checked": None,
+               "err_vs_fp64": None, "ms": None}
+        if name == "triton":
+            row.update({f"cfg_{k}": v for k, v in cfg.as_dict().items()})
+        try:
+            if exact is not None:
+                ok, err = checked_run(fn, qs, ks, vs, exact, err_torch)
+                row.update(checked=ok, err_vs_fp64=err)
+                if not ok:
+                    row["status"] = "failed its correctness check"
+            row["ms"] = bench_ms(lambda fn=fn: fn(q, k, v), warmup_ms, rep_ms)
+        except torch.OutOfMemoryError:
+            row["status"] = "out of memory"
+        except RuntimeError as err:  # a backend that does not support this shape
+            row["status"] = f"unsupported: {str(err).splitlines()[0][:160]}"
+        torch.cuda.empty_cache()
+        if row["ms"] is not None:
+            row["tflops"] = flops / (row["ms"] * 1e-3) / 1e12
+            row["tokens_per_s"] = B * N / (row["ms"] * 1e-3)
+            row["fraction_of_matmul_peak"] = flops / (row["ms"] * 1e-3) / ceilings["peak_flops_per_s"]
+        rows.append(row)
+        log.info("%s B=%d H=%d N=%d d=%d causal=%s %s: %s ms (%s)", grid, B, H, N, d, causal, name,
+                 row["ms"], row["status"])
+    del q, k, v, exact
+    torch.cuda.empty_cache()
+    return rows
+
+
+def add_ratios(rows: list[dict]) -> None:
+    """Kernel speedup over naive and the kernel's ratio to every other implementation, per point."""
+    points: dict[tuple, dict[str, dict]] = {}
+    for r in rows:
+        points.setdefault((r["grid"], r["B"], r["H"], r["N"], r["d"], r["causal"]), {})[r["impl"]] = r
+    for impls in points.values():
+        triton_ms = impls.get("triton", {}).get("ms")
+        for name, r in impls.items():
+            r["triton_speedup_over_this"] = (r["ms"] / triton_ms
+                                             if r["ms"] and triton_ms else None)
+
+
+def run(cfg: dict, seed: int, cpu_prediction: dict | None = None, progress=None) -> dict:
+    """The whole timing stage on the CUDA device: ceilings, both grids, ratios, predictions."""
+    from tqdm import tqdm
+
+    from minimodel.attention_flash import get_fwd_config
+
+    ceilings = gpu_ceilings(cfg["warmup_ms"])
+    points = []
+    for n in cfg["seed_n"]:
+        for causal in (False, True):
+            points.append(("seed", cfg["seed_batch"], cfg["seed_heads"], n, cfg["seed_head_dim"],
+                           causal, ["triton", "naive", *SDPA_BACKENDS]))
+    for d in cfg["fa_head_dims"]:
+        for n in cfg["fa_n"]:
+            for causal in (False, True):
+                points.append(("flashattention", max(cfg["fa_tokens"] // n, 1),
+                               cfg["fa_model_dim"] // d, n, d, causal,
+                               ["triton", *SDPA_BACKENDS, "naive"]))
+    rows = []
+    for i, (grid, B, H, N, d, causal, names) in enumerate(tqdm(points, desc="timing", file=progress)):
+        rows += time_point(grid, B, H, N, d, causal, names, cfg["warmup_ms"], cfg["rep_ms"],
+                           ceilings, seed + i)
+    add_ratios(rows)
+    predictions = []
+    for n in cfg["seed_n"]:
+        d = cfg["seed_head_dim"]
+        block_m = get_fwd_config(d, False, "cuda").BLOCK_M
+        predictions.append(roofline.predict_speedup(ceilings, n, d, block_m, block_m, "float16"))
+    return {
+        "device": torch.cuda.get_device_name(0),
+        "torch": torch.__version__,
+        "triton": __import__("triton").__version__,
+        "ceilings": ceilings,
+        "seed_grid_predictions_from_gpu_ceilings": predictions,
+        "lab01_prediction_from_cpu_ceilings": cpu_prediction,
+        "rows": rows,
+    }
+
+
+def no_gpu_rows(cfg: dict) -> list[dict]:
+    """Without CUDA: one row per planned point saying that it could not be timed."""
+    rows = []
+    for grid, ns, dims in (("seed", cfg["seed_n"], [cfg["seed_head_dim"]]),
+                           ("flashattention", cfg["fa_n"], cfg["fa_head_dims"])):
+        for d in dims:
+            for n in ns:
+                for causal in (False, True):
+                    rows.append({"grid": grid, "N": n, "d": d, "causal": causal,
+                                 "status": NO_GPU_REASON, "ms": None})
+    return rows

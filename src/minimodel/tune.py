@@ -1,0 +1,106 @@
+"""Search the kernel's tile configurations on a CUDA device, beside SDPA's cuDNN and flash backends.
+
+    python -m minimodel.tune --out tune/            # FlashAttention's grid, every candidate config
+
+Every candidate is checked once (the correctness rule of `minimodel.correctness`, on one head
+against float64) and timed with do_bench in the same run as the SDPA backends, so the ratios
+side by side are fair. Results go to `tune.csv`; the best config per (d, causal, N) is printed.
+The winners are what `attention_flash.get_fwd_config` ships (see notes/kernel.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import sys
+from pathlib import Path
+
+import torch
+
+from minimodel import timing
+
+
+def candidate_configs():
+    """128-row query tiles (the seed's 64 x 64 kept as a baseline): 64- or 128-row key tiles,
+    4 or 8 warps, 2 to 4 pipeline stages, pointer loads or TMA."""
+    from minimodel.attention_flash import FwdConfig
+
+    out = [FwdConfig(64, 64, 4, 3, False)]
+    for bn, warps, stages, tma in itertools.product((64, 128), (4, 8), (2, 3, 4), (False, True)):
+        out.append(FwdConfig(128, bn, warps, stages, tma))
+    return out
+
+
+def run(points, configs, warmup_ms=25, rep_ms=100, progress=sys.stderr) -> list[dict]:
+    from minimodel.attention import reference_attn
+    from minimodel.attention_flash import flash_attn_forward
+
+    rows = []
+    for B, H, N, d, causal in points:
+        q, k, v = (torch.randn(B, H, N, d, device="cuda", dtype=torch.float16) for _ in range(3))
+        qs, ks, vs = q[:1, :1], k[:1, :1], v[:1, :1]
+        exact = reference_attn(qs, ks, vs, causal=causal, upcast=True)
+        err_torch = (reference_attn(qs, ks, vs, causal=causal).double() - exact).abs().max().item()
+        flops = timing.attention_flops(B, H, N, d, causal)
+        base = {"B": B, "H": H, "N": N, "d": d, "causal": causal}
+        impls = timing.implementations(causal)
+        for name in ("sdpa_cudnn", "sdpa_flash"):
+            ms = timing.bench_ms(lambda fn=impls[name]: fn(q, k, v), warmup_ms, rep_ms)
+            rows.append({**base, "impl": name, "ms": ms, "tflops": flops / ms / 1e9})
+        for cfg in configs:
+            fn = lambda q, k, v, cfg=cfg: flash_attn_forward(q, k, v, causal=causal, config=cfg)
+            row = {**base, "impl": "triton", **cfg.as_dict()}
+            try:
+                ok, err = timing.checked_run(fn, qs, ks, vs, exact, err_torch)
+                row.update(checked=ok, err_vs_fp64=err)
+                ms = timing.bench_ms(lambda: fn(q, k, v), warmup_ms, rep_ms) if ok else None
+                row.update(ms=ms, tflops=flops / ms / 1e9 if ms else None)
+            except Exception as err:  # out of shared memory, unsupported on this GPU, ...
+                row.update(status=f"{type(err).__name__}: {str(err).splitlines()[0][:120]}")
+            rows.append(row)
+        print(f"done B={B} H={H} N={N} d={d} causal={causal}", file=progress, flush=True)
+        del q, k, v
+        torch.cuda.empty_cache()
+    return rows
+
+
+def summarize(frame):
+    """Best config per point beside cuDNN and FA2, as ratios."""
+    import pandas as pd
+
+    key = ["d", "causal", "N"]
+    tri = frame[frame.impl == "triton"].dropna(subset=["tflops"])
+    best = tri.loc[tri.groupby(key)["tflops"].idxmax()].set_index(key)
+    ref = frame[frame.impl != "triton"].pivot_table(index=key, columns="impl", values="tflops")
+    out = best[["BLOCK_M", "BLOCK_N", "num_warps", "num_stages", "TMA", "tflops"]].join(ref)
+    out["vs_cudnn"] = out.tflops / out.sdpa_cudnn
+    out["vs_fa2"] = out.tflops / out.sdpa_flash
+    return pd.DataFrame(out)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", required=True, type=Path, help="folder for tune.csv")
+    parser.add_argument("--n", type=int, nargs="+", default=[1024, 4096, 16384])
+    parser.add_argument("--d", type=int, nargs="+", default=[64, 128])
+    parser.add_argument("--tokens", type=int, default=16384, help="batch * N")
+    parser.add_argument("--model-dim", type=int, default=2048, help="heads * d")
+    args = parser.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("tuning needs a CUDA device", file=sys.stderr)
+        return 2
+    import pandas as pd
+
+    points = [(max(args.tokens // n, 1), args.model_dim // d, n, d, causal)
+              for d in args.d for causal in (False, True) for n in args.n]
+    frame = pd.DataFrame(run(points, candidate_configs()))
+    args.out.mkdir(parents=True, exist_ok=True)
+    frame.to_csv(args.out / "tune.csv", index=False)
+    with pd.option_context("display.width", 200, "display.max_columns", 20):
+        print(summarize(frame).round(3).to_string())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
