@@ -141,8 +141,6 @@ def time_point(grid: str, B: int, H: int, N: int, d: int, causal: bool, impl_nam
         rows.append(row)
         log.info("%s B=%d H=%d N=%d d=%d causal=%s %s: %s ms (%s)", grid, B, H, N, d, causal, name,
                  row["ms"], row["status"])
-    del q, k, v, exact
-    torch.cuda.empty_cache()
     return rows
 
 
@@ -153,7 +151,7 @@ def add_ratios(rows: list[dict]) -> None:
         points.setdefault((r["grid"], r["B"], r["H"], r["N"], r["d"], r["causal"]), {})[r["impl"]] = r
     for impls in points.values():
         triton_ms = impls.get("triton", {}).get("ms")
-        for name, r in impls.items():
+        for r in impls.values():
             r["triton_speedup_over_this"] = (r["ms"] / triton_ms
                                              if r["ms"] and triton_ms else None)
 
@@ -180,6 +178,7 @@ def run(cfg: dict, seed: int, cpu_prediction: dict | None = None, progress=None)
     for i, (grid, B, H, N, d, causal, names) in enumerate(tqdm(points, desc="timing", file=progress)):
         rows += time_point(grid, B, H, N, d, causal, names, cfg["warmup_ms"], cfg["rep_ms"],
                            ceilings, seed + i)
+        torch.cuda.empty_cache()  # the point's inputs are gone: hand their memory back
     add_ratios(rows)
     predictions = []
     for n in cfg["seed_n"]:

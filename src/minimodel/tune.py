@@ -31,36 +31,44 @@ def candidate_configs():
     return out
 
 
-def run(points, configs, warmup_ms=25, rep_ms=100, progress=sys.stderr) -> list[dict]:
+def tune_point(B, H, N, d, causal, configs, warmup_ms=25, rep_ms=100) -> list[dict]:
+    """cuDNN, FA2 and every config at one point, on the same inputs."""
     from minimodel.attention import reference_attn
     from minimodel.attention_flash import flash_attn_forward
 
+    q, k, v = (torch.randn(B, H, N, d, device="cuda", dtype=torch.float16) for _ in range(3))
+    qs, ks, vs = q[:1, :1], k[:1, :1], v[:1, :1]
+    exact = reference_attn(qs, ks, vs, causal=causal, upcast=True)
+    err_torch = (reference_attn(qs, ks, vs, causal=causal).double() - exact).abs().max().item()
+    flops = timing.attention_flops(B, H, N, d, causal)
+    base = {"B": B, "H": H, "N": N, "d": d, "causal": causal}
+    impls = timing.implementations(causal)
     rows = []
-    for B, H, N, d, causal in points:
-        q, k, v = (torch.randn(B, H, N, d, device="cuda", dtype=torch.float16) for _ in range(3))
-        qs, ks, vs = q[:1, :1], k[:1, :1], v[:1, :1]
-        exact = reference_attn(qs, ks, vs, causal=causal, upcast=True)
-        err_torch = (reference_attn(qs, ks, vs, causal=causal).double() - exact).abs().max().item()
-        flops = timing.attention_flops(B, H, N, d, causal)
-        base = {"B": B, "H": H, "N": N, "d": d, "causal": causal}
-        impls = timing.implementations(causal)
-        for name in ("sdpa_cudnn", "sdpa_flash"):
-            ms = timing.bench_ms(lambda fn=impls[name]: fn(q, k, v), warmup_ms, rep_ms)
-            rows.append({**base, "impl": name, "ms": ms, "tflops": flops / ms / 1e9})
-        for cfg in configs:
-            fn = lambda q, k, v, cfg=cfg: flash_attn_forward(q, k, v, causal=causal, config=cfg)
-            row = {**base, "impl": "triton", **cfg.as_dict()}
-            try:
-                ok, err = timing.checked_run(fn, qs, ks, vs, exact, err_torch)
-                row.update(checked=ok, err_vs_fp64=err)
-                ms = timing.bench_ms(lambda: fn(q, k, v), warmup_ms, rep_ms) if ok else None
-                row.update(ms=ms, tflops=flops / ms / 1e9 if ms else None)
-            except Exception as err:  # out of shared memory, unsupported on this GPU, ...
-                row.update(status=f"{type(err).__name__}: {str(err).splitlines()[0][:120]}")
-            rows.append(row)
-        print(f"done B={B} H={H} N={N} d={d} causal={causal}", file=progress, flush=True)
-        del q, k, v
+    for name in ("sdpa_cudnn", "sdpa_flash"):
+        ms = timing.bench_ms(lambda fn=impls[name]: fn(q, k, v), warmup_ms, rep_ms)
+        rows.append({**base, "impl": name, "ms": ms, "tflops": flops / ms / 1e9})
+    for cfg in configs:
+        def fn(q, k, v, cfg=cfg):
+            return flash_attn_forward(q, k, v, causal=causal, config=cfg)
+
+        row = {**base, "impl": "triton", **cfg.as_dict()}
+        try:
+            ok, err = timing.checked_run(fn, qs, ks, vs, exact, err_torch)
+            row.update(checked=ok, err_vs_fp64=err)
+            ms = timing.bench_ms(lambda fn=fn: fn(q, k, v), warmup_ms, rep_ms) if ok else None
+            row.update(ms=ms, tflops=flops / ms / 1e9 if ms else None)
+        except Exception as err:  # out of shared memory, unsupported on this GPU, ...
+            row.update(status=f"{type(err).__name__}: {str(err).splitlines()[0][:120]}")
+        rows.append(row)
+    return rows
+
+
+def run(points, configs, warmup_ms=25, rep_ms=100, progress=sys.stderr) -> list[dict]:
+    rows = []
+    for point in points:
+        rows += tune_point(*point, configs, warmup_ms, rep_ms)
         torch.cuda.empty_cache()
+        print(f"done B,H,N,d,causal = {point}", file=progress, flush=True)
     return rows
 
 
