@@ -121,7 +121,7 @@ def time_point(grid: str, B: int, H: int, N: int, d: int, causal: bool, impl_nam
                "dtype": "float16", "flops": flops, "status": "ok", "checked": None,
                "err_vs_fp64": None, "ms": None}
         if name == "triton":
-            row.update({f"cfg_{k}": v for k, v in cfg.as_dict().items()})
+            row.update({f"cfg_{key}": val for key, val in cfg.as_dict().items()})
         try:
             if exact is not None:
                 ok, err = checked_run(fn, qs, ks, vs, exact, err_torch)
