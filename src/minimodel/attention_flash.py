@@ -37,6 +37,7 @@ class FwdConfig:
 
     TMA: load tiles through Hopper's tensor-memory accelerator (host-side tensor descriptors)
     instead of per-thread pointer loads; needs compute capability >= 9 and 16-byte aligned strides.
+    WARP_SPECIALIZE: let Triton split the unmasked key loop into producer and consumer warps.
     """
 
     BLOCK_M: int
@@ -44,6 +45,7 @@ class FwdConfig:
     num_warps: int
     num_stages: int
     TMA: bool = False
+    WARP_SPECIALIZE: bool = False
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -127,7 +129,7 @@ def _flash_fwd_kernel(
     stride_ob, stride_oh, stride_on, stride_od,
     H, N, GROUP,
     HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    IS_CAUSAL: tl.constexpr, STORE_LSE: tl.constexpr,
+    IS_CAUSAL: tl.constexpr, STORE_LSE: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
 ):
     """Pointer loads with real strides: any layout, any device Triton runs on."""
     pid_m, pid_bh = _program_ids(IS_CAUSAL)
@@ -147,7 +149,7 @@ def _flash_fwd_kernel(
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
     lo, hi = _kv_range(pid_m, N, BLOCK_M, BLOCK_N, IS_CAUSAL)
-    for start_n in range(0, lo, BLOCK_N):
+    for start_n in tl.range(0, lo, BLOCK_N, warp_specialize=WARP_SPECIALIZE):
         start_n = tl.multiple_of(start_n, BLOCK_N)
         kt = tl.load(kt_ptrs + start_n * stride_kn)
         v = tl.load(v_ptrs + start_n * stride_vn)
@@ -172,7 +174,7 @@ def _flash_fwd_kernel(
 def _flash_fwd_kernel_tma(
     desc_q, desc_k, desc_v, desc_o, LSE, qk_scale, H, N, GROUP,
     HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    IS_CAUSAL: tl.constexpr, STORE_LSE: tl.constexpr,
+    IS_CAUSAL: tl.constexpr, STORE_LSE: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
 ):
     """The same algorithm with tiles moved by TMA (4-D descriptors; out-of-range rows read as 0)."""
     pid_m, pid_bh = _program_ids(IS_CAUSAL)
@@ -187,7 +189,7 @@ def _flash_fwd_kernel_tma(
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
     lo, hi = _kv_range(pid_m, N, BLOCK_M, BLOCK_N, IS_CAUSAL)
-    for start_n in range(0, lo, BLOCK_N):
+    for start_n in tl.range(0, lo, BLOCK_N, warp_specialize=WARP_SPECIALIZE):
         start_n = tl.multiple_of(start_n, BLOCK_N)
         kt = desc_k.load([b, h_kv, start_n, 0]).reshape(BLOCK_N, HEAD_DIM).T
         v = desc_v.load([b, h_kv, start_n, 0]).reshape(BLOCK_N, HEAD_DIM)
@@ -267,7 +269,8 @@ def flash_attn_forward(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, causal
     cfg = config or get_fwd_config(d, causal, Q.device.type)
     grid = (triton.cdiv(N, cfg.BLOCK_M), B * H)
     common = dict(HEAD_DIM=d, BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, IS_CAUSAL=bool(causal),
-                  STORE_LSE=bool(return_lse), num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+                  STORE_LSE=bool(return_lse), WARP_SPECIALIZE=cfg.WARP_SPECIALIZE,
+                  num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     if cfg.TMA and _tma_ok(Q, K, V):
         from triton.tools.tensor_descriptor import TensorDescriptor
 
