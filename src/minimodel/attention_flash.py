@@ -51,9 +51,11 @@ class FwdConfig:
         return asdict(self)
 
 
-def get_fwd_config(head_dim: int, causal: bool, device_type: str) -> FwdConfig:
-    """The tile configuration for a head dim on a device type.
+def get_fwd_config(head_dim: int, causal: bool, device_type: str, n: int | None = None) -> FwdConfig:
+    """The tile configuration for a head dim, causality and sequence length on a device type.
 
+    On CUDA: the winners of the H200 search in notes/kernel.md (`python -m minimodel.tune`),
+    all through TMA, whose use falls back to pointer loads when strides do not allow it.
     BLOCK_M is a multiple of BLOCK_N, so the causal diagonal of a query tile falls in whole
     key tiles. The interpreter runs one program at a time in numpy, where larger tiles mean
     fewer programs; it takes the seed's 64 × 64 everywhere.
@@ -61,9 +63,11 @@ def get_fwd_config(head_dim: int, causal: bool, device_type: str) -> FwdConfig:
     if device_type != "cuda":
         return FwdConfig(64, 64, 4, 1)
     if head_dim <= 64:
-        return FwdConfig(128, 64, 4, 3)
+        return FwdConfig(128, 128, 4, 3, TMA=True)
     if head_dim == 128:
-        return FwdConfig(128, 64, 8, 3)
+        if causal and n is not None and n <= 1024:
+            return FwdConfig(128, 64, 4, 2, TMA=True)  # short causal rows: smaller key tiles
+        return FwdConfig(128, 128, 8, 3, TMA=True)
     return FwdConfig(64, 32, 4, 2)
 
 
@@ -256,7 +260,7 @@ def flash_attn_forward(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, causal
     (e.g. a transposed (B, N, H, d) tensor) are read as they are.
     causal: query i sees keys j <= i. sm_scale: defaults to 1/sqrt(d).
     return_lse: also return the natural-log log-sum-exp of each row, (B, H, N) float32.
-    config: tile configuration; defaults to `get_fwd_config(d, causal, device)`.
+    config: tile configuration; defaults to `get_fwd_config(d, causal, device, N)`.
     Returns O with Q's shape and dtype (contiguous), and LSE when asked.
     """
     _validate(Q, K, V)
@@ -266,7 +270,7 @@ def flash_attn_forward(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, causal
     if O.numel() == 0:
         return (O, LSE) if return_lse else O
     scale = 1.0 / math.sqrt(d) if sm_scale is None else float(sm_scale)
-    cfg = config or get_fwd_config(d, causal, Q.device.type)
+    cfg = config or get_fwd_config(d, causal, Q.device.type, N)
     grid = (triton.cdiv(N, cfg.BLOCK_M), B * H)
     common = dict(HEAD_DIM=d, BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, IS_CAUSAL=bool(causal),
                   STORE_LSE=bool(return_lse), WARP_SPECIALIZE=cfg.WARP_SPECIALIZE,

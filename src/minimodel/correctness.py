@@ -71,7 +71,7 @@ def check_case(B: int, H: int, N: int, d: int, causal: bool, dtype: str = "float
     err_torch = (torch_lowp.double() - exact).abs().max().item() if out.numel() else 0.0
     err_literal = (out.float() - torch_lowp.float()).abs().max().item() if out.numel() else 0.0
     tol = tolerance(err_torch)
-    cfg = get_fwd_config(d, causal, torch.device(device).type)
+    cfg = get_fwd_config(d, causal, torch.device(device).type, N)
     return {
         "B": B, "H": H, "H_kv": H_kv, "N": N, "d": d, "causal": causal, "dtype": dtype,
         "layout": layout,

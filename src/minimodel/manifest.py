@@ -144,6 +144,10 @@ def git_state(root: str | os.PathLike = ".") -> dict:
         commit = git("rev-parse", "HEAD")
         dirty = bool(git("status", "--porcelain", "--untracked-files=no"))
     except (OSError, subprocess.CalledProcessError):
+        # a copy of the tree without .git (a cluster node, a lent GPU): the launcher may say
+        if os.environ.get("MINIMODEL_GIT_COMMIT"):
+            return {"commit": os.environ["MINIMODEL_GIT_COMMIT"], "dirty": None,
+                    "source": "MINIMODEL_GIT_COMMIT"}
         return {"commit": None, "dirty": None}
     return {"commit": commit, "dirty": dirty}
 

@@ -111,7 +111,7 @@ def time_point(grid: str, B: int, H: int, N: int, d: int, causal: bool, impl_nam
     with contextlib.suppress(torch.OutOfMemoryError):
         exact = reference_attn(qs, ks, vs, causal=causal, upcast=True)
         err_torch = (reference_attn(qs, ks, vs, causal=causal).double() - exact).abs().max().item()
-    cfg = get_fwd_config(d, causal, "cuda")
+    cfg = get_fwd_config(d, causal, "cuda", N)
     flops = attention_flops(B, H, N, d, causal)
     impls = implementations(causal)
     rows = []
@@ -183,7 +183,7 @@ def run(cfg: dict, seed: int, cpu_prediction: dict | None = None, progress=None)
     predictions = []
     for n in cfg["seed_n"]:
         d = cfg["seed_head_dim"]
-        block_m = get_fwd_config(d, False, "cuda").BLOCK_M
+        block_m = get_fwd_config(d, False, "cuda", n).BLOCK_M
         predictions.append(roofline.predict_speedup(ceilings, n, d, block_m, block_m, "float16"))
     return {
         "device": torch.cuda.get_device_name(0),

@@ -19,7 +19,6 @@ import torch
 
 from minimodel import timing
 
-
 # Round 1 (notes/kernel.md): 128-row query tiles, 64- or 128-row key tiles, 4 or 8 warps,
 # 2 to 4 stages, pointer loads or TMA, the seed's 64 x 64 as a baseline. TMA won everywhere.
 ROUND_1 = [(64, 64, 4, 3, False)] + [

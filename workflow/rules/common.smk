@@ -2,7 +2,7 @@ import ast
 from pathlib import Path
 
 SRC = Path("src/minimodel")
-RESULTS = Path("results")
+RESULTS = Path(config["results_dir"])
 
 
 def _minimodel_imports(path):
