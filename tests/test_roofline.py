@@ -33,3 +33,11 @@ def test_prediction_compute_bound_is_one():
 def test_bad_repeats():
     with pytest.raises(ValueError, match="repeats"):
         roofline.measure_ceilings(repeats=0)
+
+
+def test_reference_timings_are_positive_and_consistent():
+    t = roofline.time_references(256, 32, 64, 64, repeats=1)
+    for scheme in ("naive", "flash"):
+        assert t[scheme]["median_s"] > 0
+        assert t[scheme]["achieved_flops_per_s"] == pytest.approx(4 * 256 * 256 * 32 / t[scheme]["median_s"])
+    assert t["measured_speedup"] == pytest.approx(t["naive"]["median_s"] / t["flash"]["median_s"])

@@ -101,3 +101,38 @@ def test_formulas_table_marks_seed_agreement():
     table = symbolic.formulas_table()
     seed_rows = table[(table.convention == "seed") & table.scheme.isin(["naive", "flash"])]
     assert seed_rows.equals_seed_formula.all()
+
+
+def test_sram_tile_bytes_matches_theory_example():
+    # theory 02: d=64, fp32 everywhere, 64 x 64 tiles: 16 KiB + 48 KiB = 64 KiB
+    assert symbolic.sram_tile_bytes(64, 64, 64, dtype_bytes=4, score_bytes=4) == 64 * 1024
+
+
+def test_largest_tiles_fit_and_are_maximal():
+    ans = symbolic.largest_tiles(128, 228 * 1024)
+    for key in ("best", "best_power_of_two"):
+        b = ans[key]
+        assert b["bytes"] <= 228 * 1024
+        assert b["area"] == b["B_r"] * b["B_c"]
+    assert (ans["best_power_of_two"]["B_r"], ans["best_power_of_two"]["B_c"]) == (128, 128)
+    best = ans["best"]
+    # no larger multiple-of-16 rectangle fits
+    for br in range(16, 1025, 16):
+        for bc in range(16, 1025, 16):
+            if br * bc > best["area"]:
+                assert symbolic.sram_tile_bytes(br, bc, 128) > 228 * 1024
+
+
+def test_sliding_window_tiles():
+    # keys [i0-511, i0+63] span 575 keys: 9 tiles of 64 when i0 is tile-aligned
+    assert symbolic.window_kv_tiles(512, 64, 64) == 9
+    assert symbolic.window_kv_tiles(64, 64, 64) == 2
+    assert symbolic.window_kv_tiles(1, 64, 64) == 1
+
+
+def test_rescale_flops_and_practice_problems():
+    assert symbolic.rescale_flops(8192, 128, 1) == 8192**2 * 128
+    p = symbolic.practice_problems()
+    assert p["p1_flash_bytes"]["flash_bytes_seed"] == symbolic.bytes_flash(8192, 128, 64, 64, 2)
+    assert p["p3_sliding_window"]["dense_kv_tiles_per_q_tile"] == 128
+    assert p["p4_B_c_to_1"]["rescale_flops_B_c_1"] == p["p4_B_c_to_1"]["matmul_flops"] / 4

@@ -15,6 +15,7 @@ before this module (or triton) is imported, and the very same kernel source runs
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from dataclasses import asdict, dataclass
@@ -51,24 +52,38 @@ class FwdConfig:
         return asdict(self)
 
 
-def get_fwd_config(head_dim: int, causal: bool, device_type: str, n: int | None = None) -> FwdConfig:
-    """The tile configuration for a head dim, causality and sequence length on a device type.
+@functools.cache
+def _sm_count(device_index: int) -> int:
+    return torch.cuda.get_device_properties(device_index).multi_processor_count
+
+
+def get_fwd_config(head_dim: int, causal: bool, device_type: str, n: int | None = None,
+                   batch_heads: int | None = None, sm_count: int | None = None) -> FwdConfig:
+    """The tile configuration for a head dim, causality and problem size on a device type.
 
     On CUDA: the winners of the H200 search in notes/kernel.md (`python -m minimodel.tune`),
-    all through TMA, whose use falls back to pointer loads when strides do not allow it.
+    through TMA, whose use falls back to pointer loads when strides do not allow it. When
+    128-row query tiles would give fewer than two programs per multiprocessor (the seed's
+    B·H = 8), 64-row tiles double the programs, and causal rows of unequal length balance
+    better. Short sequences take pointer loads: they are launch-bound, and a TMA descriptor
+    costs host time at every launch.
     BLOCK_M is a multiple of BLOCK_N, so the causal diagonal of a query tile falls in whole
     key tiles. The interpreter runs one program at a time in numpy, where larger tiles mean
     fewer programs; it takes the seed's 64 × 64 everywhere.
     """
     if device_type != "cuda":
         return FwdConfig(64, 64, 4, 1)
+    if head_dim > 128:
+        return FwdConfig(64, 32, 4, 2)
+    tma = n is None or n > 1024
+    if n is not None and batch_heads is not None and sm_count is not None:
+        if batch_heads * triton.cdiv(n, 128) < 2 * sm_count:
+            return FwdConfig(64, 64, 4, 3, TMA=tma)
     if head_dim <= 64:
-        return FwdConfig(128, 128, 4, 3, TMA=True)
-    if head_dim == 128:
-        if causal and n is not None and n <= 1024:
-            return FwdConfig(128, 64, 4, 2, TMA=True)  # short causal rows: smaller key tiles
-        return FwdConfig(128, 128, 8, 3, TMA=True)
-    return FwdConfig(64, 32, 4, 2)
+        return FwdConfig(128, 128, 4, 3, TMA=tma)
+    if causal and n is not None and n <= 1024:
+        return FwdConfig(128, 64, 4, 2, TMA=tma)  # short causal rows: smaller key tiles
+    return FwdConfig(128, 128, 8, 3, TMA=tma)
 
 
 @triton.jit
@@ -218,6 +233,14 @@ def _tma_ok(*tensors) -> bool:
                and t.data_ptr() % 16 == 0 for t in tensors)
 
 
+def default_config(Q: torch.Tensor, causal: bool) -> FwdConfig:
+    """The configuration `flash_attn_forward` uses for Q of shape (B, H, N, d) when none is given."""
+    B, H, N, d = Q.shape
+    on_cuda = Q.device.type == "cuda"
+    return get_fwd_config(d, causal, Q.device.type, N, B * H,
+                          _sm_count(Q.device.index or 0) if on_cuda else None)
+
+
 def _validate(Q, K, V) -> None:
     for name, t in (("Q", Q), ("K", K), ("V", V)):
         if not isinstance(t, torch.Tensor):
@@ -260,17 +283,18 @@ def flash_attn_forward(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, causal
     (e.g. a transposed (B, N, H, d) tensor) are read as they are.
     causal: query i sees keys j <= i. sm_scale: defaults to 1/sqrt(d).
     return_lse: also return the natural-log log-sum-exp of each row, (B, H, N) float32.
-    config: tile configuration; defaults to `get_fwd_config(d, causal, device, N)`.
+    config: tile configuration; defaults to `get_fwd_config(d, causal, device, N, B·H, SMs)`.
     Returns O with Q's shape and dtype (contiguous), and LSE when asked.
     """
     _validate(Q, K, V)
     B, H, N, d = Q.shape
     O = torch.empty(Q.shape, dtype=Q.dtype, device=Q.device)
-    LSE = torch.empty((B, H, N), dtype=torch.float32, device=Q.device)
+    # the kernel writes LSE only when asked; otherwise O stands in for its pointer
+    LSE = torch.empty((B, H, N), dtype=torch.float32, device=Q.device) if return_lse else O
     if O.numel() == 0:
         return (O, LSE) if return_lse else O
     scale = 1.0 / math.sqrt(d) if sm_scale is None else float(sm_scale)
-    cfg = config or get_fwd_config(d, causal, Q.device.type, N)
+    cfg = config or default_config(Q, causal)
     grid = (triton.cdiv(N, cfg.BLOCK_M), B * H)
     common = dict(HEAD_DIM=d, BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, IS_CAUSAL=bool(causal),
                   STORE_LSE=bool(return_lse), WARP_SPECIALIZE=cfg.WARP_SPECIALIZE,

@@ -50,7 +50,7 @@ def check_case(B: int, H: int, N: int, d: int, causal: bool, dtype: str = "float
                generator: torch.Generator | None = None) -> dict:
     """One case on fresh random inputs: errors vs float64 of the kernel and of PyTorch fp16."""
     from minimodel.attention import reference_attn
-    from minimodel.attention_flash import flash_attn_forward, get_fwd_config
+    from minimodel.attention_flash import default_config, flash_attn_forward
 
     H_kv = H_kv or H
     tdtype = DTYPES[dtype]
@@ -71,7 +71,7 @@ def check_case(B: int, H: int, N: int, d: int, causal: bool, dtype: str = "float
     err_torch = (torch_lowp.double() - exact).abs().max().item() if out.numel() else 0.0
     err_literal = (out.float() - torch_lowp.float()).abs().max().item() if out.numel() else 0.0
     tol = tolerance(err_torch)
-    cfg = get_fwd_config(d, causal, torch.device(device).type, N)
+    cfg = default_config(Q, causal)
     return {
         "B": B, "H": H, "H_kv": H_kv, "N": N, "d": d, "causal": causal, "dtype": dtype,
         "layout": layout,

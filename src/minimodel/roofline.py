@@ -61,6 +61,23 @@ def measure_ceilings(matmul_n: int = 2048, copy_mib: int = 256, repeats: int = 7
     }
 
 
+def time_references(n: int = 2048, d: int = 64, B_r: int = 64, B_c: int = 64,
+                    repeats: int = 3) -> dict:
+    """Achieved FLOP/s (4·N²·d per head) of the naive and tiled-flash CPU references, fp32."""
+    from minimodel.attention import attn_flash_reference_cpu, attn_naive_cpu
+
+    q, k, v = (torch.randn(n, d) for _ in range(3))
+    out = {}
+    for scheme, fn in (("naive", lambda: attn_naive_cpu(q, k, v)),
+                       ("flash", lambda: attn_flash_reference_cpu(q, k, v, B_r, B_c))):
+        seconds, _ = _median_seconds(fn, repeats)
+        out[scheme] = {"median_s": seconds,
+                       "achieved_flops_per_s": symbolic.flops(n, d) / seconds,
+                       "intensity": symbolic.intensity(scheme, n, d, B_r, B_c, 4)}
+    out["measured_speedup"] = out["naive"]["median_s"] / out["flash"]["median_s"]
+    return out
+
+
 def attainable(intensity: float, peak: float, bandwidth: float) -> float:
     """The roofline: min(peak, intensity × bandwidth)."""
     return min(peak, intensity * bandwidth)

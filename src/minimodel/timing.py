@@ -99,7 +99,7 @@ def time_point(grid: str, B: int, H: int, N: int, d: int, causal: bool, impl_nam
                warmup_ms: float, rep_ms: float, ceilings: dict, seed: int) -> list[dict]:
     """Every implementation at one (B, H, N, d, causal), with one checked run each."""
     from minimodel.attention import reference_attn
-    from minimodel.attention_flash import get_fwd_config
+    from minimodel.attention_flash import default_config
 
     gen = torch.Generator(device="cuda").manual_seed(seed)
     q, k, v = (torch.randn(B, H, N, d, device="cuda", dtype=torch.float16, generator=gen)
@@ -111,7 +111,7 @@ def time_point(grid: str, B: int, H: int, N: int, d: int, causal: bool, impl_nam
     with contextlib.suppress(torch.OutOfMemoryError):
         exact = reference_attn(qs, ks, vs, causal=causal, upcast=True)
         err_torch = (reference_attn(qs, ks, vs, causal=causal).double() - exact).abs().max().item()
-    cfg = get_fwd_config(d, causal, "cuda", N)
+    cfg = default_config(q, causal)
     flops = attention_flops(B, H, N, d, causal)
     impls = implementations(causal)
     rows = []
@@ -160,7 +160,7 @@ def run(cfg: dict, seed: int, cpu_prediction: dict | None = None, progress=None)
     """The whole timing stage on the CUDA device: ceilings, both grids, ratios, predictions."""
     from tqdm import tqdm
 
-    from minimodel.attention_flash import get_fwd_config
+    from minimodel.attention_flash import default_config
 
     ceilings = gpu_ceilings(cfg["warmup_ms"])
     points = []
@@ -183,7 +183,8 @@ def run(cfg: dict, seed: int, cpu_prediction: dict | None = None, progress=None)
     predictions = []
     for n in cfg["seed_n"]:
         d = cfg["seed_head_dim"]
-        block_m = get_fwd_config(d, False, "cuda", n).BLOCK_M
+        shape = (cfg["seed_batch"], cfg["seed_heads"], n, d)
+        block_m = default_config(torch.empty(shape, device="cuda"), False).BLOCK_M
         predictions.append(roofline.predict_speedup(ceilings, n, d, block_m, block_m, "float16"))
     return {
         "device": torch.cuda.get_device_name(0),

@@ -31,17 +31,26 @@ ROUND_2_SHAPES = [(128, 128, 4, 3), (128, 64, 8, 3), (128, 128, 8, 3), (128, 64,
                   (128, 128, 8, 2), (256, 64, 8, 3), (256, 128, 8, 2), (128, 128, 4, 4)]
 
 
+# Round 3, the seed grid (B·H = 8): 64- or 128-row query tiles, pointer loads or TMA, where
+# few programs and launch overhead dominate.
+ROUND_3 = [(64, 64, 4, 3, False), (64, 64, 4, 3, True), (64, 64, 4, 2, True), (64, 32, 4, 3, True),
+           (128, 128, 4, 3, False), (128, 128, 4, 3, True), (128, 64, 4, 3, True)]
+
+
 def candidate_configs(round_: int = 2):
     from minimodel.attention_flash import FwdConfig
 
     if round_ == 1:
         return [FwdConfig(*c) for c in ROUND_1]
+    if round_ == 3:
+        return [FwdConfig(*c) for c in ROUND_3]
     return [FwdConfig(bm, bn, w, s, True, ws) for bm, bn, w, s in ROUND_2_SHAPES
             for ws in (False, True)]
 
 
-def tune_point(B, H, N, d, causal, configs, warmup_ms=25, rep_ms=100) -> list[dict]:
-    """cuDNN, FA2 and every config at one point, on the same inputs."""
+def tune_point(B, H, N, d, causal, configs, warmup_ms=25, rep_ms=100,
+               baselines=("sdpa_cudnn", "sdpa_flash")) -> list[dict]:
+    """The baselines (cuDNN, FA2, ...) and every config at one point, on the same inputs."""
     from minimodel.attention import reference_attn
     from minimodel.attention_flash import flash_attn_forward
 
@@ -53,7 +62,7 @@ def tune_point(B, H, N, d, causal, configs, warmup_ms=25, rep_ms=100) -> list[di
     base = {"B": B, "H": H, "N": N, "d": d, "causal": causal}
     impls = timing.implementations(causal)
     rows = []
-    for name in ("sdpa_cudnn", "sdpa_flash"):
+    for name in baselines:
         ms = timing.bench_ms(lambda fn=impls[name]: fn(q, k, v), warmup_ms, rep_ms)
         rows.append({**base, "impl": name, "ms": ms, "tflops": flops / ms / 1e9})
     for cfg in configs:
@@ -72,10 +81,11 @@ def tune_point(B, H, N, d, causal, configs, warmup_ms=25, rep_ms=100) -> list[di
     return rows
 
 
-def run(points, configs, warmup_ms=25, rep_ms=100, progress=sys.stderr) -> list[dict]:
+def run(points, configs, warmup_ms=25, rep_ms=100, progress=sys.stderr,
+        baselines=("sdpa_cudnn", "sdpa_flash")) -> list[dict]:
     rows = []
     for point in points:
-        rows += tune_point(*point, configs, warmup_ms, rep_ms)
+        rows += tune_point(*point, configs, warmup_ms, rep_ms, baselines)
         torch.cuda.empty_cache()
         print(f"done B,H,N,d,causal = {point}", file=progress, flush=True)
     return rows
@@ -103,16 +113,22 @@ def main(argv=None) -> int:
     parser.add_argument("--d", type=int, nargs="+", default=[64, 128])
     parser.add_argument("--tokens", type=int, default=16384, help="batch * N")
     parser.add_argument("--model-dim", type=int, default=2048, help="heads * d")
-    parser.add_argument("--round", type=int, default=2, choices=(1, 2), help="candidate set")
+    parser.add_argument("--round", type=int, default=2, choices=(1, 2, 3),
+                        help="candidate set; 3 times the seed grid (B=2, H=4, d=64) with naive too")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("tuning needs a CUDA device", file=sys.stderr)
         return 2
     import pandas as pd
 
-    points = [(max(args.tokens // n, 1), args.model_dim // d, n, d, causal)
-              for d in args.d for causal in (False, True) for n in args.n]
-    frame = pd.DataFrame(run(points, candidate_configs(args.round)))
+    if args.round == 3:
+        points = [(2, 4, n, 64, causal) for causal in (False, True) for n in (64, 256, 1024, 4096)]
+        baselines = ("sdpa_cudnn", "sdpa_flash", "naive")
+    else:
+        points = [(max(args.tokens // n, 1), args.model_dim // d, n, d, causal)
+                  for d in args.d for causal in (False, True) for n in args.n]
+        baselines = ("sdpa_cudnn", "sdpa_flash")
+    frame = pd.DataFrame(run(points, candidate_configs(args.round), baselines=baselines))
     args.out.mkdir(parents=True, exist_ok=True)
     frame.to_csv(args.out / "tune.csv", index=False)
     with pd.option_context("display.width", 200, "display.max_columns", 20):

@@ -30,16 +30,16 @@ rule gpu_timing:
         table=out("gpu", "timing", "timing.csv"),
         summary=out("gpu", "timing", "timing.json"),
         manifest=out("gpu", "timing", "manifest.json"),
-    params:
-        cfg=config["gpu"]["timing"],
-    threads: workflow.cores  # alone on the machine: timings beside other jobs are noise
-    resources:
-        gpu=1,
-    conda:
-        CONDA_ENV
     log:
         logfile("gpu_timing"),
     benchmark:
         benchfile("gpu_timing")
+    conda:
+        CONDA_ENV
+    threads: workflow.cores  # alone on the machine: timings beside other jobs are noise
+    resources:
+        gpu=1,
+    params:
+        cfg=config["gpu"]["timing"],
     script:
         "../../scripts/gpu_timing.py"

@@ -1,3 +1,29 @@
+rule readme:
+    """Stage 4: the labs' questions answered in a README filled from this run's results."""
+    input:
+        template="workflow/report/README.md.j2",
+        symbolic=rules.symbolic.output.table,
+        cpu_bytes=rules.cpu_bytes.output.table,
+        cpu_ceilings=rules.cpu_roofline.output.ceilings,
+        correctness=rules.gpu_correctness.output.summary,
+        timing=rules.gpu_timing.output.summary,
+        timing_table=rules.gpu_timing.output.table,
+        benchmarks=expand(
+            benchfile("cpu_bytes_part_{dtype}"), dtype=config["cpu"]["dtypes"]
+        )
+        + [benchfile("cpu_roofline")],
+        code=code("scripts/readme.py"),
+    output:
+        readme=out("README.md"),
+        manifest=out("readme", "manifest.json"),
+    log:
+        logfile("readme"),
+    conda:
+        CONDA_ENV
+    script:
+        "../../scripts/readme.py"
+
+
 rule verify:
     """Re-hash every manifest's outputs and inputs; fails naming anything that changed."""
     input:
@@ -7,6 +33,8 @@ rule verify:
             rules.cpu_roofline.output.manifest,
             rules.gpu_correctness.output.manifest,
             rules.gpu_timing.output.manifest,
+            rules.plots.output.manifest,
+            rules.readme.output.manifest,
         ],
         code=code("scripts/verify.py"),
     output:

@@ -1,0 +1,30 @@
+"""Rule `plots`: every figure of the labs, drawn from the result tables."""
+
+import json
+
+import pandas as pd
+
+from minimodel import plots
+from minimodel.manifest import save_figure, stage
+
+with stage(snakemake):
+    inp, out = snakemake.input, snakemake.output
+    ceilings = json.loads(open(inp.cpu_ceilings).read())
+    timing = json.loads(open(inp.timing).read())
+    timing_rows = pd.read_csv(inp.timing_table)
+    has_gpu = timing.get("device") is not None
+    figures = {
+        "bytes_vs_n": plots.bytes_vs_n(pd.read_csv(inp.cpu_bytes), ceilings["device"])[0],
+        "intensity_ratio": plots.intensity_ratio(pd.read_csv(inp.symbolic))[0],
+        "roofline": plots.roofline(ceilings, timing if has_gpu else None,
+                                   timing_rows if has_gpu else None)[0],
+        "correctness": plots.correctness(pd.read_csv(inp.correctness),
+                                         timing.get("device") or ceilings["device"])[0],
+    }
+    for name, fn in (("tflops_vs_n", plots.tflops_vs_n), ("ratio_to_backends", plots.ratio_to_backends)):
+        figures[name] = (fn(timing_rows, timing["device"])[0] if has_gpu
+                         else plots.no_gpu_figure(name, timing["status"]))
+    figures["seed_speedup"] = (plots.seed_speedup(timing_rows, timing, timing["device"])[0] if has_gpu
+                               else plots.no_gpu_figure("seed_speedup", timing["status"]))
+    for name, fig in figures.items():
+        save_figure(getattr(out, name), fig, dpi=110, bbox_inches="tight")

@@ -1,0 +1,208 @@
+"""The figures of lab 01 (blocks D, E) and lab 02 (block F), drawn with seaborn from the result tables.
+
+Every figure is drawn from the tables the workflow wrote, never from numbers typed here; each
+function returns (figure, the data frame it plotted), so tests can check that the plotted series
+are the tables' rows. Without GPU timing, the GPU figures say so instead of failing.
+"""
+
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+import seaborn as sns  # noqa: E402
+
+sns.set_theme(style="whitegrid", context="notebook")
+
+SCHEME_LABELS = {"naive": "naive", "flash": "flash (B_r = B_c = 64)"}
+IMPL_LABELS = {
+    "triton": "this kernel (Triton)",
+    "sdpa_cudnn": "SDPA cuDNN",
+    "sdpa_flash": "SDPA flash (FA2)",
+    "sdpa_efficient": "SDPA memory-efficient",
+    "naive": "naive PyTorch",
+}
+
+
+def _message_figure(title: str, message: str):
+    fig, ax = plt.subplots(figsize=(7, 3))
+    ax.axis("off")
+    ax.text(0.5, 0.5, message, ha="center", va="center", wrap=True, fontsize=12)
+    ax.set_title(title)
+    return fig
+
+
+def bytes_vs_n(cpu_bytes: pd.DataFrame, machine: str):
+    """Model bytes as lines, instrumented CPU measurements as points, log-log; d and dtype as facets."""
+    data = cpu_bytes.copy()
+    data["scheme_label"] = data["scheme"].map(SCHEME_LABELS)
+    g = sns.relplot(data=data, x="N", y="bytes_model", hue="scheme_label", col="d", row="dtype",
+                    kind="line", height=3.4, aspect=1.25, facet_kws={"sharey": False},
+                    hue_order=list(SCHEME_LABELS.values()))
+    for (dtype, d), ax in g.axes_dict.items():
+        sub = data[(data["dtype"] == dtype) & (data["d"] == d)]
+        sns.scatterplot(data=sub, x="N", y="bytes_instrumented", hue="scheme_label", ax=ax,
+                        hue_order=list(SCHEME_LABELS.values()), legend=False, s=45, marker="o")
+        ax.set(xscale="log", yscale="log")
+        ax.axvspan(1024, sub["N"].max() * 1.05, color="tab:green", alpha=0.08)
+        pivot = sub.pivot_table(index="N", columns="scheme", values="bytes_model")
+        ratio = pivot["naive"] / pivot["flash"]
+        n_big = ratio.index[-1]
+        ax.annotate(f"N={n_big}: naive/flash = {ratio.iloc[-1]:.2f}×", xy=(n_big, pivot["flash"].iloc[-1]),
+                    xytext=(0.04, 0.9), textcoords="axes fraction", fontsize=8,
+                    arrowprops={"arrowstyle": "->", "color": "gray"})
+        ax.text(1100, ax.get_ylim()[0] * 1.5, "N ≥ 1024", fontsize=8, color="tab:green")
+    g.set_axis_labels("sequence length N (log)", "bytes per head (log)")
+    g.set_titles("{row_name}, d = {col_name}")
+    g.legend.set_title("line: model, dot: measured")
+    g.figure.suptitle(f"Bytes moved, naive vs flash (O write left out of both) — measured on {machine}",
+                      y=1.03, fontsize=11)
+    return g.figure, data
+
+
+def intensity_ratio(symbolic_bytes: pd.DataFrame):
+    """flash/naive intensity ratio (= naive/flash bytes, the FLOPs being equal) vs N, B_r = B_c = 64."""
+    data = symbolic_bytes[(symbolic_bytes["convention"] == "consistent")
+                          & (symbolic_bytes["B_r"] == 64) & (symbolic_bytes["B_c"] == 64)]
+    naive = data[data["scheme"].isin(["naive", "naive_fp32_softmax"])]
+    flash = data[data["scheme"] == "flash"][["N", "d", "dtype", "intensity"]]
+    ratio = naive.merge(flash, on=["N", "d", "dtype"], suffixes=("", "_flash"))
+    ratio["ratio"] = ratio["intensity_flash"] / ratio["intensity"]
+    ratio["naive_variant"] = ratio["scheme"].map(
+        {"naive": "naive, one dtype", "naive_fp32_softmax": "naive, fp32 softmax (fp16 in/out)"})
+    ratio["series"] = ratio["naive_variant"] + ", " + ratio["dtype"]
+    fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    sns.lineplot(data=ratio, x="N", y="ratio", hue="series", style="d", markers=True, ax=ax)
+    ax.set(xscale="log", xlabel="sequence length N (log)",
+           ylabel="intensity ratio flash / naive (FLOP per byte)",
+           title="Model intensity ratio, B_r = B_c = 64 (O write left out of both)")
+    ax.axhline(1, color="gray", lw=0.8, ls="--")
+    ax.legend(fontsize=8, title="naive accounting; head dim", title_fontsize=8,
+              bbox_to_anchor=(1.02, 1), loc="upper left")
+    return fig, ratio
+
+
+def roofline(cpu_ceilings: dict, gpu_timing: dict | None, gpu_rows: pd.DataFrame | None):
+    """Measured ceilings, and naive and flash placed by model intensity and achieved FLOP/s."""
+    panels = [("CPU: " + cpu_ceilings.get("device", "this machine"), cpu_ceilings["peak_flops_per_s"],
+               cpu_ceilings["bandwidth_bytes_per_s"], _cpu_points(cpu_ceilings))]
+    if gpu_timing and gpu_timing.get("ceilings") and gpu_rows is not None:
+        c = gpu_timing["ceilings"]
+        panels.append((f"GPU: {gpu_timing['device']} (fp16)", c["peak_flops_per_s"],
+                       c["bandwidth_bytes_per_s"], _gpu_points(gpu_timing, gpu_rows)))
+    fig, axes = plt.subplots(1, len(panels), figsize=(6.5 * len(panels), 4.6), squeeze=False)
+    points_all = []
+    for ax, (title, peak, bw, points) in zip(axes[0], panels, strict=True):
+        x = np.logspace(-1, 4, 200)
+        ax.plot(x, np.minimum(peak, x * bw), color="black", lw=1.5,
+                label=f"roofline: {peak / 1e12:.3g} TFLOP/s, {bw / 1e9:.0f} GB/s")
+        sns.scatterplot(data=points, x="intensity", y="achieved_flops_per_s", hue="label", s=80, ax=ax)
+        ax.set(xscale="log", yscale="log", xlabel="model intensity (FLOP per slow-memory byte, log)",
+               ylabel="achieved FLOP/s (log)", title=title)
+        ax.legend(fontsize=8)
+        points_all.append(points.assign(panel=title))
+    return fig, pd.concat(points_all, ignore_index=True)
+
+
+def _cpu_points(c: dict) -> pd.DataFrame:
+    refs = c.get("references", {})
+    p = c["prediction"]
+    rows = [{"label": f"{s} reference, N={p['N']}, d={p['d']}, fp32", "scheme": s,
+             "intensity": refs[s]["intensity"], "achieved_flops_per_s": refs[s]["achieved_flops_per_s"]}
+            for s in ("naive", "flash") if s in refs]
+    return pd.DataFrame(rows)
+
+
+def _gpu_points(t: dict, rows: pd.DataFrame) -> pd.DataFrame:
+    pred = {p["N"]: p for p in t["seed_grid_predictions_from_gpu_ceilings"]}
+    seed = rows[(rows["grid"] == "seed") & (~rows["causal"]) & rows["impl"].isin(["naive", "triton"])
+                & rows["ms"].notna()]
+    n = seed["N"].max()
+    out = []
+    for _, r in seed[seed["N"] == n].iterrows():
+        scheme = "naive" if r["impl"] == "naive" else "flash"
+        out.append({"label": f"{IMPL_LABELS[r['impl']]}, seed grid N={n}", "scheme": scheme,
+                    "intensity": pred[n][f"intensity_{scheme}"],
+                    "achieved_flops_per_s": r["tflops"] * 1e12})
+    return pd.DataFrame(out)
+
+
+def tflops_vs_n(rows: pd.DataFrame, device: str):
+    data = rows[(rows["grid"] == "flashattention") & rows["ms"].notna()].copy()
+    data["implementation"] = data["impl"].map(IMPL_LABELS)
+    data["mask"] = np.where(data["causal"], "causal", "not causal")
+    g = sns.relplot(data=data, x="N", y="tflops", hue="implementation", style="implementation",
+                    col="mask", row="d", kind="line", markers=True, height=3.3, aspect=1.3,
+                    hue_order=[IMPL_LABELS[k] for k in IMPL_LABELS if k in set(data["impl"])])
+    for ax in g.axes.flat:
+        ax.set_xscale("log", base=2)
+    g.set_axis_labels("sequence length N (batch·N = 16384)", "TFLOP/s (4·B·H·N²·d, ½ if causal)")
+    g.set_titles("d = {row_name}, {col_name}")
+    g.figure.suptitle(f"Forward attention throughput, fp16 — {device}", y=1.02)
+    return g.figure, data
+
+
+def ratio_to_backends(rows: pd.DataFrame, device: str):
+    data = rows[(rows["grid"] == "flashattention") & rows["impl"].str.startswith("sdpa")
+                & rows["triton_speedup_over_this"].notna()].copy()
+    data["backend"] = data["impl"].map(IMPL_LABELS)
+    data["point"] = data["N"].astype(str) + (np.where(data["causal"], " causal", ""))
+    g = sns.catplot(data=data, x="point", y="triton_speedup_over_this", hue="backend", col="d",
+                    kind="bar", height=3.8, aspect=1.5)
+    for ax in g.axes.flat:
+        ax.axhline(1.0, color="black", lw=1)
+        ax.tick_params(axis="x", rotation=60)
+    g.set_axis_labels("N (and mask)", "kernel speed / backend speed")
+    g.figure.suptitle(f"This kernel against each SDPA backend (>1: the kernel is faster) — {device}", y=1.03)
+    return g.figure, data
+
+
+def seed_speedup(rows: pd.DataFrame, timing: dict, device: str):
+    data = rows[(rows["grid"] == "seed") & (rows["impl"] == "naive")
+                & rows["triton_speedup_over_this"].notna()].copy()
+    data["mask"] = np.where(data["causal"], "causal", "not causal")
+    pred = pd.DataFrame(timing["seed_grid_predictions_from_gpu_ceilings"])
+    fig, ax = plt.subplots(figsize=(7, 4.3))
+    sns.lineplot(data=data, x="N", y="triton_speedup_over_this", hue="mask", marker="o", ax=ax)
+    ax.plot(pred["N"], pred["predicted_speedup"], color="gray", ls="--", marker="x",
+            label="roofline prediction from bytes (not causal)")
+    ax.set(xscale="log", yscale="log", xlabel="sequence length N (B=2, H=4, d=64)",
+           ylabel="speedup over naive PyTorch",
+           title=f"Seed grid: kernel vs naive attention, fp16 — {device}")
+    ax.legend(fontsize=8)
+    return fig, data
+
+
+ERROR_FLOOR = 1e-7  # an exact result (N = 1) is drawn here on the log axis
+
+
+def correctness(rows: pd.DataFrame, machine: str):
+    data = rows[~rows["skipped"].astype(bool)].copy()
+    dtype = data["dtype"].map({"float16": "fp16", "bfloat16": "bf16"}).fillna(data["dtype"])
+    data["case"] = (dtype + " d=" + data["d"].astype(str) + " N=" + data["N"].astype(str)
+                    + np.where(data["causal"], " causal", ""))
+    data = data.sort_values(["dtype", "d", "N", "causal"])
+    fig, ax = plt.subplots(figsize=(max(8, 0.32 * len(data)), 4.8))
+    x = np.arange(len(data))
+    ax.scatter(x, np.maximum(data["err_kernel_vs_fp64"], ERROR_FLOOR), zorder=3,
+               label="this kernel vs float64")
+    ax.scatter(x, np.maximum(data["err_torch_vs_fp64"], ERROR_FLOOR), marker="x", zorder=3,
+               label="PyTorch, same dtype, vs float64")
+    ax.step(x, data["tolerance"], where="mid", color="tab:green",
+            label="pass line: max(1e-3, 2 × PyTorch's error)")
+    ax.axhline(1e-3, color="tab:red", ls="--", label="1e-3 (the seed's threshold)")
+    ax.set_xticks(x, data["case"], rotation=75, fontsize=7)
+    ax.set(yscale="log", ylim=(ERROR_FLOOR / 2, None),
+           ylabel=f"max |error| vs float64 (log; 0 drawn at {ERROR_FLOOR:g})",
+           title=f"Correctness of the kernel per case — {machine} ({data['backend'].iloc[0]})")
+    ax.legend(fontsize=8, loc="lower right")
+    fig.tight_layout()
+    return fig, data
+
+
+def no_gpu_figure(title: str, reason: str):
+    return _message_figure(title, reason + "\nSee results/reference/nvidia-h200/ for the committed H200 run.")

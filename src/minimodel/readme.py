@@ -1,0 +1,126 @@
+"""The results README: the labs' questions answered with the numbers of one run.
+
+`collect()` reads the run's tables into one dict of numbers (each with the machine it came from);
+`render()` fills the Jinja template `workflow/report/README.md.j2`, whose hand-written parts say
+what the numbers cannot (where Triton tripped, what FlashAttention-2 changes). Nothing numeric is
+typed into the template: tests check that the README's numbers equal the tables'.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jinja2
+import pandas as pd
+
+from minimodel import symbolic
+
+MiB = 2**20
+
+
+def _json(path):
+    return json.loads(Path(path).read_text())
+
+
+def bytes_answers(symbolic_table: pd.DataFrame, cpu_bytes: pd.DataFrame) -> dict:
+    """Lab 01 Q1: naive/flash bytes per N from the model, and where flash wins."""
+    t = symbolic_table[(symbolic_table["convention"] == "consistent") & (symbolic_table["B_r"] == 64)
+                       & (symbolic_table["B_c"] == 64)]
+    rows = []
+    for (d, dtype), g in t.groupby(["d", "dtype"]):
+        naive_scheme = "naive_fp32_softmax" if symbolic.DTYPE_BYTES[dtype] == 2 else "naive"
+        for naive_name in sorted({"naive", naive_scheme}):
+            naive = g[g["scheme"] == naive_name].set_index("N")["bytes"]
+            flash = g[g["scheme"] == "flash"].set_index("N")["bytes"]
+            ratio = (naive / flash).dropna()
+            wins = ratio[ratio > 1]
+            rows.append({"d": int(d), "dtype": dtype, "naive": naive_name,
+                         "first_n_flash_fewer_bytes": int(wins.index.min()) if len(wins) else None,
+                         "ratio_smallest_n": float(ratio.iloc[0]), "smallest_n": int(ratio.index[0]),
+                         "ratio_largest_n": float(ratio.iloc[-1]), "largest_n": int(ratio.index[-1])})
+    measured = cpu_bytes.pivot_table(index=["dtype", "d", "N"], columns="scheme",
+                                     values="bytes_instrumented").reset_index()
+    measured["ratio"] = measured["naive"] / measured["flash"]
+    return {"model": rows, "measured": measured.to_dict("records"),
+            "worst_abs_deviation": float(cpu_bytes["deviation"].abs().max())}
+
+
+def intensity_question(n: int = 8192, d: int = 128, b: int = 64, dtype_bytes: int = 2) -> dict:
+    """Lab 01 Q2, with the arithmetic laid out."""
+    naive = symbolic.model_bytes("naive", n, d, b, b, dtype_bytes)
+    flash = symbolic.model_bytes("flash", n, d, b, b, dtype_bytes)
+    naive32 = symbolic.model_bytes("naive_fp32_softmax", n, d, b, b, dtype_bytes)
+    f = symbolic.flops(n, d)
+    return {"N": n, "d": d, "B": b, "dtype_bytes": dtype_bytes, "flops": f,
+            "naive_bytes": naive, "flash_bytes": flash, "naive_fp32_softmax_bytes": naive32,
+            "intensity_naive": f / naive, "intensity_flash": f / flash,
+            "ratio": naive / flash, "ratio_fp32_softmax": naive32 / flash,
+            "seed_ratio": (symbolic.bytes_naive(n, d, dtype_bytes)
+                           / symbolic.bytes_flash(n, d, b, b, dtype_bytes))}
+
+
+def gpu_answers(timing: dict, rows: pd.DataFrame) -> dict | None:
+    if timing.get("device") is None:
+        return None
+    seed = rows[rows["grid"] == "seed"]
+    speedups = seed[seed["impl"] == "naive"][["N", "causal", "triton_speedup_over_this"]]
+    pred = {p["N"]: p["predicted_speedup"] for p in timing["seed_grid_predictions_from_gpu_ceilings"]}
+    fa = rows[(rows["grid"] == "flashattention") & rows["impl"].str.startswith("sdpa")]
+    ratios = fa.pivot_table(index=["d", "N", "causal"], columns="impl",
+                            values="triton_speedup_over_this").reset_index()
+    triton = rows[(rows["grid"] == "flashattention") & (rows["impl"] == "triton")]
+    return {
+        "device": timing["device"], "torch": timing["torch"], "triton": timing["triton"],
+        "peak_tflops": timing["ceilings"]["peak_flops_per_s"] / 1e12,
+        "bandwidth_tbs": timing["ceilings"]["bandwidth_bytes_per_s"] / 1e12,
+        "seed_speedups": [{**r, "predicted": pred.get(r["N"])} for r in speedups.to_dict("records")],
+        "max_prediction": max(pred.values()),
+        "ratios": ratios.to_dict("records"),
+        "kernel_tflops_max": float(triton["tflops"].max()),
+        "kernel_tflops_min": float(triton["tflops"].min()),
+    }
+
+
+def collect(paths: dict) -> dict:
+    """Every number the README states, from the run's files (keys of `paths`: see the readme rule)."""
+    ceilings = _json(paths["cpu_ceilings"])
+    timing = _json(paths["timing"])
+    corr = _json(paths["correctness"])
+    corr_rows = pd.DataFrame(corr["cases_detail"])
+    ran = corr_rows[~corr_rows["skipped"].astype(bool)]
+    seed_cases = ran[ran["group"] == "seed grid"]
+    bench = {Path(p).stem: float(pd.read_csv(p, sep="\t")["s"].iloc[0]) for p in paths["benchmarks"]}
+    cpu_stage = [v for k, v in bench.items() if k.startswith("cpu_")]
+    return {
+        "cpu_device": ceilings["device"],
+        "cpu": {"peak_gflops": ceilings["peak_flops_per_s"] / 1e9,
+                "bandwidth_gbs": ceilings["bandwidth_bytes_per_s"] / 1e9,
+                "prediction": ceilings["prediction"], "references": ceilings["references"],
+                "stage_seconds_sum": sum(cpu_stage), "stage_seconds_max": max(cpu_stage, default=0.0),
+                "benchmarks": bench},
+        "bytes": bytes_answers(pd.read_csv(paths["symbolic"]), pd.read_csv(paths["cpu_bytes"])),
+        "intensity": intensity_question(),
+        "practice": symbolic.practice_problems(),
+        "correctness": {
+            "backend": corr["backend"], "device": timing.get("device") or ceilings["device"],
+            "all_passed": corr["all_passed"], "ran": corr["ran"], "skipped": corr["skipped"],
+            "max_err_kernel": corr["max_err_kernel_vs_fp64"], "max_err_torch": corr["max_err_torch_vs_fp64"],
+            "seed_cases": seed_cases.sort_values(["dtype", "N", "causal"]).to_dict("records"),
+            "fp16_all_under_1e-3": bool((ran[ran["dtype"] == "float16"]["err_kernel_vs_fp64"] < 1e-3).all()),
+            "literal_all_pass": corr["seed_literal_all_pass"],
+        },
+        "gpu": gpu_answers(timing, pd.read_csv(paths["timing_table"])),
+    }
+
+
+def render(template_path: str | Path, numbers: dict) -> str:
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(Path(template_path).parent)),
+                             undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
+                             keep_trailing_newline=True)
+    env.filters["mib"] = lambda b: f"{b / MiB:,.1f} MiB"
+    env.filters["sci"] = lambda x: f"{x:.2e}"
+    env.filters["f2"] = lambda x: f"{x:,.2f}"
+    env.filters["f1"] = lambda x: f"{x:,.1f}"
+    env.filters["int"] = lambda x: f"{int(x):,}"
+    return env.get_template(Path(template_path).name).render(**numbers)
