@@ -63,10 +63,10 @@ def get_fwd_config(head_dim: int, causal: bool, device_type: str, n: int | None 
 
     On CUDA: the winners of the H200 search in notes/kernel.md (`python -m minimodel.tune`),
     through TMA, whose use falls back to pointer loads when strides do not allow it. When
-    128-row query tiles would give fewer than two programs per multiprocessor (the seed's
-    B·H = 8), 64-row tiles double the programs, and causal rows of unequal length balance
-    better. Short sequences take pointer loads: they are launch-bound, and a TMA descriptor
-    costs host time at every launch.
+    causal 128-row query tiles would give fewer than two programs per multiprocessor (the
+    seed's B·H = 8), 64-row tiles double the programs and balance rows of unequal length.
+    Small problems take pointer loads: they are launch-bound, and a TMA descriptor costs host
+    time at every launch.
     BLOCK_M is a multiple of BLOCK_N, so the causal diagonal of a query tile falls in whole
     key tiles. The interpreter runs one program at a time in numpy, where larger tiles mean
     fewer programs; it takes the seed's 64 × 64 everywhere.
@@ -75,8 +75,9 @@ def get_fwd_config(head_dim: int, causal: bool, device_type: str, n: int | None 
         return FwdConfig(64, 64, 4, 1)
     if head_dim > 128:
         return FwdConfig(64, 32, 4, 2)
-    tma = n is None or n > 1024
-    if n is not None and batch_heads is not None and sm_count is not None:
+    # below ~1 GFLOP-worth of B·H·N²·d a call is launch-bound: skip the TMA descriptors' host cost
+    tma = n is None or batch_heads is None or batch_heads * n * n * head_dim > 2**30
+    if causal and n is not None and batch_heads is not None and sm_count is not None:
         if batch_heads * triton.cdiv(n, 128) < 2 * sm_count:
             return FwdConfig(64, 64, 4, 3, TMA=tma)
     if head_dim <= 64:
