@@ -5,7 +5,7 @@ import logging
 import torch
 
 from minimodel import roofline
-from minimodel.manifest import device_description, stage, write_json
+from minimodel.manifest import cpu_description, stage, write_json
 
 with stage(snakemake):
     cfg = snakemake.params.cfg
@@ -15,7 +15,7 @@ with stage(snakemake):
     ceilings["prediction"] = roofline.predict_speedup(ceilings, n, d, *snakemake.params.tile)
     # the references themselves on this CPU: the Python tile loop is far from its roofline
     ceilings["references"] = roofline.time_references(n, d, *snakemake.params.tile)
-    ceilings["device"] = device_description()
+    ceilings["device"] = cpu_description()  # the CPU, also on a machine with a GPU
     logging.info("peak %.3g FLOP/s, bandwidth %.3g B/s, predicted speedup %.2f",
                  ceilings["peak_flops_per_s"], ceilings["bandwidth_bytes_per_s"],
                  ceilings["prediction"]["predicted_speedup"])

@@ -104,15 +104,8 @@ def _version(dist: str) -> str | None:
         return None
 
 
-def device_description() -> str:
-    """The accelerator that torch sees, or the CPU model when there is none."""
-    try:
-        import torch
-
-        if torch.cuda.is_available():
-            return f"cuda: {torch.cuda.get_device_name(0)}"
-    except ImportError:
-        pass
+def cpu_description() -> str:
+    """The CPU model and core count of this machine."""
     cpu = platform.processor() or platform.machine()
     with contextlib.suppress(OSError):
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -120,6 +113,18 @@ def device_description() -> str:
                 cpu = line.split(":", 1)[1].strip()
                 break
     return f"cpu: {cpu} ({os.cpu_count()} cores)"
+
+
+def device_description() -> str:
+    """The accelerator that torch sees, or the CPU when there is none."""
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            return f"cuda: {torch.cuda.get_device_name(0)}"
+    except ImportError:
+        pass
+    return cpu_description()
 
 
 def environment() -> dict:
@@ -131,6 +136,7 @@ def environment() -> dict:
         "snakemake": _version("snakemake"),
         "numpy": _version("numpy"),
         "device": device_description(),
+        "cpu": cpu_description(),
         "triton_interpret": os.environ.get("TRITON_INTERPRET", "0") == "1",
     }
 
