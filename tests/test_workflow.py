@@ -48,7 +48,22 @@ def test_every_rule_writes_its_outputs_and_manifest(workdir):
         assert "manifest.py" in modules
     summary = json.loads((results / "gpu/correctness/correctness.json").read_text())
     assert summary["all_passed"] and summary["backend"] in ("interpreter", "cuda")
+    m = json.loads((results / "gpu/correctness/manifest.json").read_text())
+    assert m["extra"]["backend"] == summary["backend"]
     assert (results / "benchmarks" / "cpu_roofline.tsv").exists()
+
+
+def test_plots_report_and_readme_are_written(workdir):
+    results = workdir / "results"
+    pngs = sorted(p.name for p in (results / "plots").glob("*.png"))
+    assert pngs == sorted(f"{n}.png" for n in ("bytes_vs_n", "intensity_ratio", "roofline", "correctness",
+                                               "tflops_vs_n", "ratio_to_backends", "seed_speedup"))
+    text = (results / "README.md").read_text()
+    timing = json.loads((results / "gpu/timing/timing.json").read_text())
+    if timing["device"] is None:
+        assert "this machine has no CUDA device" in text
+    report = snakemake(workdir, "--report", "results/report.html")
+    assert report.returncode == 0 and (results / "report.html").stat().st_size > 100_000
 
 
 def test_second_run_has_nothing_to_do(workdir):

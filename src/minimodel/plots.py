@@ -19,6 +19,7 @@ import seaborn as sns  # noqa: E402
 sns.set_theme(style="whitegrid", context="notebook")
 
 SCHEME_LABELS = {"naive": "naive", "flash": "flash (B_r = B_c = 64)"}
+SCHEME_COLORS = {"naive": "tab:orange", "flash": "tab:blue"}
 IMPL_LABELS = {
     "triton": "this kernel (Triton)",
     "sdpa_cudnn": "SDPA cuDNN",
@@ -88,8 +89,9 @@ def intensity_ratio(symbolic_bytes: pd.DataFrame):
 
 def roofline(cpu_ceilings: dict, gpu_timing: dict | None, gpu_rows: pd.DataFrame | None):
     """Measured ceilings, and naive and flash placed by model intensity and achieved FLOP/s."""
-    panels = [("CPU: " + cpu_ceilings.get("device", "this machine"), cpu_ceilings["peak_flops_per_s"],
-               cpu_ceilings["bandwidth_bytes_per_s"], _cpu_points(cpu_ceilings))]
+    cpu = cpu_ceilings.get("device", "this machine").removeprefix("cpu: ")
+    panels = [("CPU: " + cpu, cpu_ceilings["peak_flops_per_s"], cpu_ceilings["bandwidth_bytes_per_s"],
+               _cpu_points(cpu_ceilings))]
     if gpu_timing and gpu_timing.get("ceilings") and gpu_rows is not None:
         c = gpu_timing["ceilings"]
         panels.append((f"GPU: {gpu_timing['device']} (fp16)", c["peak_flops_per_s"],
@@ -100,7 +102,10 @@ def roofline(cpu_ceilings: dict, gpu_timing: dict | None, gpu_rows: pd.DataFrame
         x = np.logspace(-1, 4, 200)
         ax.plot(x, np.minimum(peak, x * bw), color="black", lw=1.5,
                 label=f"roofline: {peak / 1e12:.3g} TFLOP/s, {bw / 1e9:.0f} GB/s")
-        sns.scatterplot(data=points, x="intensity", y="achieved_flops_per_s", hue="label", s=80, ax=ax)
+        palette = {label: SCHEME_COLORS[scheme] for label, scheme in zip(points["label"], points["scheme"],
+                                                                          strict=True)}
+        sns.scatterplot(data=points, x="intensity", y="achieved_flops_per_s", hue="label", s=80, ax=ax,
+                        palette=palette)
         ax.set(xscale="log", yscale="log", xlabel="model intensity (FLOP per slow-memory byte, log)",
                ylabel="achieved FLOP/s (log)", title=title)
         ax.legend(fontsize=8)

@@ -1,0 +1,99 @@
+"""Each figure is drawn from the table it claims; without GPU timing the GPU figures say so."""
+
+import json
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+import pytest
+
+from minimodel import plots, symbolic, timing
+
+REF = Path(__file__).resolve().parents[1] / "results" / "reference" / "nvidia-h200"
+
+
+def cpu_bytes_table():
+    from minimodel import bytecount
+
+    return pd.DataFrame([bytecount.measure(s, n, d, "float32") for s in ("naive", "flash")
+                         for n in (256, 512) for d in (64,)])
+
+
+def plotted_points(ax):
+    """(x, y) of every line and scatter collection on an axis."""
+    pts = [line.get_xydata() for line in ax.get_lines()]
+    pts += [c.get_offsets() for c in ax.collections if len(c.get_offsets())]
+    return np.concatenate([p for p in pts if len(p)])
+
+
+def test_bytes_vs_n_plots_the_model_and_the_measurements():
+    table = cpu_bytes_table()
+    fig, data = plots.bytes_vs_n(table, "test machine")
+    ax = fig.axes[0]
+    pts = {tuple(p) for p in plotted_points(ax)}
+    for _, r in table.iterrows():
+        assert (r["N"], r["bytes_model"]) in pts
+        assert (r["N"], r["bytes_instrumented"]) in pts
+    assert "test machine" in fig._suptitle.get_text()
+    plt.close(fig)
+
+
+def test_intensity_ratio_is_naive_over_flash_bytes():
+    table = symbolic.byte_table([256, 1024], [64], [(64, 64)], ["float32"])
+    fig, data = plots.intensity_ratio(table)
+    for _, r in data.iterrows():
+        expected = (symbolic.model_bytes("naive", r["N"], 64, 64, 64, 4)
+                    / symbolic.model_bytes("flash", r["N"], 64, 64, 64, 4))
+        assert r["ratio"] == pytest.approx(expected)
+    ys = plotted_points(fig.axes[0])[:, 1]
+    assert any(np.isclose(ys, data["ratio"].iloc[0]))
+    plt.close(fig)
+
+
+def test_roofline_without_gpu_has_one_panel_from_the_ceilings():
+    ceilings = {"device": "cpu: X", "peak_flops_per_s": 1e11, "bandwidth_bytes_per_s": 1e10,
+                "prediction": {"N": 256, "d": 64},
+                "references": {s: {"intensity": i, "achieved_flops_per_s": f, "median_s": 1.0}
+                               for s, i, f in (("naive", 10.0, 5e10), ("flash", 20.0, 1e9))}}
+    fig, points = plots.roofline(ceilings, None, None)
+    assert len(fig.axes) == 1
+    assert set(points["achieved_flops_per_s"]) == {5e10, 1e9}
+    plt.close(fig)
+
+
+def test_no_gpu_figure_says_so():
+    fig = plots.no_gpu_figure("tflops_vs_n", timing.NO_GPU_REASON)
+    texts = " ".join(t.get_text() for t in fig.axes[0].texts)
+    assert "no CUDA device" in texts
+    plt.close(fig)
+
+
+def test_correctness_figure_draws_every_case_that_ran():
+    rows = pd.DataFrame([
+        {"N": 64, "d": 64, "causal": c, "dtype": "float16", "skipped": False, "backend": "interpreter",
+         "err_kernel_vs_fp64": e, "err_torch_vs_fp64": 2 * e, "tolerance": max(1e-3, 4 * e)}
+        for c, e in ((False, 1e-4), (True, 0.0))] + [
+        {"N": 64, "d": 64, "causal": False, "dtype": "bfloat16", "skipped": True, "backend": "interpreter"}])
+    fig, data = plots.correctness(rows, "m")
+    assert len(data) == 2
+    kernel = fig.axes[0].collections[0].get_offsets()[:, 1]
+    assert sorted(kernel) == [plots.ERROR_FLOOR, 1e-4]  # an exact 0 is drawn at the floor
+    plt.close(fig)
+
+
+@pytest.mark.skipif(not (REF / "gpu" / "timing" / "timing.csv").exists(), reason="no reference run")
+def test_gpu_figures_from_the_reference_timing_table():
+    rows = pd.read_csv(REF / "gpu" / "timing" / "timing.csv")
+    t = json.loads((REF / "gpu" / "timing" / "timing.json").read_text())
+    fig, data = plots.tflops_vs_n(rows, t["device"])
+    fa = rows[(rows["grid"] == "flashattention") & rows["ms"].notna()]
+    assert len(data) == len(fa) and set(data["tflops"]) == set(fa["tflops"])
+    plt.close(fig)
+    fig, data = plots.seed_speedup(rows, t, t["device"])
+    assert set(data["triton_speedup_over_this"]) == set(
+        rows[(rows["grid"] == "seed") & (rows["impl"] == "naive")]["triton_speedup_over_this"])
+    plt.close(fig)
+    fig, data = plots.ratio_to_backends(rows, t["device"])
+    assert set(data["impl"]) == {"sdpa_cudnn", "sdpa_flash", "sdpa_efficient"}
+    plt.close(fig)

@@ -1,0 +1,63 @@
+"""The results README states the results' numbers, and says so when there was no GPU."""
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from minimodel import readme, timing
+
+ROOT = Path(__file__).resolve().parents[1]
+REF = ROOT / "results" / "reference" / "nvidia-h200"
+TEMPLATE = ROOT / "workflow" / "report" / "README.md.j2"
+pytestmark = pytest.mark.skipif(not (REF / "gpu" / "timing" / "timing.json").exists(),
+                                reason="no reference run committed")
+
+
+def ref_paths(**override):
+    paths = {
+        "symbolic": REF / "symbolic" / "bytes.csv",
+        "cpu_bytes": REF / "cpu" / "bytes.csv",
+        "cpu_ceilings": REF / "cpu" / "roofline" / "ceilings.json",
+        "correctness": REF / "gpu" / "correctness" / "correctness.json",
+        "timing": REF / "gpu" / "timing" / "timing.json",
+        "timing_table": REF / "gpu" / "timing" / "timing.csv",
+        "benchmarks": sorted((REF / "benchmarks").glob("cpu_*.tsv")),
+    }
+    return {**paths, **override}
+
+
+def test_readme_numbers_equal_the_results():
+    numbers = readme.collect(ref_paths())
+    text = readme.render(TEMPLATE, numbers)
+    corr = json.loads((REF / "gpu" / "correctness" / "correctness.json").read_text())
+    assert f"{corr['max_err_kernel_vs_fp64']:.2e}" in text
+    rows = pd.read_csv(REF / "gpu" / "timing" / "timing.csv")
+    seed = rows[(rows["grid"] == "seed") & (rows["impl"] == "naive")]
+    for value in seed["triton_speedup_over_this"]:
+        assert f"{value:,.2f}×" in text
+    fa = rows[(rows["grid"] == "flashattention") & (rows["impl"] == "sdpa_cudnn")]
+    for _, r in fa.iterrows():
+        assert f"| {r['d']} | {r['N']} | {r['causal']} | {r['triton_speedup_over_this']:,.2f} |" in text
+    ceilings = json.loads((REF / "cpu" / "roofline" / "ceilings.json").read_text())
+    assert f"{ceilings['peak_flops_per_s'] / 1e9:,.1f} GFLOP/s" in text
+    assert ceilings["device"] in text and "NVIDIA H200" in text
+    assert f"{numbers['intensity']['ratio']:,.2f}" in text
+
+
+def test_readme_without_gpu_says_so(tmp_path):
+    no_gpu = tmp_path / "timing.json"
+    no_gpu.write_text(json.dumps({"device": None, "status": timing.NO_GPU_REASON}))
+    table = tmp_path / "timing.csv"
+    pd.DataFrame(timing.no_gpu_rows({"seed_n": [64], "seed_head_dim": 64, "fa_n": [1024],
+                                     "fa_head_dims": [64]})).to_csv(table, index=False)
+    text = readme.render(TEMPLATE, readme.collect(ref_paths(timing=no_gpu, timing_table=table)))
+    assert "this machine has no CUDA device" in text
+    assert "No GPU timing was possible on this machine" in text
+
+
+def test_intensity_question_shows_its_arithmetic():
+    q = readme.intensity_question()
+    assert q["ratio"] == pytest.approx(q["naive_bytes"] / q["flash_bytes"])
+    assert q["intensity_flash"] / q["intensity_naive"] == pytest.approx(q["ratio"])

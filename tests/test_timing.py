@@ -1,0 +1,37 @@
+"""GPU timing: the FLOP convention, the ratios and the honest no-GPU table (GPU parts skip)."""
+
+import pytest
+import torch
+
+from minimodel import timing
+
+
+def test_attention_flops_halves_for_causal():
+    assert timing.attention_flops(2, 4, 1024, 64, False) == 4 * 2 * 4 * 1024**2 * 64
+    assert timing.attention_flops(2, 4, 1024, 64, True) == 2 * 2 * 4 * 1024**2 * 64
+
+
+def test_ratios_are_relative_to_the_kernel_per_point():
+    rows = [{"grid": "seed", "B": 1, "H": 1, "N": 64, "d": 64, "causal": c, "impl": i, "ms": ms}
+            for c in (False, True) for i, ms in (("triton", 1.0 + c), ("naive", 5.0), ("sdpa_cudnn", None))]
+    timing.add_ratios(rows)
+    by = {(r["causal"], r["impl"]): r["triton_speedup_over_this"] for r in rows}
+    assert by[(False, "naive")] == 5.0 and by[(True, "naive")] == 2.5
+    assert by[(False, "triton")] == 1.0 and by[(False, "sdpa_cudnn")] is None
+
+
+def test_no_gpu_rows_cover_the_plan_and_carry_no_numbers():
+    cfg = {"seed_n": [64, 256], "seed_head_dim": 64, "fa_n": [1024], "fa_head_dims": [64, 128]}
+    rows = timing.no_gpu_rows(cfg)
+    assert len(rows) == 2 * 2 + 1 * 2 * 2
+    assert all(r["ms"] is None and r["status"] == timing.NO_GPU_REASON for r in rows)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_time_point_checks_and_times_every_implementation():
+    ceilings = {"peak_flops_per_s": 1e15}
+    rows = timing.time_point("seed", 1, 2, 256, 64, True, ["triton", "naive", "sdpa_flash"],
+                             5, 20, ceilings, seed=0)
+    for r in rows:
+        assert r["status"] == "ok" and r["checked"] and r["ms"] > 0
