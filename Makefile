@@ -35,5 +35,6 @@ lint: install
 	$(BIN)/ruff check .
 	$(BIN)/snakefmt --check workflow
 
-clean:
-	rm -rf results/symbolic results/cpu results/gpu results/plots results/verify results/report.html .snakemake
+clean:  # everything the workflow wrote, except the committed reference runs
+	find results -mindepth 1 -maxdepth 1 ! -name reference -exec rm -rf {} +
+	rm -rf .snakemake
