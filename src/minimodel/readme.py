@@ -109,6 +109,8 @@ def collect(paths: dict) -> dict:
             "seed_cases": seed_cases.sort_values(["dtype", "N", "causal"]).to_dict("records"),
             "fp16_all_under_1e-3": bool((ran[ran["dtype"] == "float16"]["err_kernel_vs_fp64"] < 1e-3).all()),
             "literal_all_pass": corr["seed_literal_all_pass"],
+            "torch_fp16_causal_err": float(ran[(ran["dtype"] == "float16") & ran["causal"].astype(bool)]
+                                           ["err_torch_vs_fp64"].max()),
         },
         "gpu": gpu_answers(timing, pd.read_csv(paths["timing_table"])),
     }
