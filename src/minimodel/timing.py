@@ -180,6 +180,10 @@ def run(cfg: dict, seed: int, cpu_prediction: dict | None = None, progress=None)
                            ceilings, seed + i)
         torch.cuda.empty_cache()  # the point's inputs are gone: hand their memory back
     add_ratios(rows)
+    machine = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__,
+               "triton": __import__("triton").__version__}
+    for row in rows:
+        row.update(machine)  # every row says where and with what it was measured
     predictions = []
     for n in cfg["seed_n"]:
         d = cfg["seed_head_dim"]
@@ -187,9 +191,7 @@ def run(cfg: dict, seed: int, cpu_prediction: dict | None = None, progress=None)
         block_m = default_config(torch.empty(shape, device="cuda"), False).BLOCK_M
         predictions.append(roofline.predict_speedup(ceilings, n, d, block_m, block_m, "float16"))
     return {
-        "device": torch.cuda.get_device_name(0),
-        "torch": torch.__version__,
-        "triton": __import__("triton").__version__,
+        **machine,
         "ceilings": ceilings,
         "seed_grid_predictions_from_gpu_ceilings": predictions,
         "lab01_prediction_from_cpu_ceilings": cpu_prediction,
