@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from minimodel import manifest
@@ -98,3 +99,22 @@ def test_verify_names_a_tampered_output_and_a_changed_module(workdir):
 def test_lint_is_clean(workdir):
     proc = snakemake(workdir, "--lint", check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_a_failing_sweep_fails_the_rule_and_keeps_its_table(workdir):
+    module = workdir / "src" / "minimodel" / "correctness.py"
+    source = module.read_text()
+    # a rule no result can meet: every case fails
+    module.write_text(source.replace("TORCH_MULTIPLE = 2.0", "TORCH_MULTIPLE = -1.0")
+                      .replace("ABS_FLOOR = 1e-3", "ABS_FLOOR = -1.0"))
+    try:
+        proc = snakemake(workdir, "--forcerun", "gpu_correctness", "--until", "gpu_correctness",
+                         check=False)
+        assert proc.returncode != 0
+        assert not (workdir / "results" / "gpu" / "correctness" / "manifest.json").exists()
+        kept = pd.read_csv(workdir / "results" / "logs" / "gpu_correctness.csv")
+        ran = kept[~kept["skipped"].astype(bool)]
+        assert len(ran) > 0 and not ran["passed"].astype(bool).any()
+    finally:
+        module.write_text(source)
+        snakemake(workdir, "--until", "gpu_correctness")

@@ -7,7 +7,9 @@ rule gpu_correctness:
         summary=out("gpu", "correctness", "correctness.json"),
         manifest=out("gpu", "correctness", "manifest.json"),
     log:
-        logfile("gpu_correctness"),
+        # logs outlive a failed job: the table is kept there too, so a failing sweep shows every case
+        text=logfile("gpu_correctness"),
+        table=out("logs", "gpu_correctness.csv"),
     benchmark:
         benchfile("gpu_correctness")
     conda:
