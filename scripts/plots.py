@@ -21,10 +21,12 @@ with stage(snakemake):
         "correctness": plots.correctness(pd.read_csv(inp.correctness),
                                          timing.get("device") or ceilings["device"])[0],
     }
-    for name, fn in (("tflops_vs_n", plots.tflops_vs_n), ("ratio_to_backends", plots.ratio_to_backends)):
-        figures[name] = (fn(timing_rows, timing["device"])[0] if has_gpu
-                         else plots.no_gpu_figure(name, timing["status"]))
-    figures["seed_speedup"] = (plots.seed_speedup(timing_rows, timing, timing["device"])[0] if has_gpu
-                               else plots.no_gpu_figure("seed_speedup", timing["status"]))
+    gpu_figures = {
+        "tflops_vs_n": lambda: plots.tflops_vs_n(timing_rows, timing["device"]),
+        "ratio_to_backends": lambda: plots.ratio_to_backends(timing_rows, timing["device"]),
+        "seed_speedup": lambda: plots.seed_speedup(timing_rows, timing, timing["device"]),
+    }
+    for name, draw in gpu_figures.items():
+        figures[name] = draw()[0] if has_gpu else plots.no_gpu_figure(name, timing["status"])
     for name, fig in figures.items():
         save_figure(getattr(out, name), fig, dpi=110, bbox_inches="tight")

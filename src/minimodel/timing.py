@@ -14,7 +14,6 @@ number is also a fraction of a ceiling.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 
 import torch
@@ -95,22 +94,32 @@ def checked_run(fn, q, k, v, exact: torch.Tensor, err_torch: float) -> tuple[boo
     return ok, err
 
 
+def one_head_reference(q, k, v, causal: bool):
+    """The first head of the first batch element, its float64 attention and PyTorch's fp16 error.
+
+    A float64 reference of the whole batch would not fit: correctness is checked on this slice.
+    Returns (qs, ks, vs, exact, err_torch); exact is None when even one head does not fit.
+    """
+    from minimodel.attention import reference_attn
+
+    qs, ks, vs = q[:1, :1], k[:1, :1], v[:1, :1]
+    try:
+        exact = reference_attn(qs, ks, vs, causal=causal, upcast=True)
+    except torch.OutOfMemoryError:
+        return qs, ks, vs, None, float("nan")
+    err_torch = (reference_attn(qs, ks, vs, causal=causal).double() - exact).abs().max().item()
+    return qs, ks, vs, exact, err_torch
+
+
 def time_point(grid: str, B: int, H: int, N: int, d: int, causal: bool, impl_names,
                warmup_ms: float, rep_ms: float, ceilings: dict, seed: int) -> list[dict]:
     """Every implementation at one (B, H, N, d, causal), with one checked run each."""
-    from minimodel.attention import reference_attn
     from minimodel.attention_flash import default_config
 
     gen = torch.Generator(device="cuda").manual_seed(seed)
     q, k, v = (torch.randn(B, H, N, d, device="cuda", dtype=torch.float16, generator=gen)
                for _ in range(3))
-    exact = None
-    err_torch = float("nan")
-    # a float64 reference of the whole batch is large: check on the first head of the first batch
-    qs, ks, vs = q[:1, :1], k[:1, :1], v[:1, :1]
-    with contextlib.suppress(torch.OutOfMemoryError):
-        exact = reference_attn(qs, ks, vs, causal=causal, upcast=True)
-        err_torch = (reference_attn(qs, ks, vs, causal=causal).double() - exact).abs().max().item()
+    qs, ks, vs, exact, err_torch = one_head_reference(q, k, v, causal)
     cfg = default_config(q, causal)
     flops = attention_flops(B, H, N, d, causal)
     # the one-head check must run the configuration chosen for the whole problem, the one timed

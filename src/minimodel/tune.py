@@ -51,13 +51,10 @@ def candidate_configs(round_: int = 2):
 def tune_point(B, H, N, d, causal, configs, warmup_ms=25, rep_ms=100,
                baselines=("sdpa_cudnn", "sdpa_flash")) -> list[dict]:
     """The baselines (cuDNN, FA2, ...) and every config at one point, on the same inputs."""
-    from minimodel.attention import reference_attn
     from minimodel.attention_flash import flash_attn_forward
 
     q, k, v = (torch.randn(B, H, N, d, device="cuda", dtype=torch.float16) for _ in range(3))
-    qs, ks, vs = q[:1, :1], k[:1, :1], v[:1, :1]
-    exact = reference_attn(qs, ks, vs, causal=causal, upcast=True)
-    err_torch = (reference_attn(qs, ks, vs, causal=causal).double() - exact).abs().max().item()
+    qs, ks, vs, exact, err_torch = timing.one_head_reference(q, k, v, causal)
     flops = timing.attention_flops(B, H, N, d, causal)
     base = {"B": B, "H": H, "N": N, "d": d, "causal": causal}
     impls = timing.implementations(causal)
