@@ -39,6 +39,12 @@ class FwdConfig:
     TMA: load tiles through Hopper's tensor-memory accelerator (host-side tensor descriptors)
     instead of per-thread pointer loads; needs compute capability >= 9 and 16-byte aligned strides.
     WARP_SPECIALIZE: let Triton split the unmasked key loop into producer and consumer warps.
+    LAZY_RESCALE: rescale the accumulator only when some row's maximum grew by more than 8 in
+    base 2 (a factor 256, which fp32 sums and fp16 probabilities hold), not at every key tile.
+    EXP2_EMULATE: compute half of the exponentials with a cubic polynomial on the FMA units,
+    off the special-function units that exp2 queues on.
+    SPLIT_M: 2 splits the query tile into two halves with their own softmax state that share
+    every key/value tile, two independent chains of matmul and softmax (TMA only).
     """
 
     BLOCK_M: int
@@ -47,6 +53,9 @@ class FwdConfig:
     num_stages: int
     TMA: bool = False
     WARP_SPECIALIZE: bool = False
+    LAZY_RESCALE: bool = False
+    EXP2_EMULATE: bool = False
+    SPLIT_M: int = 1
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -87,9 +96,37 @@ def get_fwd_config(head_dim: int, causal: bool, device_type: str, n: int | None 
     return FwdConfig(128, 128, 8, 3, TMA=tma)
 
 
+# 2^f on [-1/2, 1/2], cubic fit of least maximum relative error (7.5e-5, below fp16's 4.9e-4)
+EXP2_C0, EXP2_C1, EXP2_C2, EXP2_C3 = 0.99992807, 0.69326099, 0.24261117, 0.05517169
+ROUND_MAGIC = 12582912.0  # 1.5·2^23: adding it rounds a float to an integer in the low mantissa bits
+
+
+@triton.jit
+def _exp2_poly(x):
+    """2^x for x <= 0 on the FMA units: 2^round(x) in the exponent bits times a cubic in the rest."""
+    x = tl.maximum(x, -125.0)  # keeps the exponent field normal: 2^-125 stands in for 0
+    j = x + ROUND_MAGIC
+    f = x - (j - ROUND_MAGIC)
+    p = ((EXP2_C3 * f + EXP2_C2) * f + EXP2_C1) * f + EXP2_C0
+    bits = p.to(tl.int32, bitcast=True) + (j.to(tl.int32, bitcast=True) << 23)
+    return bits.to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _exp2(x, EMULATE: tl.constexpr):
+    if EMULATE:  # even columns on the special-function units, odd columns on the FMA units
+        BM: tl.constexpr = x.shape[0]
+        BN: tl.constexpr = x.shape[1]
+        even, odd = tl.split(x.reshape(BM, BN // 2, 2))
+        return tl.join(tl.math.exp2(even), _exp2_poly(odd)).reshape(BM, BN)
+    else:
+        return tl.math.exp2(x)
+
+
 @triton.jit
 def _softmax_step(acc, l_i, m_i, q, kt, v, cols, offs_m, N, qk_scale,
-                  MASKED: tl.constexpr, IS_CAUSAL: tl.constexpr):
+                  MASKED: tl.constexpr, IS_CAUSAL: tl.constexpr,
+                  LAZY: tl.constexpr = False, EMULATE: tl.constexpr = False):
     """One key/value tile of the online softmax (theory 02), scores in base 2."""
     qk = tl.dot(q, kt)
     if MASKED:  # only the diagonal band and the ragged tail pay for a mask
@@ -98,15 +135,29 @@ def _softmax_step(acc, l_i, m_i, q, kt, v, cols, offs_m, N, qk_scale,
             valid = valid & (offs_m[:, None] >= cols[None, :])
         qk = tl.where(valid, qk * qk_scale, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(qk, 1))
-        qk = qk - m_new[:, None]
     else:
         # the softmax scale and log2(e) are folded into one multiply-add with the max
         m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
+    if LAZY:
+        # every row's first tile holds a visible key, so m_i is -inf only before it: inf > 8
+        if tl.max(m_new - m_i, 0) > 8.0:
+            alpha = tl.math.exp2(m_i - m_new)
+            acc = acc * alpha[:, None]
+            l_i = l_i * alpha
+            m_i = m_new
+        m_new = m_i
+    if MASKED:
+        qk = qk - m_new[:, None]
+    else:
         qk = qk * qk_scale - m_new[:, None]
-    p = tl.math.exp2(qk)
-    alpha = tl.math.exp2(m_i - m_new)  # rescales what was summed under the old maximum
-    l_i = l_i * alpha + tl.sum(p, 1)
-    acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])
+    p = _exp2(qk, EMULATE)
+    if LAZY:
+        l_i = l_i + tl.sum(p, 1)
+        acc = tl.dot(p.to(v.dtype), v, acc)
+    else:
+        alpha = tl.math.exp2(m_i - m_new)  # rescales what was summed under the old maximum
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])
     return acc, l_i, m_new
 
 
@@ -150,6 +201,7 @@ def _flash_fwd_kernel(
     H, N, GROUP,
     HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     IS_CAUSAL: tl.constexpr, STORE_LSE: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
+    LAZY: tl.constexpr = False, EMULATE: tl.constexpr = False,
 ):
     """Pointer loads with real strides: any layout, any device Triton runs on."""
     pid_m, pid_bh = _program_ids(IS_CAUSAL)
@@ -174,13 +226,13 @@ def _flash_fwd_kernel(
         kt = tl.load(kt_ptrs + start_n * stride_kn)
         v = tl.load(v_ptrs + start_n * stride_vn)
         acc, l_i, m_i = _softmax_step(acc, l_i, m_i, q, kt, v, start_n + offs_n, offs_m, N,
-                                      qk_scale, False, IS_CAUSAL)
+                                      qk_scale, False, IS_CAUSAL, LAZY, EMULATE)
     for start_n in range(lo, hi, BLOCK_N):
         cols = start_n + offs_n
         kt = tl.load(kt_ptrs + start_n * stride_kn, mask=cols[None, :] < N, other=0.0)
         v = tl.load(v_ptrs + start_n * stride_vn, mask=cols[:, None] < N, other=0.0)
         acc, l_i, m_i = _softmax_step(acc, l_i, m_i, q, kt, v, cols, offs_m, N,
-                                      qk_scale, True, IS_CAUSAL)
+                                      qk_scale, True, IS_CAUSAL, LAZY, EMULATE)
 
     # every row sees key 0, so l_i > 0: no division by zero, no NaN
     acc = acc / l_i[:, None]
@@ -195,6 +247,7 @@ def _flash_fwd_kernel_tma(
     desc_q, desc_k, desc_v, desc_o, LSE, qk_scale, H, N, GROUP,
     HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     IS_CAUSAL: tl.constexpr, STORE_LSE: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
+    LAZY: tl.constexpr = False, EMULATE: tl.constexpr = False,
 ):
     """The same algorithm with tiles moved by TMA (4-D descriptors; out-of-range rows read as 0)."""
     pid_m, pid_bh = _program_ids(IS_CAUSAL)
@@ -214,18 +267,70 @@ def _flash_fwd_kernel_tma(
         kt = desc_k.load([b, h_kv, start_n, 0]).reshape(BLOCK_N, HEAD_DIM).T
         v = desc_v.load([b, h_kv, start_n, 0]).reshape(BLOCK_N, HEAD_DIM)
         acc, l_i, m_i = _softmax_step(acc, l_i, m_i, q, kt, v, start_n + offs_n, offs_m, N,
-                                      qk_scale, False, IS_CAUSAL)
+                                      qk_scale, False, IS_CAUSAL, LAZY, EMULATE)
     for start_n in range(lo, hi, BLOCK_N):
         kt = desc_k.load([b, h_kv, start_n, 0]).reshape(BLOCK_N, HEAD_DIM).T
         v = desc_v.load([b, h_kv, start_n, 0]).reshape(BLOCK_N, HEAD_DIM)
         acc, l_i, m_i = _softmax_step(acc, l_i, m_i, q, kt, v, start_n + offs_n, offs_m, N,
-                                      qk_scale, True, IS_CAUSAL)
+                                      qk_scale, True, IS_CAUSAL, LAZY, EMULATE)
 
     acc = acc / l_i[:, None]
     desc_o.store([b, h, pid_m * BLOCK_M, 0],
                  acc.to(desc_o.dtype).reshape(1, 1, BLOCK_M, HEAD_DIM))
     if STORE_LSE:
         _store_lse(LSE, pid_bh, offs_m, m_i, l_i, N)
+
+
+@triton.jit
+def _flash_fwd_kernel_tma_split(
+    desc_q, desc_k, desc_v, desc_o, LSE, qk_scale, H, N, GROUP,
+    HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    IS_CAUSAL: tl.constexpr, STORE_LSE: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
+    LAZY: tl.constexpr = False, EMULATE: tl.constexpr = False,
+):
+    """The TMA kernel with the query tile in two halves sharing each key/value tile."""
+    HALF: tl.constexpr = BLOCK_M // 2
+    pid_m, pid_bh = _program_ids(IS_CAUSAL)
+    b = pid_bh // H
+    h = pid_bh % H
+    h_kv = h // GROUP
+    offs_a = pid_m * BLOCK_M + tl.arange(0, HALF)
+    offs_b = offs_a + HALF
+    offs_n = tl.arange(0, BLOCK_N)
+    qa = desc_q.load([b, h, pid_m * BLOCK_M, 0]).reshape(HALF, HEAD_DIM)
+    qb = desc_q.load([b, h, pid_m * BLOCK_M + HALF, 0]).reshape(HALF, HEAD_DIM)
+
+    m_a = tl.full([HALF], float("-inf"), dtype=tl.float32)
+    l_a = tl.zeros([HALF], dtype=tl.float32)
+    acc_a = tl.zeros([HALF, HEAD_DIM], dtype=tl.float32)
+    m_b = tl.full([HALF], float("-inf"), dtype=tl.float32)
+    l_b = tl.zeros([HALF], dtype=tl.float32)
+    acc_b = tl.zeros([HALF, HEAD_DIM], dtype=tl.float32)
+    lo, hi = _kv_range(pid_m, N, BLOCK_M, BLOCK_N, IS_CAUSAL)
+    for start_n in tl.range(0, lo, BLOCK_N, warp_specialize=WARP_SPECIALIZE):
+        start_n = tl.multiple_of(start_n, BLOCK_N)
+        kt = desc_k.load([b, h_kv, start_n, 0]).reshape(BLOCK_N, HEAD_DIM).T
+        v = desc_v.load([b, h_kv, start_n, 0]).reshape(BLOCK_N, HEAD_DIM)
+        acc_a, l_a, m_a = _softmax_step(acc_a, l_a, m_a, qa, kt, v, start_n + offs_n, offs_a, N,
+                                        qk_scale, False, IS_CAUSAL, LAZY, EMULATE)
+        acc_b, l_b, m_b = _softmax_step(acc_b, l_b, m_b, qb, kt, v, start_n + offs_n, offs_b, N,
+                                        qk_scale, False, IS_CAUSAL, LAZY, EMULATE)
+    for start_n in range(lo, hi, BLOCK_N):
+        kt = desc_k.load([b, h_kv, start_n, 0]).reshape(BLOCK_N, HEAD_DIM).T
+        v = desc_v.load([b, h_kv, start_n, 0]).reshape(BLOCK_N, HEAD_DIM)
+        acc_a, l_a, m_a = _softmax_step(acc_a, l_a, m_a, qa, kt, v, start_n + offs_n, offs_a, N,
+                                        qk_scale, True, IS_CAUSAL, LAZY, EMULATE)
+        acc_b, l_b, m_b = _softmax_step(acc_b, l_b, m_b, qb, kt, v, start_n + offs_n, offs_b, N,
+                                        qk_scale, True, IS_CAUSAL, LAZY, EMULATE)
+
+    acc_a = acc_a / l_a[:, None]
+    acc_b = acc_b / l_b[:, None]
+    desc_o.store([b, h, pid_m * BLOCK_M, 0], acc_a.to(desc_o.dtype).reshape(1, 1, HALF, HEAD_DIM))
+    desc_o.store([b, h, pid_m * BLOCK_M + HALF, 0],
+                 acc_b.to(desc_o.dtype).reshape(1, 1, HALF, HEAD_DIM))
+    if STORE_LSE:
+        _store_lse(LSE, pid_bh, offs_a, m_a, l_a, N)
+        _store_lse(LSE, pid_bh, offs_b, m_b, l_b, N)
 
 
 def _tma_ok(*tensors) -> bool:
@@ -299,15 +404,20 @@ def flash_attn_forward(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, causal
     grid = (triton.cdiv(N, cfg.BLOCK_M), B * H)
     common = dict(HEAD_DIM=d, BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, IS_CAUSAL=bool(causal),
                   STORE_LSE=bool(return_lse), WARP_SPECIALIZE=cfg.WARP_SPECIALIZE,
+                  LAZY=cfg.LAZY_RESCALE, EMULATE=cfg.EXP2_EMULATE,
                   num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+    if cfg.SPLIT_M not in (1, 2) or (cfg.SPLIT_M == 2 and not cfg.TMA):
+        raise ValueError(f"SPLIT_M={cfg.SPLIT_M}: accepted 1, or 2 with TMA")
     if cfg.TMA and _tma_ok(Q, K, V):
         from triton.tools.tensor_descriptor import TensorDescriptor
 
         def desc(t, rows):
             return TensorDescriptor(t, list(t.shape), list(t.stride()), [1, 1, rows, d])
 
-        _flash_fwd_kernel_tma[grid](
-            desc(Q, cfg.BLOCK_M), desc(K, cfg.BLOCK_N), desc(V, cfg.BLOCK_N), desc(O, cfg.BLOCK_M),
+        rows_q = cfg.BLOCK_M // cfg.SPLIT_M
+        kernel = _flash_fwd_kernel_tma_split if cfg.SPLIT_M == 2 else _flash_fwd_kernel_tma
+        kernel[grid](
+            desc(Q, rows_q), desc(K, cfg.BLOCK_N), desc(V, cfg.BLOCK_N), desc(O, rows_q),
             LSE, scale * LOG2E, H, N, H // K.shape[1], **common,
         )
     else:

@@ -36,10 +36,29 @@ ROUND_2_SHAPES = [(128, 128, 4, 3), (128, 64, 8, 3), (128, 128, 8, 3), (128, 64,
 ROUND_3 = [(64, 64, 4, 3, False), (64, 64, 4, 3, True), (64, 64, 4, 2, True), (64, 32, 4, 3, True),
            (128, 128, 4, 3, False), (128, 128, 4, 3, True), (128, 64, 4, 3, True)]
 
+# Round 4: the round-2 winners with lazy rescaling and/or half the exponentials on the FMA units;
+# query tiles split in two halves sharing each key/value tile; 64-row tiles, two programs per SM.
+ROUND_4_SHAPES = [(128, 128, 4, 3), (128, 128, 8, 3), (128, 64, 4, 2)]
+ROUND_4_SPLIT = [((128, 64, 4, 2), False, False), ((128, 128, 4, 3), False, False),
+                 ((256, 64, 8, 3), False, False), ((256, 128, 8, 2), False, False),
+                 ((128, 128, 4, 3), False, True), ((256, 64, 8, 3), True, False)]
+
+
+def _round_4():
+    from minimodel.attention_flash import FwdConfig
+
+    configs = [FwdConfig(*shape, TMA=True, LAZY_RESCALE=lazy, EXP2_EMULATE=emu)
+               for shape in ROUND_4_SHAPES for lazy in (False, True) for emu in (False, True)]
+    configs += [FwdConfig(*shape, TMA=True, LAZY_RESCALE=lazy, EXP2_EMULATE=emu, SPLIT_M=2)
+                for shape, lazy, emu in ROUND_4_SPLIT]
+    return configs + [FwdConfig(64, 64, 4, 3, TMA=True), FwdConfig(64, 64, 4, 2, TMA=True)]
+
 
 def candidate_configs(round_: int = 2):
     from minimodel.attention_flash import FwdConfig
 
+    if round_ == 4:
+        return _round_4()
     if round_ == 1:
         return [FwdConfig(*c) for c in ROUND_1]
     if round_ == 3:
@@ -79,12 +98,15 @@ def tune_point(B, H, N, d, causal, configs, warmup_ms=25, rep_ms=100,
 
 
 def run(points, configs, warmup_ms=25, rep_ms=100, progress=sys.stderr,
-        baselines=("sdpa_cudnn", "sdpa_flash")) -> list[dict]:
+        baselines=("sdpa_cudnn", "sdpa_flash"), on_point=None) -> list[dict]:
+    """Every point in turn; `on_point(rows)` sees the rows so far after each (to save them)."""
     rows = []
     for point in points:
         rows += tune_point(*point, configs, warmup_ms, rep_ms, baselines)
         torch.cuda.empty_cache()
         print(f"done B,H,N,d,causal = {point}", file=progress, flush=True)
+        if on_point:
+            on_point(rows)
     return rows
 
 
@@ -96,7 +118,9 @@ def summarize(frame):
     tri = frame[frame.impl == "triton"].dropna(subset=["tflops"])
     best = tri.loc[tri.groupby(key)["tflops"].idxmax()].set_index(key)
     ref = frame[frame.impl != "triton"].pivot_table(index=key, columns="impl", values="tflops")
-    out = best[["BLOCK_M", "BLOCK_N", "num_warps", "num_stages", "TMA", "tflops"]].join(ref)
+    columns = [c for c in ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages", "TMA", "LAZY_RESCALE",
+                           "EXP2_EMULATE", "SPLIT_M", "tflops") if c in best]
+    out = best[columns].join(ref)
     out["vs_cudnn"] = out.tflops / out.sdpa_cudnn
     out["vs_fa2"] = out.tflops / out.sdpa_flash
     return pd.DataFrame(out)
@@ -110,7 +134,7 @@ def main(argv=None) -> int:
     parser.add_argument("--d", type=int, nargs="+", default=[64, 128])
     parser.add_argument("--tokens", type=int, default=16384, help="batch * N")
     parser.add_argument("--model-dim", type=int, default=2048, help="heads * d")
-    parser.add_argument("--round", type=int, default=2, choices=(1, 2, 3),
+    parser.add_argument("--round", type=int, default=2, choices=(1, 2, 3, 4),
                         help="candidate set; 3 times the seed grid (B=2, H=4, d=64) with naive too")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
@@ -125,9 +149,15 @@ def main(argv=None) -> int:
         points = [(max(args.tokens // n, 1), args.model_dim // d, n, d, causal)
                   for d in args.d for causal in (False, True) for n in args.n]
         baselines = ("sdpa_cudnn", "sdpa_flash")
-    frame = pd.DataFrame(run(points, candidate_configs(args.round), baselines=baselines))
+    from minimodel.manifest import write_csv
+
     args.out.mkdir(parents=True, exist_ok=True)
-    frame.to_csv(args.out / "tune.csv", index=False)
+
+    def save(rows):  # after every point, so a run cut short keeps what it measured
+        write_csv(args.out / "tune.csv", pd.DataFrame(rows))
+
+    frame = pd.DataFrame(run(points, candidate_configs(args.round), baselines=baselines,
+                             on_point=save))
     with pd.option_context("display.width", 200, "display.max_columns", 20):
         print(summarize(frame).round(3).to_string())
     return 0
