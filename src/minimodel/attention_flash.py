@@ -39,8 +39,6 @@ class FwdConfig:
     TMA: load tiles through Hopper's tensor-memory accelerator (host-side tensor descriptors)
     instead of per-thread pointer loads; needs compute capability >= 9 and 16-byte aligned strides.
     WARP_SPECIALIZE: let Triton split the unmasked key loop into producer and consumer warps.
-    LAZY_RESCALE: rescale the accumulator only when some row's maximum grew by more than 8 in
-    base 2 (a factor 256, which fp32 sums and fp16 probabilities hold), not at every key tile.
     EXP2_EMULATE: compute half of the exponentials with a cubic polynomial on the FMA units,
     off the special-function units that exp2 queues on.
     SPLIT_M: 2 splits the query tile into two halves with their own softmax state that share
@@ -53,7 +51,6 @@ class FwdConfig:
     num_stages: int
     TMA: bool = False
     WARP_SPECIALIZE: bool = False
-    LAZY_RESCALE: bool = False
     EXP2_EMULATE: bool = False
     SPLIT_M: int = 1
 
@@ -97,8 +94,10 @@ def get_fwd_config(head_dim: int, causal: bool, device_type: str, n: int | None 
 
 
 # 2^f on [-1/2, 1/2], cubic fit of least maximum relative error (7.5e-5, below fp16's 4.9e-4)
-EXP2_C0, EXP2_C1, EXP2_C2, EXP2_C3 = 0.99992807, 0.69326099, 0.24261117, 0.05517169
-ROUND_MAGIC = 12582912.0  # 1.5·2^23: adding it rounds a float to an integer in the low mantissa bits
+EXP2_C0, EXP2_C1, EXP2_C2, EXP2_C3 = (tl.constexpr(c) for c in (0.99992807, 0.69326099, 0.24261117,
+                                                            0.05517169))
+# 1.5·2^23: adding it rounds a float to an integer held in the low mantissa bits
+ROUND_MAGIC = tl.constexpr(12582912.0)
 
 
 @triton.jit
@@ -125,39 +124,23 @@ def _exp2(x, EMULATE: tl.constexpr):
 
 @triton.jit
 def _softmax_step(acc, l_i, m_i, q, kt, v, cols, offs_m, N, qk_scale,
-                  MASKED: tl.constexpr, IS_CAUSAL: tl.constexpr,
-                  LAZY: tl.constexpr = False, EMULATE: tl.constexpr = False):
-    """One key/value tile of the online softmax (theory 02), scores in base 2."""
+                  MASKED: tl.constexpr, IS_CAUSAL: tl.constexpr, EMULATE: tl.constexpr = False):
+    """One key/value tile of the online softmax (theory 02), scores in base 2.
+
+    qk_scale > 0 (the softmax scale times log2 e), so the row maximum is taken before scaling and
+    the scale and the subtraction of the maximum are one fused multiply-add per score.
+    """
     qk = tl.dot(q, kt)
     if MASKED:  # only the diagonal band and the ragged tail pay for a mask
         valid = cols[None, :] < N
         if IS_CAUSAL:
             valid = valid & (offs_m[:, None] >= cols[None, :])
-        qk = tl.where(valid, qk * qk_scale, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(qk, 1))
-    else:
-        # the softmax scale and log2(e) are folded into one multiply-add with the max
-        m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
-    if LAZY:
-        # every row's first tile holds a visible key, so m_i is -inf only before it: inf > 8
-        if tl.max(m_new - m_i, 0) > 8.0:
-            alpha = tl.math.exp2(m_i - m_new)
-            acc = acc * alpha[:, None]
-            l_i = l_i * alpha
-            m_i = m_new
-        m_new = m_i
-    if MASKED:
-        qk = qk - m_new[:, None]
-    else:
-        qk = qk * qk_scale - m_new[:, None]
-    p = _exp2(qk, EMULATE)
-    if LAZY:
-        l_i = l_i + tl.sum(p, 1)
-        acc = tl.dot(p.to(v.dtype), v, acc)
-    else:
-        alpha = tl.math.exp2(m_i - m_new)  # rescales what was summed under the old maximum
-        l_i = l_i * alpha + tl.sum(p, 1)
-        acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])
+        qk = tl.where(valid, qk, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
+    p = _exp2(tl.fma(qk, qk_scale, -m_new[:, None]), EMULATE)
+    alpha = tl.math.exp2(m_i - m_new)  # rescales what was summed under the old maximum
+    l_i = l_i * alpha + tl.sum(p, 1)
+    acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])
     return acc, l_i, m_new
 
 
@@ -201,7 +184,7 @@ def _flash_fwd_kernel(
     H, N, GROUP,
     HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     IS_CAUSAL: tl.constexpr, STORE_LSE: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
-    LAZY: tl.constexpr = False, EMULATE: tl.constexpr = False,
+    EMULATE: tl.constexpr = False,
 ):
     """Pointer loads with real strides: any layout, any device Triton runs on."""
     pid_m, pid_bh = _program_ids(IS_CAUSAL)
@@ -226,13 +209,13 @@ def _flash_fwd_kernel(
         kt = tl.load(kt_ptrs + start_n * stride_kn)
         v = tl.load(v_ptrs + start_n * stride_vn)
         acc, l_i, m_i = _softmax_step(acc, l_i, m_i, q, kt, v, start_n + offs_n, offs_m, N,
-                                      qk_scale, False, IS_CAUSAL, LAZY, EMULATE)
+                                      qk_scale, False, IS_CAUSAL, EMULATE)
     for start_n in range(lo, hi, BLOCK_N):
         cols = start_n + offs_n
         kt = tl.load(kt_ptrs + start_n * stride_kn, mask=cols[None, :] < N, other=0.0)
         v = tl.load(v_ptrs + start_n * stride_vn, mask=cols[:, None] < N, other=0.0)
         acc, l_i, m_i = _softmax_step(acc, l_i, m_i, q, kt, v, cols, offs_m, N,
-                                      qk_scale, True, IS_CAUSAL, LAZY, EMULATE)
+                                      qk_scale, True, IS_CAUSAL, EMULATE)
 
     # every row sees key 0, so l_i > 0: no division by zero, no NaN
     acc = acc / l_i[:, None]
@@ -247,7 +230,7 @@ def _flash_fwd_kernel_tma(
     desc_q, desc_k, desc_v, desc_o, LSE, qk_scale, H, N, GROUP,
     HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     IS_CAUSAL: tl.constexpr, STORE_LSE: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
-    LAZY: tl.constexpr = False, EMULATE: tl.constexpr = False,
+    EMULATE: tl.constexpr = False,
 ):
     """The same algorithm with tiles moved by TMA (4-D descriptors; out-of-range rows read as 0)."""
     pid_m, pid_bh = _program_ids(IS_CAUSAL)
@@ -267,12 +250,12 @@ def _flash_fwd_kernel_tma(
         kt = desc_k.load([b, h_kv, start_n, 0]).reshape(BLOCK_N, HEAD_DIM).T
         v = desc_v.load([b, h_kv, start_n, 0]).reshape(BLOCK_N, HEAD_DIM)
         acc, l_i, m_i = _softmax_step(acc, l_i, m_i, q, kt, v, start_n + offs_n, offs_m, N,
-                                      qk_scale, False, IS_CAUSAL, LAZY, EMULATE)
+                                      qk_scale, False, IS_CAUSAL, EMULATE)
     for start_n in range(lo, hi, BLOCK_N):
         kt = desc_k.load([b, h_kv, start_n, 0]).reshape(BLOCK_N, HEAD_DIM).T
         v = desc_v.load([b, h_kv, start_n, 0]).reshape(BLOCK_N, HEAD_DIM)
         acc, l_i, m_i = _softmax_step(acc, l_i, m_i, q, kt, v, start_n + offs_n, offs_m, N,
-                                      qk_scale, True, IS_CAUSAL, LAZY, EMULATE)
+                                      qk_scale, True, IS_CAUSAL, EMULATE)
 
     acc = acc / l_i[:, None]
     desc_o.store([b, h, pid_m * BLOCK_M, 0],
@@ -286,7 +269,7 @@ def _flash_fwd_kernel_tma_split(
     desc_q, desc_k, desc_v, desc_o, LSE, qk_scale, H, N, GROUP,
     HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     IS_CAUSAL: tl.constexpr, STORE_LSE: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
-    LAZY: tl.constexpr = False, EMULATE: tl.constexpr = False,
+    EMULATE: tl.constexpr = False,
 ):
     """The TMA kernel with the query tile in two halves sharing each key/value tile."""
     HALF: tl.constexpr = BLOCK_M // 2
@@ -312,16 +295,16 @@ def _flash_fwd_kernel_tma_split(
         kt = desc_k.load([b, h_kv, start_n, 0]).reshape(BLOCK_N, HEAD_DIM).T
         v = desc_v.load([b, h_kv, start_n, 0]).reshape(BLOCK_N, HEAD_DIM)
         acc_a, l_a, m_a = _softmax_step(acc_a, l_a, m_a, qa, kt, v, start_n + offs_n, offs_a, N,
-                                        qk_scale, False, IS_CAUSAL, LAZY, EMULATE)
+                                        qk_scale, False, IS_CAUSAL, EMULATE)
         acc_b, l_b, m_b = _softmax_step(acc_b, l_b, m_b, qb, kt, v, start_n + offs_n, offs_b, N,
-                                        qk_scale, False, IS_CAUSAL, LAZY, EMULATE)
+                                        qk_scale, False, IS_CAUSAL, EMULATE)
     for start_n in range(lo, hi, BLOCK_N):
         kt = desc_k.load([b, h_kv, start_n, 0]).reshape(BLOCK_N, HEAD_DIM).T
         v = desc_v.load([b, h_kv, start_n, 0]).reshape(BLOCK_N, HEAD_DIM)
         acc_a, l_a, m_a = _softmax_step(acc_a, l_a, m_a, qa, kt, v, start_n + offs_n, offs_a, N,
-                                        qk_scale, True, IS_CAUSAL, LAZY, EMULATE)
+                                        qk_scale, True, IS_CAUSAL, EMULATE)
         acc_b, l_b, m_b = _softmax_step(acc_b, l_b, m_b, qb, kt, v, start_n + offs_n, offs_b, N,
-                                        qk_scale, True, IS_CAUSAL, LAZY, EMULATE)
+                                        qk_scale, True, IS_CAUSAL, EMULATE)
 
     acc_a = acc_a / l_a[:, None]
     acc_b = acc_b / l_b[:, None]
@@ -387,7 +370,7 @@ def flash_attn_forward(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, causal
     multi-query attention; K and V are not copied). float16 or bfloat16, all on one CUDA
     device, or on the CPU under TRITON_INTERPRET=1. d ∈ {16, 32, 64, 128, 256}. Any strides
     (e.g. a transposed (B, N, H, d) tensor) are read as they are.
-    causal: query i sees keys j <= i. sm_scale: defaults to 1/sqrt(d).
+    causal: query i sees keys j <= i. sm_scale: > 0, defaults to 1/sqrt(d).
     return_lse: also return the natural-log log-sum-exp of each row, (B, H, N) float32.
     config: tile configuration; defaults to `get_fwd_config(d, causal, device, N, B·H, SMs)`.
     Returns O with Q's shape and dtype (contiguous), and LSE when asked.
@@ -400,11 +383,13 @@ def flash_attn_forward(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, causal
     if O.numel() == 0:
         return (O, LSE) if return_lse else O
     scale = 1.0 / math.sqrt(d) if sm_scale is None else float(sm_scale)
+    if not (math.isfinite(scale) and scale > 0):  # the kernel takes each row's maximum before scaling
+        raise ValueError(f"sm_scale must be a finite number > 0, got {sm_scale!r}")
     cfg = config or default_config(Q, causal)
     grid = (triton.cdiv(N, cfg.BLOCK_M), B * H)
     common = dict(HEAD_DIM=d, BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, IS_CAUSAL=bool(causal),
                   STORE_LSE=bool(return_lse), WARP_SPECIALIZE=cfg.WARP_SPECIALIZE,
-                  LAZY=cfg.LAZY_RESCALE, EMULATE=cfg.EXP2_EMULATE,
+                  EMULATE=cfg.EXP2_EMULATE,
                   num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     if cfg.SPLIT_M not in (1, 2) or (cfg.SPLIT_M == 2 and not cfg.TMA):
         raise ValueError(f"SPLIT_M={cfg.SPLIT_M}: accepted 1, or 2 with TMA")
