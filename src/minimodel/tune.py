@@ -49,6 +49,10 @@ ROUND_5 = [((128, 128, 4, 3), 1, False), ((128, 128, 4, 3), 1, True), ((128, 128
            ((128, 128, 8, 3), 1, False), ((128, 128, 8, 3), 1, True), ((128, 64, 4, 2), 1, False),
            ((128, 64, 4, 2), 1, True), ((128, 64, 8, 2), 1, False)]
 
+# Round 6: the leading shapes of rounds 1-5 at every N of FlashAttention's grid (--n 1024 ... 16384).
+ROUND_6 = [((64, 64, 4, 3), 1), ((64, 64, 4, 2), 1), ((128, 128, 4, 3), 1), ((128, 128, 4, 3), 2),
+           ((128, 64, 4, 2), 1), ((128, 128, 8, 3), 1)]
+
 
 def _round_4():
     from minimodel.attention_flash import FwdConfig
@@ -64,6 +68,8 @@ def candidate_configs(round_: int = 2):
 
     if round_ == 4:
         return _round_4()
+    if round_ == 6:
+        return [FwdConfig(*shape, TMA=True, SPLIT_M=split) for shape, split in ROUND_6]
     if round_ == 5:
         return [FwdConfig(*shape, TMA=True, SPLIT_M=split, EXP2_EMULATE=emu) for shape, split, emu in ROUND_5]
     if round_ == 1:
@@ -141,7 +147,7 @@ def main(argv=None) -> int:
     parser.add_argument("--d", type=int, nargs="+", default=[64, 128])
     parser.add_argument("--tokens", type=int, default=16384, help="batch * N")
     parser.add_argument("--model-dim", type=int, default=2048, help="heads * d")
-    parser.add_argument("--round", type=int, default=2, choices=(1, 2, 3, 4, 5),
+    parser.add_argument("--round", type=int, default=2, choices=(1, 2, 3, 4, 5, 6),
                         help="candidate set; 3 times the seed grid (B=2, H=4, d=64) with naive too")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
