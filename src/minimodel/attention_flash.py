@@ -53,6 +53,7 @@ class FwdConfig:
     WARP_SPECIALIZE: bool = False
     EXP2_EMULATE: bool = False
     SPLIT_M: int = 1
+    PREFETCH_QK: bool = False
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -123,14 +124,13 @@ def _exp2(x, EMULATE: tl.constexpr):
 
 
 @triton.jit
-def _softmax_step(acc, l_i, m_i, q, kt, v, cols, offs_m, N, qk_scale,
-                  MASKED: tl.constexpr, IS_CAUSAL: tl.constexpr, EMULATE: tl.constexpr = False):
-    """One key/value tile of the online softmax (theory 02), scores in base 2.
+def _online_softmax(acc, l_i, m_i, qk, v, cols, offs_m, N, qk_scale,
+                    MASKED: tl.constexpr, IS_CAUSAL: tl.constexpr, EMULATE: tl.constexpr = False):
+    """Fold one tile of scores Q Kᵀ and its values into the running (acc, l, m) (theory 02).
 
-    qk_scale > 0 (the softmax scale times log2 e), so the row maximum is taken before scaling and
-    the scale and the subtraction of the maximum are one fused multiply-add per score.
+    Scores go to base 2. qk_scale > 0 (the softmax scale times log2 e), so the row maximum is
+    taken before scaling, and the scale and the subtraction of the maximum are one multiply-add.
     """
-    qk = tl.dot(q, kt)
     if MASKED:  # only the diagonal band and the ragged tail pay for a mask
         valid = cols[None, :] < N
         if IS_CAUSAL:
@@ -142,6 +142,14 @@ def _softmax_step(acc, l_i, m_i, q, kt, v, cols, offs_m, N, qk_scale,
     l_i = l_i * alpha + tl.sum(p, 1)
     acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])
     return acc, l_i, m_new
+
+
+@triton.jit
+def _softmax_step(acc, l_i, m_i, q, kt, v, cols, offs_m, N, qk_scale,
+                  MASKED: tl.constexpr, IS_CAUSAL: tl.constexpr, EMULATE: tl.constexpr = False):
+    """One key/value tile: its scores, then the online softmax."""
+    return _online_softmax(acc, l_i, m_i, tl.dot(q, kt), v, cols, offs_m, N, qk_scale,
+                           MASKED, IS_CAUSAL, EMULATE)
 
 
 @triton.jit
@@ -230,7 +238,7 @@ def _flash_fwd_kernel_tma(
     desc_q, desc_k, desc_v, desc_o, LSE, qk_scale, H, N, GROUP,
     HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     IS_CAUSAL: tl.constexpr, STORE_LSE: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
-    EMULATE: tl.constexpr = False,
+    EMULATE: tl.constexpr = False, PREFETCH_QK: tl.constexpr = False,
 ):
     """The same algorithm with tiles moved by TMA (4-D descriptors; out-of-range rows read as 0)."""
     pid_m, pid_bh = _program_ids(IS_CAUSAL)
@@ -245,12 +253,28 @@ def _flash_fwd_kernel_tma(
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
     lo, hi = _kv_range(pid_m, N, BLOCK_M, BLOCK_N, IS_CAUSAL)
-    for start_n in tl.range(0, lo, BLOCK_N, warp_specialize=WARP_SPECIALIZE):
-        start_n = tl.multiple_of(start_n, BLOCK_N)
-        kt = desc_k.load([b, h_kv, start_n, 0]).reshape(BLOCK_N, HEAD_DIM).T
-        v = desc_v.load([b, h_kv, start_n, 0]).reshape(BLOCK_N, HEAD_DIM)
-        acc, l_i, m_i = _softmax_step(acc, l_i, m_i, q, kt, v, start_n + offs_n, offs_m, N,
-                                      qk_scale, False, IS_CAUSAL, EMULATE)
+    if PREFETCH_QK:
+        # the scores of tile j+1 are issued before the softmax of tile j, so the tensor cores
+        # work while the softmax runs (FlashAttention-3's overlap within a warpgroup)
+        if lo > 0:
+            qk = tl.dot(q, desc_k.load([b, h_kv, 0, 0]).reshape(BLOCK_N, HEAD_DIM).T)
+            for start_n in tl.range(BLOCK_N, lo, BLOCK_N):
+                start_n = tl.multiple_of(start_n, BLOCK_N)
+                qk_next = tl.dot(q, desc_k.load([b, h_kv, start_n, 0]).reshape(BLOCK_N, HEAD_DIM).T)
+                v = desc_v.load([b, h_kv, start_n - BLOCK_N, 0]).reshape(BLOCK_N, HEAD_DIM)
+                acc, l_i, m_i = _online_softmax(acc, l_i, m_i, qk, v, start_n + offs_n, offs_m, N,
+                                                qk_scale, False, IS_CAUSAL, EMULATE)
+                qk = qk_next
+            v = desc_v.load([b, h_kv, lo - BLOCK_N, 0]).reshape(BLOCK_N, HEAD_DIM)
+            acc, l_i, m_i = _online_softmax(acc, l_i, m_i, qk, v, offs_n, offs_m, N,
+                                            qk_scale, False, IS_CAUSAL, EMULATE)
+    else:
+        for start_n in tl.range(0, lo, BLOCK_N, warp_specialize=WARP_SPECIALIZE):
+            start_n = tl.multiple_of(start_n, BLOCK_N)
+            kt = desc_k.load([b, h_kv, start_n, 0]).reshape(BLOCK_N, HEAD_DIM).T
+            v = desc_v.load([b, h_kv, start_n, 0]).reshape(BLOCK_N, HEAD_DIM)
+            acc, l_i, m_i = _softmax_step(acc, l_i, m_i, q, kt, v, start_n + offs_n, offs_m, N,
+                                          qk_scale, False, IS_CAUSAL, EMULATE)
     for start_n in range(lo, hi, BLOCK_N):
         kt = desc_k.load([b, h_kv, start_n, 0]).reshape(BLOCK_N, HEAD_DIM).T
         v = desc_v.load([b, h_kv, start_n, 0]).reshape(BLOCK_N, HEAD_DIM)
@@ -401,9 +425,10 @@ def flash_attn_forward(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, causal
 
         rows_q = cfg.BLOCK_M // cfg.SPLIT_M
         kernel = _flash_fwd_kernel_tma_split if cfg.SPLIT_M == 2 else _flash_fwd_kernel_tma
+        extra = {"PREFETCH_QK": cfg.PREFETCH_QK} if cfg.SPLIT_M == 1 else {}
         kernel[grid](
             desc(Q, rows_q), desc(K, cfg.BLOCK_N), desc(V, cfg.BLOCK_N), desc(O, rows_q),
-            LSE, scale * LOG2E, H, N, H // K.shape[1], **common,
+            LSE, scale * LOG2E, H, N, H // K.shape[1], **common, **extra,
         )
     else:
         _flash_fwd_kernel[grid](
