@@ -91,8 +91,16 @@ def test_empty_inputs_give_empty_outputs(shape):
 def test_config_is_a_multiple_for_the_causal_band():
     for d in SUPPORTED_HEAD_DIMS:
         for device in ("cuda", "cpu"):
-            cfg = get_fwd_config(d, True, device)
-            assert cfg.BLOCK_M % cfg.BLOCK_N == 0
+            for n, bh in ((None, None), (64, 8), (1024, 256), (2048, 8), (4096, 128), (16384, 16)):
+                cfg = get_fwd_config(d, True, device, n, bh, 132)
+                assert cfg.BLOCK_M % cfg.BLOCK_N == 0
+
+
+@pytest.mark.parametrize("sm_scale", [0.0, -0.125, float("nan"), float("inf")])
+def test_sm_scale_must_be_positive(sm_scale):
+    q = half(1, 1, 16, 16)
+    with pytest.raises(ValueError, match="sm_scale must be a finite number > 0"):
+        flash_attn_forward(q, q, q, sm_scale=sm_scale)
 
 
 def half(*shape):

@@ -36,50 +36,14 @@ ROUND_2_SHAPES = [(128, 128, 4, 3), (128, 64, 8, 3), (128, 128, 8, 3), (128, 64,
 ROUND_3 = [(64, 64, 4, 3, False), (64, 64, 4, 3, True), (64, 64, 4, 2, True), (64, 32, 4, 3, True),
            (128, 128, 4, 3, False), (128, 128, 4, 3, True), (128, 64, 4, 3, True)]
 
-# Round 4: the round-2 winners with half the exponentials on the FMA units; query tiles split in
-# two halves sharing each key/value tile; 64-row tiles, two programs per SM. (Lazy rescaling was
-# measured in the same run and lost at every point: notes/kernel.md.)
-ROUND_4_SHAPES = [(128, 128, 4, 3), (128, 128, 8, 3), (128, 64, 4, 2)]
-ROUND_4_SPLIT = [((128, 64, 4, 2), False), ((128, 128, 4, 3), False), ((256, 64, 8, 3), False),
-                 ((256, 128, 8, 2), False), ((128, 128, 4, 3), True)]
-# Round 5, after the scale and the max subtraction became one FMA: exponential emulation again
-# (round 4's did not compile) on the best shapes, split tiles with other depths.
-ROUND_5 = [((128, 128, 4, 3), 1, False), ((128, 128, 4, 3), 1, True), ((128, 128, 4, 3), 2, False),
-           ((128, 128, 4, 3), 2, True), ((128, 128, 4, 2), 2, False), ((128, 64, 4, 3), 2, False),
-           ((128, 128, 8, 3), 1, False), ((128, 128, 8, 3), 1, True), ((128, 64, 4, 2), 1, False),
-           ((128, 64, 4, 2), 1, True), ((128, 64, 8, 2), 1, False)]
-
-# Round 6: the leading shapes of rounds 1-5 at every N of FlashAttention's grid (--n 1024 ... 16384).
-ROUND_6 = [((64, 64, 4, 3), 1), ((64, 64, 4, 2), 1), ((128, 128, 4, 3), 1), ((128, 128, 4, 3), 2),
-           ((128, 64, 4, 2), 1), ((128, 128, 8, 3), 1)]
-
-# Round 7: the scores of the next key tile issued before the softmax of this one (PREFETCH_QK),
-# on shapes whose two live score tiles fit in registers and shared memory; the shipped as baseline.
-ROUND_7 = [((128, 128, 4, 3), False), ((128, 128, 8, 3), True), ((128, 128, 8, 2), True),
-           ((128, 64, 4, 3), True), ((128, 128, 8, 3), False), ((128, 64, 4, 2), False),
-           ((128, 64, 8, 3), True), ((128, 64, 8, 2), True)]
-
-
-def _round_4():
-    from minimodel.attention_flash import FwdConfig
-
-    configs = [FwdConfig(*shape, TMA=True, EXP2_EMULATE=emu)
-               for shape in ROUND_4_SHAPES for emu in (False, True)]
-    configs += [FwdConfig(*shape, TMA=True, EXP2_EMULATE=emu, SPLIT_M=2) for shape, emu in ROUND_4_SPLIT]
-    return configs + [FwdConfig(64, 64, 4, 3, TMA=True), FwdConfig(64, 64, 4, 2, TMA=True)]
-
+# Rounds 4-7 (notes/kernel.md, tune_v4..v7) searched kernel variants that did not pay and were then
+# removed from the kernel: half the exponentials by polynomial, lazy rescaling, split query tiles,
+# the next tile's scores issued before this tile's softmax. Commit 9a6423c runs rounds 4-7 (its
+# round 4 without lazy rescaling, which commit e03734b has).
 
 def candidate_configs(round_: int = 2):
     from minimodel.attention_flash import FwdConfig
 
-    if round_ == 4:
-        return _round_4()
-    if round_ == 7:
-        return [FwdConfig(*shape, TMA=True, PREFETCH_QK=pf) for shape, pf in ROUND_7]
-    if round_ == 6:
-        return [FwdConfig(*shape, TMA=True, SPLIT_M=split) for shape, split in ROUND_6]
-    if round_ == 5:
-        return [FwdConfig(*shape, TMA=True, SPLIT_M=split, EXP2_EMULATE=emu) for shape, split, emu in ROUND_5]
     if round_ == 1:
         return [FwdConfig(*c) for c in ROUND_1]
     if round_ == 3:
@@ -139,9 +103,7 @@ def summarize(frame):
     tri = frame[frame.impl == "triton"].dropna(subset=["tflops"])
     best = tri.loc[tri.groupby(key)["tflops"].idxmax()].set_index(key)
     ref = frame[frame.impl != "triton"].pivot_table(index=key, columns="impl", values="tflops")
-    columns = [c for c in ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages", "TMA",
-               "EXP2_EMULATE", "SPLIT_M", "PREFETCH_QK", "tflops") if c in best]
-    out = best[columns].join(ref)
+    out = best[["BLOCK_M", "BLOCK_N", "num_warps", "num_stages", "TMA", "tflops"]].join(ref)
     out["vs_cudnn"] = out.tflops / out.sdpa_cudnn
     out["vs_fa2"] = out.tflops / out.sdpa_flash
     return pd.DataFrame(out)
@@ -155,7 +117,7 @@ def main(argv=None) -> int:
     parser.add_argument("--d", type=int, nargs="+", default=[64, 128])
     parser.add_argument("--tokens", type=int, default=16384, help="batch * N")
     parser.add_argument("--model-dim", type=int, default=2048, help="heads * d")
-    parser.add_argument("--round", type=int, default=2, choices=(1, 2, 3, 4, 5, 6, 7),
+    parser.add_argument("--round", type=int, default=2, choices=(1, 2, 3),
                         help="candidate set; 3 times the seed grid (B=2, H=4, d=64) with naive too")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
