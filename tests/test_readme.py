@@ -37,6 +37,10 @@ def test_readme_numbers_equal_the_results():
     seed = rows[(rows["grid"] == "seed") & (rows["impl"] == "naive")]
     for value in seed["triton_speedup_over_this"]:
         assert f"{value:,.2f}×" in text
+    kernel = rows[(rows["grid"] == "seed") & (rows["impl"] == "triton")].set_index(["N", "causal"])
+    for _, r in seed.iterrows():
+        kernel_eager = kernel.loc[(r["N"], r["causal"]), "eager_ms"]
+        assert f"{r['eager_ms'] / kernel_eager:,.2f}× ({kernel_eager:.4f})" in text
     fa = rows[(rows["grid"] == "flashattention") & (rows["impl"] == "sdpa_cudnn")]
     for _, r in fa.iterrows():
         assert f"| {r['d']} | {r['N']} | {r['causal']} | {r['triton_speedup_over_this']:,.2f} |" in text

@@ -34,4 +34,5 @@ def test_time_point_checks_and_times_every_implementation():
     rows = timing.time_point("seed", 1, 2, 256, 64, True, ["triton", "naive", "sdpa_flash"],
                              5, 20, ceilings, seed=0)
     for r in rows:
-        assert r["status"] == "ok" and r["checked"] and r["ms"] > 0
+        assert r["status"] == "ok" and r["checked"] and r["ms"] > 0 and r["eager_ms"] > 0
+        assert r["timing"] == "cuda_graph"
