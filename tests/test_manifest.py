@@ -126,3 +126,19 @@ def test_atomic_write_leaves_nothing_behind_when_interrupted(tmp_path):
 def test_verify_cli_without_manifests(tmp_path, capsys):
     assert manifest.main(["verify", str(tmp_path)]) == 2
     assert "no manifest.json" in capsys.readouterr().err
+
+
+def test_git_commit_from_the_environment_wins_over_the_checkout(monkeypatch):
+    monkeypatch.delenv("MINIMODEL_GIT_COMMIT", raising=False)
+    here = manifest.git_state(Path(__file__).parent)
+    assert set(here) == {"commit", "dirty"}
+    monkeypatch.setenv("MINIMODEL_GIT_COMMIT", "0123abc")
+    named = manifest.git_state(Path(__file__).parent)
+    assert named["commit"] == "0123abc" and named["source"] == "MINIMODEL_GIT_COMMIT"
+    assert named["checkout"] == here
+
+
+def test_git_state_without_a_repository(tmp_path, monkeypatch):
+    monkeypatch.delenv("MINIMODEL_GIT_COMMIT", raising=False)
+    assert manifest.git_state(tmp_path) == {"commit": None, "dirty": None}
+

@@ -142,20 +142,24 @@ def environment() -> dict:
 
 
 def git_state(root: str | os.PathLike = ".") -> dict:
-    """The commit checked out at `root`, and whether tracked files differ from it."""
+    """The commit the code came from, and whether tracked files differ from it.
+
+    MINIMODEL_GIT_COMMIT, when set, names the commit and wins over the tree's own .git: a copy
+    of the tree sent to a cluster node or a lent GPU may carry none, or a stale one. What that
+    .git says is kept beside it under "checkout".
+    """
     def git(*args):
         return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True,
                               check=True).stdout.strip()
     try:
-        commit = git("rev-parse", "HEAD")
-        dirty = bool(git("status", "--porcelain", "--untracked-files=no"))
+        found = {"commit": git("rev-parse", "HEAD"),
+                 "dirty": bool(git("status", "--porcelain", "--untracked-files=no"))}
     except (OSError, subprocess.CalledProcessError):
-        # a copy of the tree without .git (a cluster node, a lent GPU): the launcher may say
-        if os.environ.get("MINIMODEL_GIT_COMMIT"):
-            return {"commit": os.environ["MINIMODEL_GIT_COMMIT"], "dirty": None,
-                    "source": "MINIMODEL_GIT_COMMIT"}
-        return {"commit": None, "dirty": None}
-    return {"commit": commit, "dirty": dirty}
+        found = {"commit": None, "dirty": None}
+    if os.environ.get("MINIMODEL_GIT_COMMIT"):
+        return {"commit": os.environ["MINIMODEL_GIT_COMMIT"], "dirty": None,
+                "source": "MINIMODEL_GIT_COMMIT", "checkout": found}
+    return found
 
 
 def _now() -> str:
