@@ -1,0 +1,162 @@
+"""What the kernel compiles to on Hopper, read without a GPU: registers, spills, shared memory, instructions.
+
+    python -m minimodel.kernel_report                          # the configs shipped for FlashAttention's grid
+    python -m minimodel.kernel_report --d 128 --config 128 128 8 4 --tma   # one config of your own
+
+Each kernel of `minimodel.attention_flash` is compiled for sm_90 (the H100/H200) exactly as a
+launch on a contiguous (B, H, N, d) fp16 problem would specialize it — integer arguments equal
+to 1 become constants, pointers and multiples of 16 carry Triton's divisibility hint — with
+Triton's own ptxas, and the cubin is read with the cuobjdump Triton ships. Nothing runs, so this
+works on a machine with no GPU: it says before any device time is spent whether a configuration
+fits in shared memory, whether it spills, and how its instruction mix moves (e.g. how many
+special-function exp2 against fused multiply-adds), as notes/kernel.md uses it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+# Shared memory one program may use, per compute capability (bytes): 227 KiB on sm_90.
+SHARED_LIMIT = {90: 232448}
+# The SASS opcodes counted: special-function (exp2), FP32 multiply-add / multiply / add,
+# Hopper's warpgroup matmul, and shuffles (the row reductions).
+OPCODES = ("MUFU", "FFMA", "FMUL", "FADD", "HGMMA", "SHFL")
+
+
+def _signature(kernel, args: dict) -> tuple[dict, dict, dict]:
+    """Triton's signature, constants and divisibility hints for `args` (name -> value or type)."""
+    signature, constants, attrs = {}, {}, {}
+    for i, param in enumerate(kernel.params):
+        value = args[param.name]
+        if param.is_constexpr or (type(value) is int and value == 1):
+            signature[param.name], constants[param.name] = "constexpr", value
+        elif isinstance(value, str):  # a pointer or descriptor type, 16-byte aligned like torch's
+            signature[param.name] = value
+            if value.startswith("*"):
+                attrs[(i,)] = [["tt.divisibility", 16]]
+        elif isinstance(value, float):
+            signature[param.name] = "fp32"
+        else:
+            signature[param.name] = "i32"
+            if value % 16 == 0:
+                attrs[(i,)] = [["tt.divisibility", 16]]
+    return signature, constants, attrs
+
+
+def kernel_args(config, shape: tuple[int, int, int, int], causal: bool):
+    """The kernel `flash_attn_forward` launches for `config` and the arguments it passes."""
+    from minimodel import attention_flash as af
+
+    B, H, N, d = shape
+    common = dict(HEAD_DIM=d, BLOCK_M=config.BLOCK_M, BLOCK_N=config.BLOCK_N, IS_CAUSAL=causal,
+                  STORE_LSE=False, WARP_SPECIALIZE=config.WARP_SPECIALIZE, H=H, N=N, GROUP=1,
+                  qk_scale=0.125)
+    if config.TMA:
+        def desc(rows):
+            return f"tensordesc<fp16[1,1,{rows},{d}]>"
+        return af._flash_fwd_kernel_tma, dict(
+            desc_q=desc(config.BLOCK_M), desc_k=desc(config.BLOCK_N), desc_v=desc(config.BLOCK_N),
+            desc_o=desc(config.BLOCK_M), LSE="*fp16", **common)
+    strides = dict(zip("bhnd", (H * N * d, N * d, d, 1)))
+    args = dict(Q="*fp16", K="*fp16", V="*fp16", O="*fp16", LSE="*fp16", **common)
+    for t in "qkvo":
+        args.update({f"stride_{t}{axis}": s for axis, s in strides.items()})
+    return af._flash_fwd_kernel, args
+
+
+def compile_cubin(config, shape, causal: bool, arch: int = 90):
+    """Compile for sm_`arch` without a GPU; returns Triton's compiled kernel (cubin in .asm)."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from minimodel.attention_flash import INTERPRETED
+
+    if INTERPRETED:
+        raise RuntimeError("kernel_report compiles the real kernels: run it without TRITON_INTERPRET=1")
+    kernel, args = kernel_args(config, shape, causal)
+    signature, constants, attrs = _signature(kernel, args)
+    source = ASTSource(kernel, signature, constants, attrs)
+    return triton.compile(source, target=GPUTarget("cuda", arch, 32),
+                          options={"num_warps": config.num_warps, "num_stages": config.num_stages})
+
+
+def _cuobjdump(cubin: bytes, flag: str) -> str:
+    import triton
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "kernel.cubin"
+        path.write_bytes(cubin)
+        return subprocess.run([triton.knobs.nvidia.cuobjdump.path, flag, str(path)],
+                              capture_output=True, text=True, check=True).stdout
+
+
+def report(config, shape=(1, 1, 4096, 64), causal: bool = False, arch: int = 90) -> dict:
+    """Registers per thread, spill stack bytes, shared memory bytes (and whether it fits), SASS counts."""
+    compiled = compile_cubin(config, shape, causal, arch)
+    cubin = compiled.asm["cubin"]
+    usage = _cuobjdump(cubin, "--dump-resource-usage")
+    sass = _cuobjdump(cubin, "--dump-sass")
+    ops = collections.Counter(
+        m.group(1).split(".")[0]
+        for m in re.finditer(r"/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", sass))
+    shared = int(compiled.metadata.shared)
+    return {
+        "registers": int(re.search(r"REG:(\d+)", usage).group(1)),
+        "spill_stack_bytes": int(re.search(r"STACK:(\d+)", usage).group(1)),
+        "shared_bytes": shared,
+        "fits_shared": shared <= SHARED_LIMIT[arch],
+        "instructions": sum(ops.values()),
+        **{op.lower(): ops[op] for op in OPCODES},
+    }
+
+
+def main(argv=None) -> int:
+    import pandas as pd
+
+    from minimodel.attention_flash import FwdConfig, get_fwd_config
+
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--d", type=int, nargs="+", default=[64, 128])
+    parser.add_argument("--n", type=int, nargs="+", default=[1024, 2048, 4096, 8192, 16384])
+    parser.add_argument("--tokens", type=int, default=16384, help="batch * N")
+    parser.add_argument("--model-dim", type=int, default=2048, help="heads * d")
+    parser.add_argument("--sms", type=int, default=132, help="multiprocessors (H100/H200: 132)")
+    parser.add_argument("--config", type=int, nargs=4, metavar=("BLOCK_M", "BLOCK_N", "WARPS", "STAGES"),
+                        help="report this configuration instead of the shipped ones")
+    parser.add_argument("--tma", action="store_true", help="with --config: load through TMA")
+    parser.add_argument("--csv", type=Path, help="also write the table here")
+    args = parser.parse_args(argv)
+    rows, seen = [], {}
+    for d in args.d:
+        for causal in (False, True):
+            for n in args.n:
+                shape = (max(args.tokens // n, 1), args.model_dim // d, n, d)
+                cfg = (FwdConfig(*args.config, TMA=args.tma) if args.config else
+                       get_fwd_config(d, causal, "cuda", n, shape[0] * shape[1], args.sms))
+                key = (cfg, d, causal)
+                if key not in seen:  # the same kernel serves many N: compile it once
+                    try:
+                        seen[key] = report(cfg, shape, causal)
+                    except Exception as err:  # e.g. a shape Triton cannot lower
+                        seen[key] = {"error": f"{type(err).__name__}: {str(err).splitlines()[0][:120]}"}
+                rows.append({"d": d, "causal": causal, "N": n, **cfg.as_dict(), **seen[key]})
+    frame = pd.DataFrame(rows)
+    with pd.option_context("display.width", 220, "display.max_columns", 30):
+        print(frame.to_string(index=False))
+    if args.csv:
+        from minimodel.manifest import write_csv
+
+        write_csv(args.csv, frame)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,52 @@
+"""The kernel compiled for Hopper on a machine without a GPU: what it reports, and that it is read right.
+
+The compiles run in a subprocess: under the test session's TRITON_INTERPRET=1 Triton hands out
+interpreted kernels, which cannot be compiled.
+"""
+
+import os
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import pandas as pd
+
+from minimodel import kernel_report
+
+
+def run_report(tmp_path, *args) -> pd.DataFrame:
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    out = tmp_path / "report.csv"
+    subprocess.run([sys.executable, "-m", "minimodel.kernel_report", "--csv", str(out), *args],
+                   env=env, check=True, capture_output=True, text=True)
+    return pd.read_csv(out)
+
+
+def test_signature_specializes_as_a_launch_does():
+    params = [SimpleNamespace(name=n, is_constexpr=c) for n, c in
+              (("Q", False), ("scale", False), ("stride", False), ("one", False), ("odd", False),
+               ("BLOCK", True), ("desc", False))]
+    kernel = SimpleNamespace(params=params)
+    sig, const, attrs = kernel_report._signature(kernel, {
+        "Q": "*fp16", "scale": 0.5, "stride": 4096, "one": 1, "odd": 77, "BLOCK": 64,
+        "desc": "tensordesc<fp16[1,1,64,64]>"})
+    assert sig == {"Q": "*fp16", "scale": "fp32", "stride": "i32", "one": "constexpr", "odd": "i32",
+                   "BLOCK": "constexpr", "desc": "tensordesc<fp16[1,1,64,64]>"}
+    assert const == {"one": 1, "BLOCK": 64}
+    assert set(attrs) == {(0,), (2,)}  # the pointer and the multiple of 16
+
+
+def test_shipped_configs_compile_for_hopper_and_fit(tmp_path):
+    frame = run_report(tmp_path, "--d", "64", "--n", "1024")
+    assert len(frame) == 2 and "error" not in frame
+    assert frame["fits_shared"].all() and (frame["spill_stack_bytes"] == 0).all()
+    assert frame["registers"].between(1, 255).all()
+    # Hopper's warpgroup matmuls and the exp2 of the softmax are in the code
+    assert (frame["hgmma"] > 0).all() and (frame["mufu"] > 0).all()
+    assert (frame["instructions"] > frame[["mufu", "ffma", "fmul", "fadd", "hgmma"]].sum(axis=1)).all()
+
+
+def test_a_config_over_the_shared_memory_limit_is_reported(tmp_path):
+    frame = run_report(tmp_path, "--d", "128", "--n", "4096", "--config", "128", "128", "8", "4", "--tma")
+    assert not frame["fits_shared"].any()
+    assert (frame["shared_bytes"] > kernel_report.SHARED_LIMIT[90]).all()
