@@ -63,7 +63,7 @@ def kernel_args(config, shape: tuple[int, int, int, int], causal: bool):
         return af._flash_fwd_kernel_tma, dict(
             desc_q=desc(config.BLOCK_M), desc_k=desc(config.BLOCK_N), desc_v=desc(config.BLOCK_N),
             desc_o=desc(config.BLOCK_M), LSE="*fp16", **common)
-    strides = dict(zip("bhnd", (H * N * d, N * d, d, 1)))
+    strides = dict(zip("bhnd", (H * N * d, N * d, d, 1), strict=True))
     args = dict(Q="*fp16", K="*fp16", V="*fp16", O="*fp16", LSE="*fp16", **common)
     for t in "qkvo":
         args.update({f"stride_{t}{axis}": s for axis, s in strides.items()})
