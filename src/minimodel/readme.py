@@ -62,8 +62,8 @@ def gpu_answers(timing: dict, rows: pd.DataFrame) -> dict | None:
         return None
     seed = rows[rows["grid"] == "seed"]
     speedups = seed[seed["impl"] == "naive"][["N", "causal", "triton_speedup_over_this", "ms", "eager_ms"]]
-    kernel = seed[seed["impl"] == "triton"].set_index(["N", "causal"])[["ms", "eager_ms"]]
-    speedups = speedups.join(kernel, on=["N", "causal"], rsuffix="_kernel")
+    kernel = seed[seed["impl"] == "triton"][["N", "causal", "ms", "eager_ms"]]
+    speedups = speedups.merge(kernel, on=["N", "causal"], suffixes=("", "_kernel"))
     speedups["eager_speedup"] = speedups["eager_ms"] / speedups["eager_ms_kernel"]
     pred = {p["N"]: p["predicted_speedup"] for p in timing["seed_grid_predictions_from_gpu_ceilings"]}
     fa = rows[(rows["grid"] == "flashattention") & rows["impl"].str.startswith("sdpa")]
