@@ -121,13 +121,11 @@ def main(argv=None) -> int:
     import pandas as pd
 
     from minimodel.attention_flash import FwdConfig, get_fwd_config
+    from minimodel.tune import add_grid_arguments, grid_shape
 
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--d", type=int, nargs="+", default=[64, 128])
-    parser.add_argument("--n", type=int, nargs="+", default=[1024, 2048, 4096, 8192, 16384])
-    parser.add_argument("--tokens", type=int, default=16384, help="batch * N")
-    parser.add_argument("--model-dim", type=int, default=2048, help="heads * d")
+    add_grid_arguments(parser)
     parser.add_argument("--sms", type=int, default=132, help="multiprocessors (H100/H200: 132)")
     parser.add_argument("--config", type=int, nargs=4, metavar=("BLOCK_M", "BLOCK_N", "WARPS", "STAGES"),
                         help="report this configuration instead of the shipped ones")
@@ -138,7 +136,7 @@ def main(argv=None) -> int:
     for d in args.d:
         for causal in (False, True):
             for n in args.n:
-                shape = (max(args.tokens // n, 1), args.model_dim // d, n, d)
+                shape = grid_shape(n, d, args)
                 cfg = (FwdConfig(*args.config, TMA=args.tma) if args.config else
                        get_fwd_config(d, causal, "cuda", n, shape[0] * shape[1], args.sms))
                 key = (cfg, d, causal)

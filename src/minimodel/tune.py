@@ -109,14 +109,24 @@ def summarize(frame):
     return pd.DataFrame(out)
 
 
+def add_grid_arguments(parser, n=(1024, 2048, 4096, 8192, 16384)) -> None:
+    """FlashAttention's benchmark grid as command-line options: N, d, batch·N and heads·d."""
+    parser.add_argument("--n", type=int, nargs="+", default=list(n))
+    parser.add_argument("--d", type=int, nargs="+", default=[64, 128])
+    parser.add_argument("--tokens", type=int, default=16384, help="batch * N")
+    parser.add_argument("--model-dim", type=int, default=2048, help="heads * d")
+
+
+def grid_shape(n: int, d: int, args) -> tuple[int, int, int, int]:
+    """(B, H, N, d) of the grid point: B·N = args.tokens, H·d = args.model_dim."""
+    return max(args.tokens // n, 1), args.model_dim // d, n, d
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", required=True, type=Path, help="folder for tune.csv")
-    parser.add_argument("--n", type=int, nargs="+", default=[1024, 4096, 16384])
-    parser.add_argument("--d", type=int, nargs="+", default=[64, 128])
-    parser.add_argument("--tokens", type=int, default=16384, help="batch * N")
-    parser.add_argument("--model-dim", type=int, default=2048, help="heads * d")
+    add_grid_arguments(parser, n=(1024, 4096, 16384))
     parser.add_argument("--round", type=int, default=2, choices=(1, 2, 3),
                         help="candidate set; 3 times the seed grid (B=2, H=4, d=64) with naive too")
     args = parser.parse_args(argv)
@@ -129,7 +139,7 @@ def main(argv=None) -> int:
         points = [(2, 4, n, 64, causal) for causal in (False, True) for n in (64, 256, 1024, 4096)]
         baselines = ("sdpa_cudnn", "sdpa_flash", "naive")
     else:
-        points = [(max(args.tokens // n, 1), args.model_dim // d, n, d, causal)
+        points = [(*grid_shape(n, d, args), causal)
                   for d in args.d for causal in (False, True) for n in args.n]
         baselines = ("sdpa_cudnn", "sdpa_flash")
     from minimodel.manifest import write_csv
