@@ -9,7 +9,7 @@ import pytest
 import torch
 from conftest import DEVICE, HAS_CUDA, requires_gpu
 
-from minimodel import correctness
+from minimodel import attention_flash, correctness
 from minimodel.attention import reference_attn
 from minimodel.attention_flash import (
     SUPPORTED_HEAD_DIMS,
@@ -18,7 +18,7 @@ from minimodel.attention_flash import (
     get_fwd_config,
 )
 
-BF16_SKIP = pytest.mark.skipif(not HAS_CUDA, reason=correctness.BF16_INTERPRETER_REASON)
+BF16_SKIP = pytest.mark.skipif(not HAS_CUDA, reason=attention_flash.BF16_INTERPRETER_REASON)
 
 
 def check(B, H, N, d, causal, dtype="float16", gen=None, **kw):
@@ -177,3 +177,111 @@ def test_tma_descriptor_path_matches_pointer_path(gen, causal, h_kv):
     torch.testing.assert_close(lse_tma, lse_ptr, atol=1e-4, rtol=0)
     exact = reference_attn(q, k, v, causal=causal, upcast=True)
     assert (tma.double() - exact).abs().max() < 2e-3
+
+
+def far_apart_rows(N, d, row_stride, gen, misalign=False):
+    """Q, K, V as views whose rows lie `row_stride` elements apart in one storage.
+
+    The storage is allocated, never filled beyond the rows the views use: past 2³¹ elements it
+    costs address space, not memory. `misalign` shifts every view by one element (2 bytes),
+    which TMA cannot take, so the pointer-load kernel runs.
+    """
+    shift = int(misalign)
+    base = torch.empty(row_stride * (N - 1) + 3 * d + shift, dtype=torch.float16, device=DEVICE)
+    views = []
+    for j in range(3):
+        view = base.as_strided((1, 1, N, d), (0, 0, row_stride, 1), shift + j * d)
+        view.copy_(torch.randn(1, 1, N, d, generator=gen).half())
+        views.append(view)
+    return views
+
+
+@pytest.mark.parametrize("tma", [False, True])
+@pytest.mark.parametrize("causal", [False, True])
+def test_rows_past_2_31_elements_are_addressed_in_64_bits(gen, tma, causal):
+    # rows 2²⁵ + 64 elements apart: query row 64 and key tile 64 start at 2³¹ + 2¹², and the
+    # last row at ~4.3e9, where a 32-bit offset wraps
+    q, k, v = far_apart_rows(130, 64, 2**25 + 64, gen)
+    assert q.storage_offset() + 129 * q.stride(2) > 2**32
+    out = flash_attn_forward(q, k, v, causal=causal, config=FwdConfig(64, 64, 4, 1, TMA=tma))
+    exact = reference_attn(q, k, v, causal=causal, upcast=True)
+    torch_err = (reference_attn(q, k, v, causal=causal).double() - exact).abs().max().item()
+    err = (out.double() - exact).abs().max().item()
+    print(f"kernel {err:.2e} torch {torch_err:.2e}")
+    assert err <= correctness.tolerance(torch_err)
+
+
+def test_grid_puts_every_program_on_one_axis():
+    from minimodel.attention_flash import MAX_PROGRAMS, _grid
+
+    assert _grid(1000, 70_000, 64) == (16 * 70_000,)  # B·H past the y axis' 65,535
+    with pytest.raises(ValueError, match=f"at most {MAX_PROGRAMS}"):
+        _grid(2**20, 2**20, 64)
+
+
+@pytest.mark.skipif(HAS_CUDA, reason="checks the interpreter")
+def test_bfloat16_is_refused_under_the_interpreter():
+    q = half(1, 1, 16, 16).bfloat16()
+    with pytest.raises(TypeError, match="refused under Triton's interpreter: tl.dot on bf16"):
+        flash_attn_forward(q, q, q)
+
+
+def test_sm_scale_past_the_float32_bound_is_refused():
+    q = half(1, 1, 16, 16)
+    with pytest.raises(ValueError, match="can overflow float32 scores; accepted: 0 < sm_scale"):
+        flash_attn_forward(q, q, q, sm_scale=1e37)
+
+
+def test_sm_scale_at_the_bound_stays_finite_on_the_largest_float16_inputs(gen):
+    from minimodel.attention_flash import max_sm_scale
+
+    d = 16
+    qk = torch.full((1, 1, 40, d), torch.finfo(torch.float16).max, dtype=torch.float16, device=DEVICE)
+    v = torch.randn(1, 1, 40, d, generator=gen).half().to(DEVICE)
+    out, lse = flash_attn_forward(qk, qk, v, causal=False, sm_scale=max_sm_scale(d), return_lse=True)
+    # every score is the same: the softmax is uniform and O is the mean of V
+    assert torch.isfinite(lse).all() and torch.isfinite(out).all()
+    torch.testing.assert_close(out.double(), v.double().mean(2, keepdim=True).expand_as(out),
+                               atol=1e-3, rtol=0)
+
+
+def test_inputs_that_require_grad_are_refused_while_autograd_is_on(gen):
+    q, k, v = (torch.randn(1, 1, 16, 16, generator=gen).half().to(DEVICE) for _ in range(3))
+    with pytest.raises(ValueError, match="K require grad, but this kernel is forward-only"):
+        flash_attn_forward(q, k.requires_grad_(), v)
+    with torch.no_grad():
+        out = flash_attn_forward(q, k, v)
+    assert not out.requires_grad
+
+
+@requires_gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("d, misalign", [(256, False), (128, True)])
+def test_long_transposed_sequence_past_2_31_elements_on_the_gpu(gen, d, misalign):
+    # (B, N, H, d) = (1, 600000, 16, d) read as (B, H, N, d): row n of a head starts at n·H·d,
+    # past 2³¹ from n = 524,288 at d = 256 (and 1,048,576 / H·d at d = 128, misaligned so
+    # that the pointer-load kernel runs)
+    N, H = 600_000 if d == 256 else 1_100_000, 16
+    base = torch.empty(N * H * d * 3 + int(misalign), dtype=torch.float16, device="cuda")
+    q, k, v = (base[int(misalign) + i * N * H * d:][:N * H * d].view(1, N, H, d).transpose(1, 2)
+               for i in range(3))
+    for t in (q, k, v):
+        t.normal_(generator=torch.Generator(device="cuda").manual_seed(int(gen.seed() % 2**31)))
+    out = flash_attn_forward(q, k, v, causal=True)
+    rows = torch.tensor([0, 1000, 524_287, 524_288, 600_000 - 1, N - 1]).unique().cuda()
+    for h in (0, H - 1):
+        s = (q[0, h, rows].double() @ k[0, h].double().T) / d**0.5
+        s = s.masked_fill(torch.arange(N, device="cuda")[None, :] > rows[:, None], float("-inf"))
+        exact = torch.softmax(s, -1) @ v[0, h].double()
+        err = (out[0, h, rows].double() - exact).abs().max().item()
+        print(f"d={d} head {h}: max error {err:.2e} over rows {rows.tolist()}")
+        assert err < 2e-3
+
+
+@requires_gpu
+@pytest.mark.gpu
+def test_batch_heads_past_65535_on_the_gpu(gen):
+    q, k, v = (torch.randn(2, 35_000, 40, 16, generator=gen).half().cuda() for _ in range(3))
+    out = flash_attn_forward(q, k, v, causal=True)
+    exact = reference_attn(q, k, v, causal=True, upcast=True)
+    assert (out.double() - exact).abs().max().item() < 2e-3

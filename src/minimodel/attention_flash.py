@@ -27,9 +27,23 @@ import triton.language as tl
 SUPPORTED_HEAD_DIMS = (16, 32, 64, 128, 256)
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
 LOG2E = 1.4426950408889634  # log2(e): exp(x) = exp2(x·log2 e)
+MAX_PROGRAMS = 2**31 - 1  # a CUDA grid's x dimension; the kernel's one launch axis
+BF16_INTERPRETER_REASON = "tl.dot on bf16 operands is wrong under Triton's interpreter (3.6)"
 
 # Read once: Triton decides at decoration time whether kernels are compiled or interpreted.
 INTERPRETED = os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+def max_sm_scale(head_dim: int) -> float:
+    """The largest sm_scale for which no finite float16 input overflows float32 in the kernel.
+
+    The kernel scales raw fp32 scores q·k (|q·k| <= d · 65504² for fp16 inputs) by
+    sm_scale · log2 e; a factor 2 of headroom keeps the row maximum and the multiply-add
+    finite. About 1e26 at d = 256. bfloat16 inputs beyond float16's range can overflow the
+    fp32 dot itself, which no scale bound prevents (as in any fp32-accumulating attention).
+    """
+    fp32_max = torch.finfo(torch.float32).max
+    return fp32_max / (2 * LOG2E * head_dim * torch.finfo(torch.float16).max ** 2)
 
 
 @dataclass(frozen=True)
@@ -127,11 +141,18 @@ def _kv_range(pid_m, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, IS_CAUSAL:
 
 
 @triton.jit
-def _program_ids(IS_CAUSAL: tl.constexpr):
-    pid_m = tl.program_id(0)
+def _program_ids(N, BLOCK_M: tl.constexpr, IS_CAUSAL: tl.constexpr):
+    """(query tile, batch·head) of this program on the one-dimensional grid.
+
+    One axis holds every program: a CUDA grid's y axis stops at 65,535, its x axis at 2³¹ − 1.
+    The query tiles of one head are consecutive, so they share its K/V tiles in L2.
+    """
+    num_m = tl.cdiv(N, BLOCK_M)
+    pid = tl.program_id(0)
+    pid_m = pid % num_m
     if IS_CAUSAL:  # the last query tiles have the most keys to visit: start them first
-        pid_m = tl.num_programs(0) - 1 - pid_m
-    return pid_m, tl.program_id(1)
+        pid_m = num_m - 1 - pid_m
+    return pid_m, pid // num_m
 
 
 @triton.jit
@@ -152,19 +173,25 @@ def _flash_fwd_kernel(
     HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     IS_CAUSAL: tl.constexpr, STORE_LSE: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
 ):
-    """Pointer loads with real strides: any layout, any device Triton runs on."""
-    pid_m, pid_bh = _program_ids(IS_CAUSAL)
+    """Pointer loads with real strides: any layout, any device Triton runs on.
+
+    Every element offset is 64-bit: a row index times a stride passes 2³¹ in a long sequence
+    of a transposed (B, N, H, d) tensor, or in any view whose rows lie far apart.
+    """
+    pid_m, pid_bh = _program_ids(N, BLOCK_M, IS_CAUSAL)
     b = (pid_bh // H).to(tl.int64)
     h = (pid_bh % H).to(tl.int64)
     h_kv = h // GROUP  # grouped-query attention: GROUP query heads share one K/V head
 
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = tl.arange(0, BLOCK_N)
-    offs_d = tl.arange(0, HEAD_DIM)
-    q_ptrs = Q + b * stride_qb + h * stride_qh + offs_m[:, None] * stride_qn + offs_d[None, :] * stride_qd
+    rows_m = offs_m.to(tl.int64)[:, None]
+    rows_n = offs_n.to(tl.int64)
+    offs_d = tl.arange(0, HEAD_DIM).to(tl.int64)
+    q_ptrs = Q + b * stride_qb + h * stride_qh + rows_m * stride_qn + offs_d[None, :] * stride_qd
     q = tl.load(q_ptrs, mask=offs_m[:, None] < N, other=0.0)
-    kt_ptrs = K + b * stride_kb + h_kv * stride_kh + offs_n[None, :] * stride_kn + offs_d[:, None] * stride_kd
-    v_ptrs = V + b * stride_vb + h_kv * stride_vh + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd
+    kt_ptrs = K + b * stride_kb + h_kv * stride_kh + rows_n[None, :] * stride_kn + offs_d[:, None] * stride_kd
+    v_ptrs = V + b * stride_vb + h_kv * stride_vh + rows_n[:, None] * stride_vn + offs_d[None, :] * stride_vd
 
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
@@ -172,20 +199,22 @@ def _flash_fwd_kernel(
     lo, hi = _kv_range(pid_m, N, BLOCK_M, BLOCK_N, IS_CAUSAL)
     for start_n in tl.range(0, lo, BLOCK_N, warp_specialize=WARP_SPECIALIZE):
         start_n = tl.multiple_of(start_n, BLOCK_N)
-        kt = tl.load(kt_ptrs + start_n * stride_kn)
-        v = tl.load(v_ptrs + start_n * stride_vn)
+        row = tl.cast(start_n, tl.int64)
+        kt = tl.load(kt_ptrs + row * stride_kn)
+        v = tl.load(v_ptrs + row * stride_vn)
         acc, l_i, m_i = _softmax_step(acc, l_i, m_i, q, kt, v, start_n + offs_n, offs_m, N,
                                       qk_scale, False, IS_CAUSAL)
     for start_n in range(lo, hi, BLOCK_N):
         cols = start_n + offs_n
-        kt = tl.load(kt_ptrs + start_n * stride_kn, mask=cols[None, :] < N, other=0.0)
-        v = tl.load(v_ptrs + start_n * stride_vn, mask=cols[:, None] < N, other=0.0)
+        row = tl.cast(start_n, tl.int64)
+        kt = tl.load(kt_ptrs + row * stride_kn, mask=cols[None, :] < N, other=0.0)
+        v = tl.load(v_ptrs + row * stride_vn, mask=cols[:, None] < N, other=0.0)
         acc, l_i, m_i = _softmax_step(acc, l_i, m_i, q, kt, v, cols, offs_m, N,
                                       qk_scale, True, IS_CAUSAL)
 
     # every row sees key 0, so l_i > 0: no division by zero, no NaN
     acc = acc / l_i[:, None]
-    o_ptrs = O + b * stride_ob + h * stride_oh + offs_m[:, None] * stride_on + offs_d[None, :] * stride_od
+    o_ptrs = O + b * stride_ob + h * stride_oh + rows_m * stride_on + offs_d[None, :] * stride_od
     tl.store(o_ptrs, acc.to(O.dtype.element_ty), mask=offs_m[:, None] < N)
     if STORE_LSE:
         _store_lse(LSE, pid_bh, offs_m, m_i, l_i, N)
@@ -197,8 +226,11 @@ def _flash_fwd_kernel_tma(
     HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     IS_CAUSAL: tl.constexpr, STORE_LSE: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
 ):
-    """The same algorithm with tiles moved by TMA (4-D descriptors; out-of-range rows read as 0)."""
-    pid_m, pid_bh = _program_ids(IS_CAUSAL)
+    """The same algorithm with tiles moved by TMA (4-D descriptors; out-of-range rows read as 0).
+
+    The descriptors hold 64-bit strides; the tile coordinates are per dimension, each < 2³¹.
+    """
+    pid_m, pid_bh = _program_ids(N, BLOCK_M, IS_CAUSAL)
     b = pid_bh // H
     h = pid_bh % H
     h_kv = h // GROUP
@@ -272,6 +304,22 @@ def _validate(Q, K, V) -> None:
     if Q.device.type not in ("cuda", "cpu"):
         raise ValueError(f"device {Q.device} is not supported; accepted: cuda, or cpu under "
                          "TRITON_INTERPRET=1")
+    if INTERPRETED and Q.dtype == torch.bfloat16:
+        raise TypeError(f"bfloat16 is refused under Triton's interpreter: {BF16_INTERPRETER_REASON}; "
+                        "accepted there: torch.float16 (bfloat16 runs on a CUDA device)")
+    if torch.is_grad_enabled() and any(t.requires_grad for t in (Q, K, V)):
+        names = ", ".join(n for n, t in (("Q", Q), ("K", K), ("V", V)) if t.requires_grad)
+        raise ValueError(f"{names} require grad, but this kernel is forward-only (no backward "
+                         "pass): call it under torch.no_grad() or pass detached tensors")
+
+
+def _grid(N: int, batch_heads: int, block_m: int) -> tuple[int]:
+    """One program per (query tile, batch·head), all on the grid's x axis (see `_program_ids`)."""
+    programs = triton.cdiv(N, block_m) * batch_heads
+    if programs > MAX_PROGRAMS:
+        raise ValueError(f"B·H·⌈N/BLOCK_M⌉ = {batch_heads}·⌈{N}/{block_m}⌉ = {programs} programs; "
+                         f"one launch holds at most {MAX_PROGRAMS}: split the batch")
+    return (programs,)
 
 
 def flash_attn_forward(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, causal: bool = True,
@@ -283,7 +331,9 @@ def flash_attn_forward(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, causal
     multi-query attention; K and V are not copied). float16 or bfloat16, all on one CUDA
     device, or on the CPU under TRITON_INTERPRET=1. d ∈ {16, 32, 64, 128, 256}. Any strides
     (e.g. a transposed (B, N, H, d) tensor) are read as they are.
-    causal: query i sees keys j <= i. sm_scale: > 0, defaults to 1/sqrt(d).
+    causal: query i sees keys j <= i. sm_scale: > 0 and at most `max_sm_scale(d)` (about
+    1e26: larger scales can overflow float32 scores, and are refused), defaults to 1/sqrt(d).
+    Inputs that require grad are refused while autograd is on: there is no backward pass.
     return_lse: also return the natural-log log-sum-exp of each row, (B, H, N) float32.
     config: tile configuration; defaults to `get_fwd_config(d, causal, device, N, B·H, SMs)`.
     Returns O with Q's shape and dtype (contiguous), and LSE when asked.
@@ -293,13 +343,16 @@ def flash_attn_forward(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, causal
     scale = 1.0 / math.sqrt(d) if sm_scale is None else float(sm_scale)
     if not (math.isfinite(scale) and scale > 0):  # the kernel takes each row's maximum before scaling
         raise ValueError(f"sm_scale must be a finite number > 0, got {sm_scale!r}")
+    if scale > max_sm_scale(d):
+        raise ValueError(f"sm_scale = {scale:g} can overflow float32 scores; accepted: "
+                         f"0 < sm_scale <= {max_sm_scale(d):.3g} at d = {d} (see max_sm_scale)")
     O = torch.empty(Q.shape, dtype=Q.dtype, device=Q.device)
     # the kernel writes LSE only when asked; otherwise O stands in for its pointer
     LSE = torch.empty((B, H, N), dtype=torch.float32, device=Q.device) if return_lse else O
     if O.numel() == 0:
         return (O, LSE) if return_lse else O
     cfg = config or default_config(Q, causal)
-    grid = (triton.cdiv(N, cfg.BLOCK_M), B * H)
+    grid = _grid(N, B * H, cfg.BLOCK_M)
     common = dict(HEAD_DIM=d, BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, IS_CAUSAL=bool(causal),
                   STORE_LSE=bool(return_lse), WARP_SPECIALIZE=cfg.WARP_SPECIALIZE,
                   num_warps=cfg.num_warps, num_stages=cfg.num_stages)

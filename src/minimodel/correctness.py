@@ -27,7 +27,6 @@ log = logging.getLogger(__name__)
 ABS_FLOOR = 1e-3
 TORCH_MULTIPLE = 2.0
 DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
-BF16_INTERPRETER_REASON = "tl.dot on bf16 operands is wrong under Triton's interpreter (3.6)"
 
 
 def select_backend() -> str:
@@ -90,6 +89,8 @@ def sweep_cases(cfg: dict, backend: str) -> list[dict]:
 
     Under the interpreter the grid shrinks to cfg['interpreter'] (batch, heads, N <= max_n).
     """
+    from minimodel.attention_flash import BF16_INTERPRETER_REASON
+
     if backend == "interpreter":
         small = cfg["interpreter"]
         B, H, max_n, dtypes = small["batch"], small["heads"], small["max_n"], cfg["dtypes"]
