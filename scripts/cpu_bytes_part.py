@@ -5,11 +5,12 @@ import sys
 import pandas as pd
 import torch
 
-from minimodel import bytecount
+from minimodel import bytecount, project
 from minimodel.manifest import stage, write_csv
 
 with stage(snakemake) as st:
     cfg = snakemake.params.cfg
+    project.check_memory(bytecount.memory_needed(cfg["n"]))
     if cfg["threads"]:
         torch.set_num_threads(cfg["threads"])
     rows = bytecount.sweep(

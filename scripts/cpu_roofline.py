@@ -4,11 +4,12 @@ import logging
 
 import torch
 
-from minimodel import roofline
+from minimodel import project, roofline
 from minimodel.manifest import cpu_description, stage, write_json
 
 with stage(snakemake):
     cfg = snakemake.params.cfg
+    project.check_memory(roofline.memory_needed(cfg["matmul_n"], cfg["copy_mib"], cfg["predict_at"][0]))
     torch.set_num_threads(snakemake.threads)
     ceilings = roofline.measure_ceilings(cfg["matmul_n"], cfg["copy_mib"], cfg["repeats"])
     n, d = cfg["predict_at"]

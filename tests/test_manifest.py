@@ -1,5 +1,7 @@
 import hashlib
 import json
+import os
+import stat
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -69,6 +71,8 @@ def test_manifest_records_outputs_inputs_modules_and_environment(tmp_path, monke
     for key in ("python", "torch", "triton", "snakemake", "device"):
         assert key in m["environment"]
     assert set(m["git"]) == {"commit", "dirty"}
+    assert m["manifest"] == "out/manifest.json"
+    assert m[manifest.SELF_HASH] == manifest.content_hash(m)
     assert m["started"] <= m["finished"]
     assert m["extra"] == {"note": "x"}
 
@@ -99,6 +103,7 @@ def test_verify_names_a_changed_module(tmp_path, monkeypatch):
     module = next(e for e in m["inputs"] if e["kind"] == "module")
     # pretend the module was hashed differently: as if its source had changed since
     module["sha256"] = "0" * 64
+    m[manifest.SELF_HASH] = manifest.content_hash(m)
     Path(smk.output.manifest).write_text(json.dumps(m))
     _, problems = manifest.verify(tmp_path, tmp_path)
     assert len(problems) == 1 and "(module, changed)" in problems[0]
@@ -142,3 +147,119 @@ def test_git_state_without_a_repository(tmp_path, monkeypatch):
     monkeypatch.delenv("MINIMODEL_GIT_COMMIT", raising=False)
     assert manifest.git_state(tmp_path) == {"commit": None, "dirty": None}
 
+
+
+def test_an_edited_manifest_is_detected(tmp_path, monkeypatch):
+    smk = run_stage(tmp_path, monkeypatch)
+    path = Path(smk.output.manifest)
+    m = json.loads(path.read_text())
+    m["environment"]["device"] = "cuda: something else"  # no hash touched
+    path.write_text(json.dumps(m, indent=2))
+    _, problems = manifest.verify(tmp_path, tmp_path)
+    assert problems == ["out/manifest.json: the manifest was edited after rule demo wrote it"]
+
+
+def test_a_corrupt_manifest_is_named_not_a_traceback(tmp_path, monkeypatch):
+    smk = run_stage(tmp_path, monkeypatch)
+    Path(smk.output.manifest).write_text('{"rule": "demo", "outputs": [')
+    _, problems = manifest.verify(tmp_path, tmp_path)
+    assert len(problems) == 1 and "is not a readable manifest (JSONDecodeError" in problems[0]
+
+
+def test_verify_from_another_directory_finds_the_root_from_the_manifest(tmp_path, monkeypatch):
+    smk = run_stage(tmp_path, monkeypatch)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    assert manifest.main(["verify", str(tmp_path / "out")]) == 0
+    Path(smk.output.result).write_text("changed\n")
+    assert manifest.main(["verify", str(tmp_path / "out")]) == 1
+
+
+def consumer(tmp_path, made_by):
+    """A second rule reading the first rule's output."""
+    smk = fake_snakemake(tmp_path, rule="consumer")
+    smk.input = Namedlist(table=made_by.output.result)
+    smk.output = Namedlist(result=str(tmp_path / "out2" / "result.txt"),
+                           manifest=str(tmp_path / "out2" / "manifest.json"))
+    return smk
+
+
+def test_a_tampered_input_is_refused_naming_the_rule_that_made_it(tmp_path, monkeypatch):
+    made = run_stage(tmp_path, monkeypatch)
+    Path(made.output.result).write_text("jello\n")
+    smk = consumer(tmp_path, made)
+    ran = []
+    with pytest.raises(SystemExit) as err, manifest.stage(smk, root=tmp_path):
+        ran.append(True)
+    message = str(err.value)
+    assert "refusing input out/result.txt, made by rule demo" in message
+    assert "output bytes changed since rule demo wrote it" in message
+    assert not ran and not Path(smk.output.manifest).exists()
+    # the manifest that no longer vouches for its outputs is gone: the next run re-makes them
+    assert not Path(made.output.manifest).exists()
+
+
+def test_a_stale_input_is_refused(tmp_path, monkeypatch):
+    made = run_stage(tmp_path, monkeypatch)
+    smk = consumer(tmp_path, made)
+    Path(made.input.table).write_text("a,b\n9,9\n")  # what the first rule read has changed
+    with pytest.raises(SystemExit, match="made from an input that changed: data.csv"), \
+            manifest.stage(smk, root=tmp_path):
+        pass
+
+
+def test_an_input_under_a_corrupt_manifest_is_refused_naming_the_file(tmp_path, monkeypatch):
+    made = run_stage(tmp_path, monkeypatch)
+    Path(made.output.manifest).write_text("not json")
+    with pytest.raises(SystemExit, match="out/manifest.json is not a readable manifest"), \
+            manifest.stage(consumer(tmp_path, made), root=tmp_path):
+        pass
+    assert not Path(made.output.manifest).exists()
+
+
+def test_a_vouched_input_is_read(tmp_path, monkeypatch):
+    made = run_stage(tmp_path, monkeypatch)
+    smk = consumer(tmp_path, made)
+    with manifest.stage(smk, root=tmp_path):
+        manifest.write_text(smk.output.result, Path(made.output.result).read_text())
+    m = json.loads(Path(smk.output.manifest).read_text())
+    assert {"path": "out/result.txt", "kind": "data"}.items() <= m["inputs"][0].items()
+
+
+def test_outputs_get_the_mode_of_the_umask(tmp_path):
+    old = os.umask(0o022)
+    try:
+        manifest.write_text(tmp_path / "a.txt", "x")
+        os.umask(0o077)
+        manifest.write_text(tmp_path / "b.txt", "x")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "a.txt").stat().st_mode) == 0o644
+    assert stat.S_IMODE((tmp_path / "b.txt").stat().st_mode) == 0o600
+
+
+def test_a_stage_removes_what_a_killed_write_left(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    smk = fake_snakemake(tmp_path)
+    left = Path(smk.output.result).parent / ".result.txt.abc123.tmp"
+    left.parent.mkdir(parents=True)
+    left.write_text("half")
+    with manifest.stage(smk, root=tmp_path):
+        manifest.write_text(smk.output.result, "hello\n")
+    assert not left.exists() and Path(smk.output.result).read_text() == "hello\n"
+
+
+def test_code_from_another_tree_is_refused(tmp_path):
+    (tmp_path / "src" / "minimodel").mkdir(parents=True)
+    with pytest.raises(manifest.ProvenanceError, match="but Python imported minimodel from"):
+        manifest.check_code_tree(tmp_path)
+    manifest.check_code_tree(Path(manifest.__file__).parents[2])  # this checkout: fine
+
+
+def test_a_result_without_a_manifest_is_refused(tmp_path, monkeypatch):
+    made = run_stage(tmp_path, monkeypatch)
+    Path(made.output.manifest).unlink()  # its rule never completed, or another reader withdrew it
+    with pytest.raises(manifest.ProvenanceError, match="no manifest vouches for input"):
+        manifest.check_inputs([made.output.result], tmp_path, results_dir=tmp_path / "out")
+    manifest.check_inputs([made.input.table], tmp_path, results_dir=tmp_path / "out")  # a source

@@ -3,6 +3,7 @@
 import json
 import os
 import shutil
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -16,12 +17,15 @@ ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.workflow
 
 
-def snakemake(workdir, *args, check=True):
-    env = {**os.environ, "PYTHONPATH": str(workdir / "src")}
+def snakemake(workdir, *args, check=True, cwd=None):
+    """Snakemake as a user starts it: no PYTHONPATH, so the installed minimodel is another tree's."""
+    env = dict(os.environ)
     env.pop("TRITON_INTERPRET", None)  # the rule decides, as in a real run
+    env.pop("PYTHONPATH", None)
     proc = subprocess.run(
-        [sys.executable, "-m", "snakemake", "--cores", "2", "--configfile", "config/tiny.yaml",
-         *args], cwd=workdir, env=env, capture_output=True, text=True)
+        [sys.executable, "-m", "snakemake", "--cores", "2", "--configfile",
+         str(workdir / "config" / "tiny.yaml"), *args], cwd=cwd or workdir, env=env,
+        capture_output=True, text=True)
     if check and proc.returncode:
         pytest.fail(f"snakemake {' '.join(args)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}")
     return proc
@@ -72,9 +76,106 @@ def test_second_run_has_nothing_to_do(workdir):
     assert "Nothing to be done" in proc.stdout + proc.stderr
 
 
-def test_verify_names_a_tampered_output_and_a_changed_module(workdir):
-    env_root = str(workdir)
-    assert manifest.main(["verify", str(workdir / "results"), "--root", env_root]) == 0
+def test_the_workflow_runs_and_hashes_the_code_of_its_own_tree(workdir):
+    import minimodel
+
+    assert Path(minimodel.__file__).resolve().parent != (workdir / "src" / "minimodel").resolve()
+    m = json.loads((workdir / "results" / "symbolic" / "manifest.json").read_text())
+    modules = [e for e in m["inputs"] if e["kind"] == "module"]
+    assert modules and all(e["path"].startswith("src/minimodel/") for e in modules)
+    for e in modules:
+        assert manifest.sha256_file(workdir / e["path"]) == e["sha256"]
+    module = workdir / "src" / "minimodel" / "symbolic.py"
+    source = module.read_text()
+    module.write_text(source + "\nraise RuntimeError('this tree was edited')\n")
+    try:
+        proc = snakemake(workdir, "--forcerun", "symbolic", "--until", "symbolic", check=False)
+        assert proc.returncode != 0 and "this tree was edited" in proc.stdout + proc.stderr
+    finally:
+        module.write_text(source)
+        snakemake(workdir)
+
+
+def test_paths_resolve_against_the_project_wherever_snakemake_starts(workdir, tmp_path):
+    proc = snakemake(workdir, "-n", "-s", str(workdir / "workflow" / "Snakefile"), cwd=tmp_path)
+    assert "Nothing to be done" in proc.stdout + proc.stderr
+    assert not (tmp_path / "results").exists()
+
+
+def test_outputs_get_the_mode_of_the_umask(workdir):
+    mask = os.umask(0)
+    os.umask(mask)
+    for path in (workdir / "results" / "symbolic").iterdir():
+        assert stat.S_IMODE(path.stat().st_mode) == 0o666 & ~mask, path
+
+
+@pytest.fixture
+def a_reference(workdir):
+    """A committed reference run's folder (one manifest is enough to mark it), removed afterwards."""
+    folder = workdir / "results" / "reference" / "machine"
+    (folder / "symbolic").mkdir(parents=True)
+    (folder / "symbolic" / "manifest.json").write_text("{}")
+    yield folder
+    shutil.rmtree(folder.parent)
+
+
+@pytest.mark.parametrize("results_dir, says", [
+    (".", "holds the project itself"),
+    ("..", "holds the project itself"),
+    ("src/minimodel", "inside the project's src/"),
+    ("config", "inside the project's config/"),
+    ("results/reference/machine", "holds a committed reference run"),
+])
+def test_results_dir_over_the_project_or_a_reference_is_refused(workdir, a_reference, results_dir,
+                                                                 says):
+    proc = snakemake(workdir, "-n", "--config", f"results_dir={results_dir}", check=False)
+    assert proc.returncode != 0 and says in proc.stdout + proc.stderr
+
+
+def test_a_reference_is_a_target_only_when_asked(workdir, a_reference):
+    proc = snakemake(workdir, "-n", "--config", "results_dir=results/reference/machine",
+                     "overwrite_reference=True")
+    assert "symbolic" in proc.stdout
+
+
+def test_a_tampered_table_is_refused_and_its_rule_reruns(workdir):
+    table = workdir / "results" / "symbolic" / "bytes.csv"
+    original = table.read_bytes()
+    readme = (workdir / "results" / "README.md").read_bytes()
+    table.write_bytes(original[:-2] + bytes([original[-2] ^ 1]) + original[-1:])
+    proc = snakemake(workdir, check=False)
+    said = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert "refusing input results/symbolic/bytes.csv, made by rule symbolic" in said
+    assert "output bytes changed since rule symbolic wrote it" in said
+    assert not (workdir / "results" / "plots" / "manifest.json").exists()  # nothing built on it
+    # the next run re-makes the table (its manifest was withdrawn), then what reads it
+    proc = snakemake(workdir)
+    assert "rule symbolic" in proc.stdout + proc.stderr
+    assert table.read_bytes() == original
+    assert (workdir / "results" / "README.md").read_bytes() == readme
+
+
+def test_a_corrupt_manifest_is_named_and_its_rule_reruns(workdir):
+    path = workdir / "results" / "cpu" / "roofline" / "manifest.json"
+    path.write_text('{"rule": "cpu_roofline", "outputs": [')
+    proc = snakemake(workdir, check=False)
+    said = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "JSONDecodeError" in said and "Traceback" not in said
+    assert "results/cpu/roofline/manifest.json is not a readable manifest" in said
+    proc = snakemake(workdir)
+    assert "rule cpu_roofline" in proc.stdout + proc.stderr
+    assert manifest.load_manifest(path)["rule"] == "cpu_roofline"
+
+
+def test_verify_names_a_tampered_output_and_a_changed_module(workdir, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # verify resolves paths from the manifests, wherever it runs
+    assert manifest.main(["verify", str(workdir / "results")]) == 0
+    run_level = workdir / "results" / "verify" / "manifest.json"
+    text = run_level.read_text()
+    run_level.write_text(text.replace('"rule": "verify"', '"rule": "verified"'))
+    assert manifest.main(["verify", str(workdir / "results")]) == 1
+    run_level.write_text(text)
     table = workdir / "results" / "symbolic" / "bytes.csv"
     original = table.read_bytes()
     table.write_bytes(original[:-2] + bytes([original[-2] ^ 1]) + original[-1:])

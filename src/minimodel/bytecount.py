@@ -278,6 +278,11 @@ def measure(scheme: str, n: int, d: int, dtype: str, block_r: int = 64, block_c:
     return row
 
 
+def memory_needed(n_values) -> dict[str, int]:
+    """Bytes the sweep's largest naive point holds at once: fp16's S, S32, P32, P and a margin."""
+    return {"cpu.n": 16 * max(n_values) ** 2}
+
+
 def sweep(n_values, head_dims, dtypes, block_r=64, block_c=64, sram_bytes=64 * 1024,
           profiler_max_n=0, progress=None):
     """Every (scheme, N, d, dtype) of the CPU stage, as a list of rows."""

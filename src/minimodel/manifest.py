@@ -9,11 +9,21 @@ the rule's `manifest.json` beside its outputs, recording:
   (Python, torch, triton, snakemake, the device), the git commit with a dirty flag,
   and the start and end times.
 
+Each manifest also records its own path and a sha256 of its own content (`manifest_sha256`),
+so an edited manifest, the run-level one under `verify/` included, is detected.
+
 `python -m minimodel.manifest verify results/` re-hashes everything under the folder and exits
-non-zero naming each output whose bytes changed, or whose inputs changed since it was made.
+non-zero naming each output whose bytes changed, or whose inputs changed since it was made. It
+checks bytes and code, not whether the config changed: Snakemake decides what is stale.
+
+Before a stage reads an input that another rule made, `stage()` checks it against that rule's
+manifest (the nearest `manifest.json` at or above the input's folder) and refuses a tampered or
+stale input, naming it and the rule that made it. It then removes that manifest, which no
+longer vouches for its outputs, so the next `snakemake` re-runs the rule that owns it.
 
 Outputs are written through `atomic_write`: a temporary file in the same folder, renamed into
-place only once complete, so an interrupted run leaves no half-written file behind.
+place only once complete, so an interrupted run leaves no half-written file behind (a stage
+removes what a killed run of it left). Outputs get the mode the umask gives, as logs do.
 """
 
 from __future__ import annotations
@@ -33,10 +43,17 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+from minimodel.project import ConfigTooLarge
+
 MANIFEST_NAME = "manifest.json"
 PACKAGE = "minimodel"
+SELF_HASH = "manifest_sha256"
 
 log = logging.getLogger(__name__)
+
+
+class ProvenanceError(RuntimeError):
+    """An input that its manifest does not vouch for, or a manifest that cannot be read."""
 
 
 def sha256_file(path: str | os.PathLike) -> str:
@@ -54,6 +71,7 @@ def atomic_write(path: str | os.PathLike, mode: str = "w", **kwargs) -> Iterator
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp's 0600 would survive the rename
         with os.fdopen(fd, mode, **kwargs) as fh:
             yield fh
             fh.flush()
@@ -63,6 +81,21 @@ def atomic_write(path: str | os.PathLike, mode: str = "w", **kwargs) -> Iterator
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def remove_stale_temporaries(path: str | os.PathLike) -> list[Path]:
+    """Delete what a killed `atomic_write` of `path` left behind; returns what it removed."""
+    path = Path(path)
+    stale = sorted(path.parent.glob(f".{path.name}.*.tmp")) if path.parent.is_dir() else []
+    for tmp in stale:
+        tmp.unlink(missing_ok=True)
+    return stale
 
 
 def write_json(path: str | os.PathLike, obj) -> None:
@@ -190,14 +223,22 @@ def _plain(value):
     return value
 
 
+def content_hash(manifest: dict) -> str:
+    """sha256 of a manifest's content, its own hash left out (key order and spacing do not count)."""
+    body = {k: v for k, v in manifest.items() if k != SELF_HASH}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
 def build_manifest(*, rule: str, command: str, outputs, inputs, script, params: dict,
-                   started: str, root: str | os.PathLike = ".", extra: dict | None = None) -> dict:
+                   started: str, root: str | os.PathLike = ".", extra: dict | None = None,
+                   path: str | os.PathLike | None = None) -> dict:
     root = Path(root).resolve()
     in_entries = [_entry(p, root, "data") for p in inputs]
     if script is not None:
         in_entries.append(_entry(script, root, "script"))
     in_entries += [_entry(p, root, "module") for p in imported_modules()]
-    return {
+    manifest = {
+        "manifest": _rel(path, root) if path is not None else None,
         "rule": rule,
         "command": command,
         "params": _plain(params),
@@ -209,6 +250,8 @@ def build_manifest(*, rule: str, command: str, outputs, inputs, script, params: 
         "finished": _now(),
         **({"extra": _plain(extra)} if extra else {}),
     }
+    manifest[SELF_HASH] = content_hash(manifest)
+    return manifest
 
 
 class Stage:
@@ -218,13 +261,31 @@ class Stage:
         self.extra: dict = {}
 
 
+def check_code_tree(root: str | os.PathLike = ".") -> None:
+    """Refuse to run when `minimodel` was imported from anywhere but this checkout's `src/`.
+
+    An editable install from another checkout (or a plain install) would run other code than
+    the files Snakemake tracks here, and the manifest would hash that other code.
+    """
+    expected = (Path(root) / "src" / PACKAGE).resolve()
+    if not expected.is_dir():
+        return  # not run from a checkout: nothing to compare with
+    actual = Path(sys.modules[PACKAGE].__file__).resolve().parent
+    if actual != expected:
+        raise ProvenanceError(f"this checkout's code is {expected}, but Python imported {PACKAGE} "
+                              f"from {actual}; run the workflow through its Snakefile (which puts "
+                              f"{expected.parent} first on PYTHONPATH) or set PYTHONPATH={expected.parent}")
+
+
 @contextlib.contextmanager
 def stage(smk, root: str | os.PathLike = ".") -> Iterator[Stage]:
     """Run a rule's script body, log to the rule's log, then write its manifest.
 
     The rule must name its manifest output `manifest`; its script is `scripts/<rule>.py`.
-    The manifest is written only when the body succeeds, and last, so a manifest present
-    means every output beside it is complete.
+    Before the body runs, the stage checks that the code is this checkout's, removes what a
+    killed run left half-written, and checks every input that another rule made against that
+    rule's manifest (`check_inputs`). The manifest is written only when the body succeeds, and
+    last, so a manifest present means every output beside it is complete.
     """
     started = _now()
     current = Stage()
@@ -237,6 +298,12 @@ def stage(smk, root: str | os.PathLike = ".") -> Iterator[Stage]:
         root_logger.addHandler(handler)
         root_logger.setLevel(logging.INFO)
         try:
+            check_code_tree(root)
+            for path in [*smk.output, *smk.log]:
+                for tmp in remove_stale_temporaries(path):
+                    log.info("removed %s, left by an interrupted run", tmp)
+            results = getattr(smk, "config", {}).get("results_dir")
+            check_inputs(_data_inputs(smk, exempt=True), root, results)
             yield current
             script = Path(root) / "scripts" / f"{smk.rule}.py"
             manifest_path = Path(smk.output.manifest)
@@ -247,8 +314,11 @@ def stage(smk, root: str | os.PathLike = ".") -> Iterator[Stage]:
                 outputs=outputs, inputs=_data_inputs(smk),
                 script=script if script.exists() else None,
                 params=dict(smk.params.items()), started=started, root=root,
-                extra=current.extra,
+                extra=current.extra, path=manifest_path,
             ))
+        except (ProvenanceError, ConfigTooLarge) as err:
+            log.error("rule %s refused to run: %s", smk.rule, err)
+            raise SystemExit(f"rule {smk.rule}: {err}") from None
         except BaseException:
             log.exception("rule %s failed", smk.rule)
             raise
@@ -256,21 +326,61 @@ def stage(smk, root: str | os.PathLike = ".") -> Iterator[Stage]:
             root_logger.removeHandler(handler)
 
 
-def _data_inputs(smk) -> list[str]:
-    """The rule's inputs less its `code` group: code is recorded from what was really imported."""
-    code = set(getattr(smk.input, "code", []) if "code" in smk.input.keys() else [])
-    return [p for p in smk.input if p not in code]
+def _group(smk, name: str) -> set[str]:
+    return set(getattr(smk.input, name, []) if name in smk.input.keys() else [])
+
+
+def _data_inputs(smk, exempt: bool = False) -> list[str]:
+    """The rule's inputs less its `code` group: code is recorded from what was really imported.
+
+    With `exempt`, also less its `benchmarks` group: Snakemake writes those tables itself, after
+    a rule's manifest, so no manifest vouches for them.
+    """
+    skip = _group(smk, "code") | (_group(smk, "benchmarks") if exempt else set())
+    return [p for p in smk.input if p not in skip]
 
 
 def find_manifests(folder: str | os.PathLike) -> list[Path]:
     return sorted(Path(folder).rglob(MANIFEST_NAME))
 
 
-def verify_manifest(manifest_path: str | os.PathLike, root: str | os.PathLike = ".") -> list[str]:
-    """Problems with one manifest: each changed or missing output, each changed input."""
-    root = Path(root)
-    manifest = json.loads(Path(manifest_path).read_text())
+def load_manifest(path: str | os.PathLike) -> dict:
+    """A manifest's content, or a ProvenanceError naming the file when it cannot be one."""
+    try:
+        manifest = json.loads(Path(path).read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as err:
+        raise ProvenanceError(f"{path} is not a readable manifest ({type(err).__name__}: {err})") from None
+    if not isinstance(manifest, dict) or not {"rule", "outputs", "inputs"} <= manifest.keys():
+        raise ProvenanceError(f"{path} is not a manifest: it lacks rule, outputs or inputs")
+    return manifest
+
+
+def manifest_root(path: str | os.PathLike, manifest: dict, default: str | os.PathLike = ".") -> Path:
+    """The folder a manifest's paths are relative to, found from the path it records for itself.
+
+    So a run is verified from any directory, and in a moved or copied checkout. A manifest
+    without that record (older runs) is read against `default`.
+    """
+    recorded = Path(manifest.get("manifest") or "")
+    here = Path(path).resolve()
+    parts = recorded.parts
+    if parts and not recorded.is_absolute() and here.parts[-len(parts):] == parts:
+        return Path(*here.parts[:-len(parts)])
+    return Path(default)
+
+
+def verify_manifest(manifest_path: str | os.PathLike, root: str | os.PathLike | None = None) -> list[str]:
+    """Problems with one manifest: its own content, each changed or missing output, each changed input."""
+    try:
+        manifest = load_manifest(manifest_path)
+    except ProvenanceError as err:
+        return [str(err)]
+    root = manifest_root(manifest_path, manifest, root or ".")
     problems = []
+    if SELF_HASH in manifest and content_hash(manifest) != manifest[SELF_HASH]:
+        problems.append(f"the manifest was edited after rule {manifest['rule']} wrote it")
+    elif SELF_HASH not in manifest and "manifest" in manifest:
+        problems.append("the manifest lacks its own hash")
     changed_inputs = []
     for entry in manifest["inputs"]:
         p = root / entry["path"]
@@ -291,17 +401,66 @@ def verify_manifest(manifest_path: str | os.PathLike, root: str | os.PathLike = 
     return problems
 
 
-def verify(folder: str | os.PathLike, root: str | os.PathLike = ".") -> tuple[int, list[str]]:
+def owning_manifest(path: str | os.PathLike, root: str | os.PathLike = ".") -> Path | None:
+    """The nearest manifest.json at or above `path`'s folder, up to `root`: the rule that made it."""
+    root = Path(root).resolve()
+    folder = Path(path).resolve().parent
+    for candidate in (folder, *folder.parents):
+        if (candidate / MANIFEST_NAME).is_file():
+            return candidate / MANIFEST_NAME
+        if candidate == root:
+            break
+    return None
+
+
+def check_inputs(paths, root: str | os.PathLike = ".",
+                 results_dir: str | os.PathLike | None = None) -> None:
+    """Refuse any input that another rule made unless that rule's manifest vouches for it.
+
+    An input under `results_dir` must have a manifest above it; elsewhere, an input without one
+    is a source file (a template) and is taken as it is. A manifest given as an input is checked
+    whole.
+    A manifest that cannot be read, or whose outputs or inputs changed, is removed after the
+    refusal: it vouches for nothing, and without it the next run re-makes what it covered.
+    """
+    for path in paths:
+        owner = Path(path) if Path(path).name == MANIFEST_NAME else owning_manifest(path, root)
+        if owner is None:
+            resolved = Path(path).resolve()
+            if results_dir is not None and Path(results_dir).resolve() in resolved.parents:
+                raise ProvenanceError(f"no manifest vouches for input {path}: the rule that writes it "
+                                      "has not completed since it was last checked")
+            continue
+        try:
+            manifest = load_manifest(owner)
+        except ProvenanceError as err:
+            owner.unlink(missing_ok=True)
+            raise ProvenanceError(f"cannot check input {path}: {err}. The manifest was removed, so "
+                                  "the next `snakemake` re-runs the rule that writes it") from None
+        rel = _rel(path, manifest_root(owner, manifest, root))
+        if owner != Path(path) and not any(entry["path"] == rel for entry in manifest["outputs"]):
+            raise ProvenanceError(f"input {rel} is not among the outputs that rule "
+                                  f"{manifest['rule']} recorded in {owner}")
+        problems = list(dict.fromkeys(verify_manifest(owner, root)))
+        if problems:
+            owner.unlink(missing_ok=True)
+            raise ProvenanceError(
+                f"refusing input {rel}, made by rule {manifest['rule']}: " + "; ".join(problems)
+                + f". Its manifest {owner} was removed, so the next `snakemake` re-runs rule "
+                f"{manifest['rule']} (or run `snakemake --forcerun {manifest['rule']}`)")
+
+
+def verify(folder: str | os.PathLike, root: str | os.PathLike | None = None) -> tuple[int, list[str]]:
     """(number of manifests checked, problems) for every manifest under `folder`."""
     manifests = find_manifests(folder)
     return len(manifests), verify_manifests(manifests, root)
 
 
-def verify_manifests(manifests, root: str | os.PathLike = ".") -> list[str]:
+def verify_manifests(manifests, root: str | os.PathLike | None = None) -> list[str]:
     """Problems of each manifest, each line prefixed with the manifest's path."""
     problems = []
     for m in manifests:
-        problems += [f"{_rel(m, Path(root).resolve())}: {p}" for p in verify_manifest(m, root)]
+        problems += [f"{_rel(m, Path(root or '.').resolve())}: {p}" for p in verify_manifest(m, root)]
     return problems
 
 
@@ -311,7 +470,9 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     p_verify = sub.add_parser("verify", help="re-hash every output and input under FOLDER")
     p_verify.add_argument("folder", nargs="?", default="results")
-    p_verify.add_argument("--root", default=".", help="folder the manifest paths are relative to")
+    p_verify.add_argument("--root", default=None,
+                          help="folder the paths of older manifests (which do not record their "
+                               "own path) are relative to; default: the current directory")
     args = parser.parse_args(argv)
     count, problems = verify(args.folder, args.root)
     if count == 0:

@@ -46,6 +46,15 @@ def copy_bandwidth(mib: int = 256, repeats: int = 7, device="cpu") -> dict:
     return {"bytes_per_s": 2 * n * 4 / seconds, "mib": mib, "median_s": seconds, "times_s": times}
 
 
+def memory_needed(matmul_n: int, copy_mib: int, predict_n: int) -> dict[str, int]:
+    """Bytes each measurement allocates, by the config key that sets its size."""
+    return {
+        "roofline.matmul_n": 3 * matmul_n**2 * 4,  # a, b and c in fp32
+        "roofline.copy_mib": 2 * copy_mib * 2**20,  # source and destination
+        "roofline.predict_at": 3 * predict_n**2 * 4,  # the naive reference's S, P and a temporary
+    }
+
+
 def measure_ceilings(matmul_n: int = 2048, copy_mib: int = 256, repeats: int = 7) -> dict:
     if repeats < 1:
         raise ValueError(f"repeats must be >= 1, got {repeats}")

@@ -1,8 +1,27 @@
 import ast
+import os
 from pathlib import Path
 
+from snakemake.exceptions import WorkflowError
+
+from minimodel.project import UnsafeResultsDir, check_results_dir
+
 SRC = Path("src/minimodel")
-RESULTS = Path(config["results_dir"])
+
+
+def _results_dir():
+    """config["results_dir"], refused where a run would overwrite the project or a reference."""
+    try:
+        results = check_results_dir(
+            config["results_dir"], PROJECT, config["overwrite_reference"]
+        )
+    except UnsafeResultsDir as err:
+        raise WorkflowError(str(err))
+    inside = results == PROJECT or PROJECT in results.parents
+    return Path(os.path.relpath(results, PROJECT)) if inside else results
+
+
+RESULTS = _results_dir()
 
 
 def _minimodel_imports(path):
