@@ -41,6 +41,9 @@ def test_empty_config_gets_the_defaults():
         (("symbolic", "dtypes"), ["float8"], "float8"),  # unknown dtype
         (("gpu", "correctness", "head_dim"), 48, "48"),  # unsupported head dim
         (("roofline", "repeats"), 0, "repeats"),
+        (("roofline", "matmul_n"), 10_000_000, "matmul_n"),  # past the schema's bound
+        (("cpu", "n"), [4_194_304], "4194304"),
+        (("overwrite_reference",), "yes", "overwrite_reference"),
     ],
 )
 def test_bad_config_is_rejected_naming_the_key(path, value, named):

@@ -1,0 +1,90 @@
+"""Time this tree's kernel against another version of it, side by side in one run (CUDA only).
+
+    git show <rev>:src/minimodel/attention_flash.py > /tmp/other.py
+    python tools/kernel_ab.py --other /tmp/other.py --out ab.csv
+
+Both kernels run every point with their own default configuration (or `--pointer`, which forces
+pointer loads) and are checked against a float64 head first. Each point is timed as GPU time per
+call over CUDA-graph replays, A then B then A then B, so the table carries each side's spread
+beside the ratio. A development tool: the workflow never imports it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import functools
+import importlib.util
+import sys
+
+import pandas as pd
+import torch
+
+from minimodel import attention_flash, timing
+
+POINTS = [  # (B, H, N, d): the seed grid's launch-bound sizes and FlashAttention's grid
+    (2, 4, 1024, 64), (2, 4, 4096, 64), (4, 32, 4096, 64), (1, 32, 16384, 64),
+    (4, 16, 4096, 128), (1, 16, 16384, 128),
+]
+
+
+def load(path: str, name: str):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _caller(module, causal: bool, pointer: bool, like: torch.Tensor):
+    cfg = module.default_config(like, causal)
+    if pointer:
+        cfg = dataclasses.replace(cfg, TMA=False)
+    return cfg, lambda a, b, c: module.flash_attn_forward(a, b, c, causal=causal, config=cfg)
+
+
+def run(other_path: str, pointer: bool, rep_ms: float) -> pd.DataFrame:
+    kernels = {"this": attention_flash, "other": load(other_path, "other_attention_flash")}
+    rows = []
+    for (B, H, N, d) in POINTS:
+        for causal in (False, True):
+            gen = torch.Generator(device="cuda").manual_seed(N * d + causal)
+            q, k, v = (torch.randn(B, H, N, d, device="cuda", dtype=torch.float16, generator=gen)
+                       for _ in range(3))
+            qs, ks, vs, exact, err_torch = timing.one_head_reference(q, k, v, causal)
+            row = {"B": B, "H": H, "N": N, "d": d, "causal": causal}
+            calls = {}
+            for name, module in kernels.items():
+                cfg, fn = _caller(module, causal, pointer, q)
+                ok, err = timing.checked_run(fn, qs, ks, vs, exact, err_torch)
+                row.update({f"{name}_ok": ok, f"{name}_err": err, f"{name}_tma": cfg.TMA})
+                calls[name] = functools.partial(fn, q, k, v)
+            for rep in range(2):
+                for name, call in calls.items():
+                    row[f"{name}_ms{rep}"] = timing.bench_graph_ms(call, rep_ms)
+            for name in kernels:
+                row[f"{name}_ms"] = min(row[f"{name}_ms0"], row[f"{name}_ms1"])
+            row["this_over_other"] = row["other_ms"] / row["this_ms"]
+            rows.append(row)
+            print({k: (round(v, 4) if isinstance(v, float) else v) for k, v in row.items()},
+                  file=sys.stderr, flush=True)
+    return pd.DataFrame(rows)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--other", required=True, help="another version's attention_flash.py")
+    parser.add_argument("--pointer", action="store_true", help="force pointer loads on both sides")
+    parser.add_argument("--rep-ms", type=float, default=100)
+    parser.add_argument("--out", default="kernel_ab.csv")
+    args = parser.parse_args(argv)
+    table = run(args.other, args.pointer, args.rep_ms)
+    table.to_csv(args.out, index=False)
+    cols = ["B", "H", "N", "d", "causal", "this_ok", "other_ok", "this_tma", "this_ms0", "this_ms1",
+            "other_ms0", "other_ms1", "this_over_other"]
+    print(table[cols].to_string(index=False, float_format=lambda x: f"{x:.4f}"))
+    return 0 if table["this_ok"].all() else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
