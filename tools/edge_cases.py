@@ -26,6 +26,7 @@ CASES = ("long_d256", "long_d128_misaligned", "many_heads")
 def _load(path):
     spec = importlib.util.spec_from_file_location("kernel_under_test", path)
     module = importlib.util.module_from_spec(spec)
+    sys.modules["kernel_under_test"] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
 

@@ -31,6 +31,7 @@ POINTS = [  # (B, H, N, d): the seed grid's launch-bound sizes and FlashAttentio
 def load(path: str, name: str):
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
 

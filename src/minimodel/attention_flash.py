@@ -34,18 +34,6 @@ BF16_INTERPRETER_REASON = "tl.dot on bf16 operands is wrong under Triton's inter
 INTERPRETED = os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 
-def max_sm_scale(head_dim: int) -> float:
-    """The largest sm_scale for which no finite float16 input overflows float32 in the kernel.
-
-    The kernel scales raw fp32 scores q·k (|q·k| <= d · 65504² for fp16 inputs) by
-    sm_scale · log2 e; a factor 2 of headroom keeps the row maximum and the multiply-add
-    finite. About 1e26 at d = 256. bfloat16 inputs beyond float16's range can overflow the
-    fp32 dot itself, which no scale bound prevents (as in any fp32-accumulating attention).
-    """
-    fp32_max = torch.finfo(torch.float32).max
-    return fp32_max / (2 * LOG2E * head_dim * torch.finfo(torch.float16).max ** 2)
-
-
 @dataclass(frozen=True)
 class FwdConfig:
     """Tile sizes and launch parameters of one kernel specialization.
@@ -108,8 +96,12 @@ def _softmax_step(acc, l_i, m_i, q, kt, v, cols, offs_m, N, qk_scale,
                   MASKED: tl.constexpr, IS_CAUSAL: tl.constexpr):
     """One key/value tile of the online softmax (theory 02), scores in base 2.
 
-    qk_scale > 0 (the softmax scale times log2 e), so the row maximum is taken before scaling,
-    and the scale and the subtraction of the maximum are one multiply-add per score.
+    The running maximum m_i is of the raw scores q·k (qk_scale > 0 keeps the order), and each
+    score has the maximum subtracted before it is scaled: every exponent is <= 0 whatever the
+    scale, so no p overflows and the row maximum's p is exactly 1. (Scaling first and subtracting
+    the scaled maximum in one multiply-add leaves that product's rounding error, up to 2⁻²⁴ of
+    the score, in the exponent: past scaled scores of about 2³¹ it exceeds the 128 that exp2
+    can take, and the row turns to NaN.)
     """
     qk = tl.dot(q, kt)
     if MASKED:  # only the diagonal band and the ragged tail pay for a mask
@@ -117,9 +109,9 @@ def _softmax_step(acc, l_i, m_i, q, kt, v, cols, offs_m, N, qk_scale,
         if IS_CAUSAL:
             valid = valid & (offs_m[:, None] >= cols[None, :])
         qk = tl.where(valid, qk, float("-inf"))
-    m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
-    p = tl.math.exp2(tl.fma(qk, qk_scale, -m_new[:, None]))
-    alpha = tl.math.exp2(m_i - m_new)  # rescales what was summed under the old maximum
+    m_new = tl.maximum(m_i, tl.max(qk, 1))
+    p = tl.math.exp2((qk - m_new[:, None]) * qk_scale)
+    alpha = tl.math.exp2((m_i - m_new) * qk_scale)  # rescales what was summed under the old maximum
     l_i = l_i * alpha + tl.sum(p, 1)
     acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])
     return acc, l_i, m_new
@@ -156,9 +148,9 @@ def _program_ids(N, BLOCK_M: tl.constexpr, IS_CAUSAL: tl.constexpr):
 
 
 @triton.jit
-def _store_lse(LSE, pid_bh, offs_m, m_i, l_i, N):
-    # natural-log log-sum-exp per row, what a backward pass needs
-    lse = (m_i + tl.math.log2(l_i)) * 0.6931471805599453
+def _store_lse(LSE, pid_bh, offs_m, m_i, l_i, N, qk_scale):
+    # natural-log log-sum-exp per row, what a backward pass needs (m_i is the raw maximum)
+    lse = (m_i * qk_scale + tl.math.log2(l_i)) * 0.6931471805599453
     tl.store(LSE + pid_bh.to(tl.int64) * N + offs_m, lse, mask=offs_m < N)
 
 
@@ -217,7 +209,7 @@ def _flash_fwd_kernel(
     o_ptrs = O + b * stride_ob + h * stride_oh + rows_m * stride_on + offs_d[None, :] * stride_od
     tl.store(o_ptrs, acc.to(O.dtype.element_ty), mask=offs_m[:, None] < N)
     if STORE_LSE:
-        _store_lse(LSE, pid_bh, offs_m, m_i, l_i, N)
+        _store_lse(LSE, pid_bh, offs_m, m_i, l_i, N, qk_scale)
 
 
 @triton.jit
@@ -258,7 +250,7 @@ def _flash_fwd_kernel_tma(
     desc_o.store([b, h, pid_m * BLOCK_M, 0],
                  acc.to(desc_o.dtype).reshape(1, 1, BLOCK_M, HEAD_DIM))
     if STORE_LSE:
-        _store_lse(LSE, pid_bh, offs_m, m_i, l_i, N)
+        _store_lse(LSE, pid_bh, offs_m, m_i, l_i, N, qk_scale)
 
 
 def _tma_ok(*tensors) -> bool:
@@ -331,8 +323,8 @@ def flash_attn_forward(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, causal
     multi-query attention; K and V are not copied). float16 or bfloat16, all on one CUDA
     device, or on the CPU under TRITON_INTERPRET=1. d ∈ {16, 32, 64, 128, 256}. Any strides
     (e.g. a transposed (B, N, H, d) tensor) are read as they are.
-    causal: query i sees keys j <= i. sm_scale: > 0 and at most `max_sm_scale(d)` (about
-    1e26: larger scales can overflow float32 scores, and are refused), defaults to 1/sqrt(d).
+    causal: query i sees keys j <= i. sm_scale: any finite number > 0 (a huge one makes the
+    softmax a hard maximum, as in float64, never NaN), defaults to 1/sqrt(d).
     Inputs that require grad are refused while autograd is on: there is no backward pass.
     return_lse: also return the natural-log log-sum-exp of each row, (B, H, N) float32.
     config: tile configuration; defaults to `get_fwd_config(d, causal, device, N, B·H, SMs)`.
@@ -343,9 +335,6 @@ def flash_attn_forward(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, causal
     scale = 1.0 / math.sqrt(d) if sm_scale is None else float(sm_scale)
     if not (math.isfinite(scale) and scale > 0):  # the kernel takes each row's maximum before scaling
         raise ValueError(f"sm_scale must be a finite number > 0, got {sm_scale!r}")
-    if scale > max_sm_scale(d):
-        raise ValueError(f"sm_scale = {scale:g} can overflow float32 scores; accepted: "
-                         f"0 < sm_scale <= {max_sm_scale(d):.3g} at d = {d} (see max_sm_scale)")
     O = torch.empty(Q.shape, dtype=Q.dtype, device=Q.device)
     # the kernel writes LSE only when asked; otherwise O stands in for its pointer
     LSE = torch.empty((B, H, N), dtype=torch.float32, device=Q.device) if return_lse else O
