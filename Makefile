@@ -13,7 +13,7 @@ export PATH := $(abspath $(BIN)):$(PATH)
 $(VENV)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet "$(TORCH)"
-	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	$(BIN)/python -m pip install --quiet -e ".[dev,slurm]"
 	touch $@
 
 install: $(VENV)/.installed

@@ -5,7 +5,8 @@ import logging
 import torch
 
 from minimodel import project, roofline
-from minimodel.manifest import cpu_description, stage, write_json
+from minimodel.machine import cpu_description
+from minimodel.manifest import stage, write_json
 
 with stage(snakemake):
     cfg = snakemake.params.cfg

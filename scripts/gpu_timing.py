@@ -6,11 +6,13 @@ import sys
 import pandas as pd
 import torch
 
-from minimodel import timing
+from minimodel import machine, timing
 from minimodel.manifest import stage, write_csv, write_json
 
 with stage(snakemake) as st:
     cfg = snakemake.params.cfg
+    if machine.gpu_required(snakemake.params.require_cuda):
+        machine.require_cuda()
     cpu_prediction = json.loads(open(snakemake.input.cpu_ceilings).read())["prediction"]
     if torch.cuda.is_available():
         seed = torch.seed() % 2**31

@@ -3,6 +3,7 @@
 import tomllib
 from pathlib import Path
 
+import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -14,7 +15,8 @@ def normalize(req: str) -> str:
 
 def test_environment_yml_and_pyproject_agree():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    declared = project["dependencies"] + project["optional-dependencies"]["dev"]
+    extras = project["optional-dependencies"]
+    declared = project["dependencies"] + extras["dev"] + extras["slurm"]
     env = yaml.safe_load((ROOT / "environment.yml").read_text())
     pip_section = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict))
     conda_reqs = [r for r in pip_section if not r.startswith("-e")]
@@ -26,3 +28,15 @@ def test_triton_and_numpy_are_pinned_for_the_gpu_machines_and_the_interpreter():
     deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
     assert any(d.startswith("triton==3.6.0") for d in deps)
     assert any(d.startswith("numpy") and "<2.3" in d for d in deps)
+
+
+def test_the_installed_slurm_plugin_left_numpy_below_2_3():
+    # `make install` installs the slurm extra: its resolution must keep the interpreter's numpy
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        version("snakemake-executor-plugin-slurm")
+    except PackageNotFoundError:
+        pytest.skip("the slurm extra is not installed")
+    major, minor = map(int, version("numpy").split(".")[:2])
+    assert (major, minor) < (2, 3)

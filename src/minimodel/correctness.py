@@ -22,6 +22,8 @@ import os
 
 import torch
 
+from minimodel import machine
+
 log = logging.getLogger(__name__)
 
 ABS_FLOOR = 1e-3
@@ -29,11 +31,14 @@ TORCH_MULTIPLE = 2.0
 DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
-def select_backend() -> str:
+def select_backend(require_cuda: bool = False) -> str:
     """"cuda" with a CUDA device; else "interpreter", switching Triton's interpreter on.
 
+    With `require_cuda`, a machine without a usable GPU raises `machine.NoUsableGPU` instead.
     Must run before `minimodel.attention_flash` (or triton) is imported.
     """
+    if require_cuda:
+        machine.require_cuda()
     if torch.cuda.is_available():
         return "cuda"
     os.environ["TRITON_INTERPRET"] = "1"

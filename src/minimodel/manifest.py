@@ -6,8 +6,8 @@ the rule's `manifest.json` beside its outputs, recording:
 - every input: the data files, the script, and every module of `minimodel` the script imported
   (read off `sys.modules`, so nothing is listed by hand), each with its sha256;
 - the rule, its command, its parameters (the config values it used), the environment
-  (Python, torch, triton, snakemake, the device), the git commit with a dirty flag,
-  and the start and end times.
+  (`minimodel.machine.environment`: software, CPU, GPU, host, SLURM job), the git commit
+  with a dirty flag, and the start and end times.
 
 Each manifest also records its own path and a sha256 of its own content (`manifest_sha256`),
 so an edited manifest, the run-level one under `verify/` included, is detected.
@@ -32,17 +32,16 @@ import argparse
 import contextlib
 import datetime as dt
 import hashlib
-import importlib.metadata
 import json
 import logging
 import os
-import platform
 import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+from minimodel.machine import NoUsableGPU, environment
 from minimodel.project import ConfigTooLarge
 
 MANIFEST_NAME = "manifest.json"
@@ -128,50 +127,6 @@ def imported_modules() -> list[Path]:
             if file and file.endswith(".py"):
                 files.add(Path(file).resolve())
     return sorted(files)
-
-
-def _version(dist: str) -> str | None:
-    try:
-        return importlib.metadata.version(dist)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
-def cpu_description() -> str:
-    """The CPU model and core count of this machine."""
-    cpu = platform.processor() or platform.machine()
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    return f"cpu: {cpu} ({os.cpu_count()} cores)"
-
-
-def device_description() -> str:
-    """The accelerator that torch sees, or the CPU when there is none."""
-    try:
-        import torch
-
-        if torch.cuda.is_available():
-            return f"cuda: {torch.cuda.get_device_name(0)}"
-    except ImportError:
-        pass
-    return cpu_description()
-
-
-def environment() -> dict:
-    return {
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "torch": _version("torch"),
-        "triton": _version("triton"),
-        "snakemake": _version("snakemake"),
-        "numpy": _version("numpy"),
-        "device": device_description(),
-        "cpu": cpu_description(),
-        "triton_interpret": os.environ.get("TRITON_INTERPRET", "0") == "1",
-    }
 
 
 def git_state(root: str | os.PathLike = ".") -> dict:
@@ -316,7 +271,7 @@ def stage(smk, root: str | os.PathLike = ".") -> Iterator[Stage]:
                 params=dict(smk.params.items()), started=started, root=root,
                 extra=current.extra, path=manifest_path,
             ))
-        except (ProvenanceError, ConfigTooLarge) as err:
+        except (ProvenanceError, ConfigTooLarge, NoUsableGPU) as err:
             log.error("rule %s refused to run: %s", smk.rule, err)
             raise SystemExit(f"rule {smk.rule}: {err}") from None
         except BaseException:

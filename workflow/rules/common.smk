@@ -77,3 +77,15 @@ def benchfile(rule_name):
 
 # `snakemake --use-conda` builds every rule's environment from the project's one environment file.
 CONDA_ENV = "../../environment.yml"
+
+
+def whole_machine():
+    """Threads of a rule that must run alone (a ceiling or a timing beside other jobs is noise).
+
+    A local run gives it every core of --cores, so nothing runs beside it. A cluster executor
+    gives no core count: there it asks for one, unless the profile's set-threads says more.
+    """
+    try:
+        return workflow.cores
+    except WorkflowError:
+        return 1

@@ -51,7 +51,7 @@ rule cpu_roofline:
         benchfile("cpu_roofline")
     conda:
         CONDA_ENV
-    threads: workflow.cores  # alone on the machine: a ceiling measured beside other jobs is no ceiling
+    threads: whole_machine()
     params:
         cfg=config["roofline"],
         tile=[config["cpu"]["block_r"], config["cpu"]["block_c"]],

@@ -18,6 +18,7 @@ rule gpu_correctness:
         gpu=1,
     params:
         cfg=config["gpu"]["correctness"],
+        require_cuda=config["gpu"]["require_cuda"],
     script:
         "../../scripts/gpu_correctness.py"
 
@@ -38,10 +39,11 @@ rule gpu_timing:
         benchfile("gpu_timing")
     conda:
         CONDA_ENV
-    threads: workflow.cores  # alone on the machine: timings beside other jobs are noise
+    threads: whole_machine()
     resources:
         gpu=1,
     params:
         cfg=config["gpu"]["timing"],
+        require_cuda=config["gpu"]["require_cuda"],
     script:
         "../../scripts/gpu_timing.py"
