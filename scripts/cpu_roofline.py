@@ -12,6 +12,7 @@ with stage(snakemake):
     cfg = snakemake.params.cfg
     project.check_memory(roofline.memory_needed(cfg["matmul_n"], cfg["copy_mib"], cfg["predict_at"][0]))
     torch.set_num_threads(snakemake.threads)
+    torch.manual_seed(snakemake.params.seed)
     ceilings = roofline.measure_ceilings(cfg["matmul_n"], cfg["copy_mib"], cfg["repeats"])
     n, d = cfg["predict_at"]
     ceilings["prediction"] = roofline.predict_speedup(ceilings, n, d, *snakemake.params.tile)

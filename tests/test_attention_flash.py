@@ -16,6 +16,7 @@ from minimodel.attention_flash import (
     FwdConfig,
     flash_attn_forward,
     get_fwd_config,
+    portable_config,
 )
 
 BF16_SKIP = pytest.mark.skipif(not HAS_CUDA, reason=attention_flash.BF16_INTERPRETER_REASON)
@@ -90,10 +91,19 @@ def test_empty_inputs_give_empty_outputs(shape):
 
 def test_config_is_a_multiple_for_the_causal_band():
     for d in SUPPORTED_HEAD_DIMS:
-        for device in ("cuda", "cpu"):
+        for device, arch in (("cuda", 90), ("cuda", 80), ("cuda", 89), ("cpu", None)):
             for n, bh in ((None, None), (64, 8), (1024, 256), (2048, 8), (4096, 128), (16384, 16)):
-                cfg = get_fwd_config(d, True, device, n, bh, 132)
+                cfg = get_fwd_config(d, True, device, n, bh, 132, arch)
                 assert cfg.BLOCK_M % cfg.BLOCK_N == 0
+
+
+@pytest.mark.parametrize("arch", [80, 86, 89, 100])
+def test_other_architectures_get_the_portable_table_without_tma(arch):
+    for d in SUPPORTED_HEAD_DIMS:
+        for causal in (False, True):
+            for n, bh in ((256, 8), (4096, 128), (16384, 16)):
+                cfg = get_fwd_config(d, causal, "cuda", n, bh, 108, arch)
+                assert cfg == portable_config(d) and not cfg.TMA
 
 
 @pytest.mark.parametrize("sm_scale", [0.0, -0.125, float("nan"), float("inf")])

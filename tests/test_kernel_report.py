@@ -10,15 +10,18 @@ import sys
 from types import SimpleNamespace
 
 import pandas as pd
+import pytest
 
 from minimodel import kernel_report
+from minimodel.attention_flash import SHARED_MEMORY, SUPPORTED_HEAD_DIMS
 
 
 def run_report(tmp_path, *args) -> pd.DataFrame:
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     out = tmp_path / "report.csv"
-    subprocess.run([sys.executable, "-m", "minimodel.kernel_report", "--csv", str(out), *args],
-                   env=env, check=True, capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-m", "minimodel.kernel_report", "--csv", str(out), *args],
+                          env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return pd.read_csv(out)
 
 
@@ -49,4 +52,14 @@ def test_shipped_configs_compile_for_hopper_and_fit(tmp_path):
 def test_a_config_over_the_shared_memory_limit_is_reported(tmp_path):
     frame = run_report(tmp_path, "--d", "128", "--n", "4096", "--config", "128", "128", "8", "4", "--tma")
     assert not frame["fits_shared"].any()
-    assert (frame["shared_bytes"] > kernel_report.SHARED_LIMIT[90]).all()
+    assert (frame["shared_bytes"] > SHARED_MEMORY[90]).all()
+
+
+@pytest.mark.parametrize("arch", [80, 89, 90])
+def test_every_config_the_policy_can_pick_compiles_without_spills_and_fits(tmp_path, arch):
+    # A100 (sm_80), L40S and Ada (sm_89), H100/H200 (sm_90): each TMA config with its fallback
+    frame = run_report(tmp_path, "--policy", "--arch", str(arch))
+    assert len(frame) >= 10 and set(frame["d"]) == set(SUPPORTED_HEAD_DIMS)
+    assert "error" not in frame or frame["error"].isna().all()
+    assert (frame["spill_stack_bytes"] == 0).all() and frame["fits_shared"].all()
+    assert frame["TMA"].any() == (arch == 90)  # TMA only where the capability has it

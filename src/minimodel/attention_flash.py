@@ -59,36 +59,63 @@ def _sm_count(device_index: int) -> int:
     return torch.cuda.get_device_properties(device_index).multi_processor_count
 
 
-def get_fwd_config(head_dim: int, causal: bool, device_type: str, n: int | None = None,
-                   batch_heads: int | None = None, sm_count: int | None = None) -> FwdConfig:
-    """The tile configuration for a head dim, causality and problem size on a device type.
+HOPPER = 90  # compute capability 9.0 (H100, H200): TMA, and the table tuned on the H200
+# Shared memory one program may use, by compute capability (bytes, the opt-in maximum).
+SHARED_MEMORY = {80: 166912, 86: 101376, 89: 101376, 90: 232448}
 
-    On CUDA: the winners of the H200 search in notes/kernel.md (`python -m minimodel.tune`),
-    through TMA, whose use falls back to pointer loads when strides do not allow it. When
-    causal 128-row query tiles would give fewer than two programs per multiprocessor (the
+
+def device_arch(device: torch.device) -> int:
+    """Compute capability of a CUDA device as major·10 + minor (90 for the H200)."""
+    major, minor = torch.cuda.get_device_capability(device)
+    return 10 * major + minor
+
+
+def portable_config(head_dim: int) -> FwdConfig:
+    """Pointer loads with tiles that fit every architecture's shared memory without spilling.
+
+    For GPUs other than Hopper (A100, L40S, ...), and for Hopper inputs that TMA cannot read.
+    Chosen by cross-compiling for sm_80, sm_89 and sm_90 (tests/test_kernel_report.py checks
+    registers, spills and shared memory); not timed on those GPUs, none could be lent.
+    """
+    if head_dim <= 64:
+        return FwdConfig(64, 64, 4, 3)
+    if head_dim <= 128:
+        return FwdConfig(64, 64, 4, 2)
+    return FwdConfig(64, 32, 8, 2)
+
+
+def get_fwd_config(head_dim: int, causal: bool, device_type: str, n: int | None = None,
+                   batch_heads: int | None = None, sm_count: int | None = None,
+                   arch: int = HOPPER) -> FwdConfig:
+    """The tile configuration for a head dim, causality and problem size on a device.
+
+    On Hopper (`arch` 90): the winners of the H200 search in notes/kernel.md, through TMA.
+    When causal 128-row query tiles would give fewer than two programs per multiprocessor (the
     seed's B·H = 8), 64-row tiles double the programs and balance rows of unequal length.
-    Small problems take pointer loads: they are launch-bound, and a TMA descriptor costs host
-    time at every launch.
+    Small problems take `portable_config`: they are launch-bound, a TMA descriptor costs host
+    time at every launch, and small tiles give more programs. On any other architecture:
+    `portable_config`, with no tuning for one GPU carried over to another.
     BLOCK_M is a multiple of BLOCK_N, so the causal diagonal of a query tile falls in whole
     key tiles. The interpreter runs one program at a time in numpy, where larger tiles mean
     fewer programs; it takes the seed's 64 × 64 everywhere.
     """
     if device_type != "cuda":
         return FwdConfig(64, 64, 4, 1)
-    if head_dim > 128:
-        return FwdConfig(64, 32, 4, 2)
+    if arch != HOPPER or head_dim > 128:
+        return portable_config(head_dim)
     # below ~1 GFLOP-worth of B·H·N²·d a call is launch-bound: skip the TMA descriptors' host cost
-    tma = n is None or batch_heads is None or batch_heads * n * n * head_dim > 2**30
+    if n is not None and batch_heads is not None and batch_heads * n * n * head_dim <= 2**30:
+        return portable_config(head_dim)
     if causal and n is not None and batch_heads is not None and sm_count is not None:
         if batch_heads * triton.cdiv(n, 128) < 2 * sm_count:
-            return FwdConfig(64, 64, 4, 3, TMA=tma)
+            return FwdConfig(64, 64, 4, 3, TMA=True)
     if head_dim <= 64:
         if causal and n is not None and n <= 1024:
-            return FwdConfig(64, 64, 4, 3, TMA=tma)  # short causal rows: small tiles, more programs
-        return FwdConfig(128, 128, 4, 3, TMA=tma)
+            return FwdConfig(64, 64, 4, 3, TMA=True)  # short causal rows: small tiles, more programs
+        return FwdConfig(128, 128, 4, 3, TMA=True)
     if n is not None and n <= 2048:
-        return FwdConfig(128, 64, 4, 2, TMA=tma)  # short rows: smaller key tiles
-    return FwdConfig(128, 128, 8, 3, TMA=tma)
+        return FwdConfig(128, 64, 8, 2, TMA=True)  # short rows: smaller key tiles
+    return FwdConfig(128, 128, 8, 3, TMA=True)
 
 
 @triton.jit
@@ -260,11 +287,26 @@ def _tma_ok(*tensors) -> bool:
 
 
 def default_config(Q: torch.Tensor, causal: bool) -> FwdConfig:
-    """The configuration `flash_attn_forward` uses for Q of shape (B, H, N, d) when none is given."""
+    """The configuration `flash_attn_forward` chooses for Q of shape (B, H, N, d) when none is given."""
     B, H, N, d = Q.shape
-    on_cuda = Q.device.type == "cuda"
-    return get_fwd_config(d, causal, Q.device.type, N, B * H,
-                          _sm_count(Q.device.index or 0) if on_cuda else None)
+    if Q.device.type != "cuda":
+        return get_fwd_config(d, causal, Q.device.type)
+    return get_fwd_config(d, causal, "cuda", N, B * H, _sm_count(Q.device.index or 0),
+                          device_arch(Q.device))
+
+
+def launch_config(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, causal: bool,
+                  config: FwdConfig | None = None) -> FwdConfig:
+    """The configuration a call really runs: `config` or the default, with TMA only where it can be.
+
+    TMA needs compute capability 9 and 16-byte aligned strides and base addresses; without them a
+    TMA configuration runs as `portable_config`. Recorded with every correctness and timing row.
+    """
+    cfg = config or default_config(Q, causal)
+    tma_hardware = Q.device.type == "cpu" or device_arch(Q.device) >= HOPPER  # the interpreter has it
+    if cfg.TMA and not (tma_hardware and _tma_ok(Q, K, V)):
+        return portable_config(Q.shape[-1])
+    return cfg
 
 
 def _validate(Q, K, V) -> None:
@@ -340,12 +382,12 @@ def flash_attn_forward(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, causal
     LSE = torch.empty((B, H, N), dtype=torch.float32, device=Q.device) if return_lse else O
     if O.numel() == 0:
         return (O, LSE) if return_lse else O
-    cfg = config or default_config(Q, causal)
+    cfg = launch_config(Q, K, V, causal, config)
     grid = _grid(N, B * H, cfg.BLOCK_M)
     common = dict(HEAD_DIM=d, BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, IS_CAUSAL=bool(causal),
                   STORE_LSE=bool(return_lse), WARP_SPECIALIZE=cfg.WARP_SPECIALIZE,
                   num_warps=cfg.num_warps, num_stages=cfg.num_stages)
-    if cfg.TMA and _tma_ok(Q, K, V):
+    if cfg.TMA:
         from triton.tools.tensor_descriptor import TensorDescriptor
 
         def desc(t, rows):

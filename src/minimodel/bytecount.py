@@ -284,7 +284,7 @@ def memory_needed(n_values) -> dict[str, int]:
 
 
 def sweep(n_values, head_dims, dtypes, block_r=64, block_c=64, sram_bytes=64 * 1024,
-          profiler_max_n=0, progress=None):
+          profiler_max_n=0, seed=0, progress=None):
     """Every (scheme, N, d, dtype) of the CPU stage, as a list of rows."""
     import itertools
 
@@ -294,7 +294,7 @@ def sweep(n_values, head_dims, dtypes, block_r=64, block_c=64, sram_bytes=64 * 1
     rows = []
     for scheme, dtype, d, n in tqdm(points, desc="cpu bytes", file=progress, mininterval=2):
         rows.append(measure(scheme, n, d, dtype, block_r, block_c, sram_bytes,
-                            with_profiler=n <= profiler_max_n))
+                            with_profiler=n <= profiler_max_n, seed=seed))
         log.info("%s N=%d d=%d %s: deviation %.3g", scheme, n, d, dtype, rows[-1]["deviation"])
     return rows
 

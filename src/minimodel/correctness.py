@@ -54,7 +54,7 @@ def check_case(B: int, H: int, N: int, d: int, causal: bool, dtype: str = "float
                generator: torch.Generator | None = None) -> dict:
     """One case on fresh random inputs: errors vs float64 of the kernel and of PyTorch fp16."""
     from minimodel.attention import reference_attn
-    from minimodel.attention_flash import default_config, flash_attn_forward
+    from minimodel.attention_flash import flash_attn_forward, launch_config
 
     H_kv = H_kv or H
     tdtype = DTYPES[dtype]
@@ -75,7 +75,7 @@ def check_case(B: int, H: int, N: int, d: int, causal: bool, dtype: str = "float
     err_torch = (torch_lowp.double() - exact).abs().max().item() if out.numel() else 0.0
     err_literal = (out.float() - torch_lowp.float()).abs().max().item() if out.numel() else 0.0
     tol = tolerance(err_torch)
-    cfg = default_config(Q, causal)
+    cfg = launch_config(Q, K, V, causal)
     return {
         "B": B, "H": H, "H_kv": H_kv, "N": N, "d": d, "causal": causal, "dtype": dtype,
         "layout": layout,
@@ -85,7 +85,7 @@ def check_case(B: int, H: int, N: int, d: int, causal: bool, dtype: str = "float
         "has_nan": has_nan, "passed": (not has_nan) and err_kernel <= tol,
         "skipped": False, "reason": "",
         "BLOCK_M": cfg.BLOCK_M, "BLOCK_N": cfg.BLOCK_N,
-        "num_warps": cfg.num_warps, "num_stages": cfg.num_stages,
+        "num_warps": cfg.num_warps, "num_stages": cfg.num_stages, "TMA": cfg.TMA,
     }
 
 

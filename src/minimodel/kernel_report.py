@@ -2,6 +2,7 @@
 
     python -m minimodel.kernel_report                          # the configs shipped for FlashAttention's grid
     python -m minimodel.kernel_report --d 128 --config 128 128 8 4 --tma   # one config of your own
+    python -m minimodel.kernel_report --policy --arch 80       # every config the policy can pick on sm_80
 
 Each kernel of `minimodel.attention_flash` is compiled for sm_90 (the H100/H200) exactly as a
 launch on a contiguous (B, H, N, d) fp16 problem would specialize it — integer arguments equal
@@ -22,8 +23,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-# Shared memory one program may use, per compute capability (bytes): 227 KiB on sm_90.
-SHARED_LIMIT = {90: 232448}
+# Multiprocessors of the GPU each architecture's policy is asked about (A100, L40S, H100/H200).
+SMS = {80: 108, 86: 84, 89: 142, 90: 132}
+# Problem sizes over which `policy_configs` asks the policy: every branch of it is reached.
+POLICY_N = (64, 256, 1024, 2048, 4096, 16384)
+POLICY_BATCH_HEADS = (1, 8, 64, 512, 4096)
 # The SASS opcodes counted: special-function (exp2), FP32 multiply-add / multiply / add,
 # Hopper's warpgroup matmul, and shuffles (the row reductions).
 OPCODES = ("MUFU", "FFMA", "FMUL", "FADD", "HGMMA", "SHFL")
@@ -107,19 +111,42 @@ def report(config, shape=(1, 1, 4096, 64), causal: bool = False, arch: int = 90)
         m.group(1).split(".")[0]
         for m in re.finditer(r"/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", sass))
     shared = int(compiled.metadata.shared)
+    from minimodel.attention_flash import SHARED_MEMORY
+
     return {
         "registers": int(re.search(r"REG:(\d+)", usage).group(1)),
         "spill_stack_bytes": int(re.search(r"STACK:(\d+)", usage).group(1)),
         "shared_bytes": shared,
-        "fits_shared": shared <= SHARED_LIMIT[arch],
+        "fits_shared": shared <= SHARED_MEMORY[arch],
         "instructions": sum(ops.values()),
         **{op.lower(): ops[op] for op in OPCODES},
     }
 
 
-def main(argv=None) -> int:
-    import pandas as pd
+def policy_configs(arch: int) -> list[tuple]:
+    """Every (config, d, causal) the tile policy can pick on `arch`, each TMA one with its fallback."""
+    from minimodel.attention_flash import SUPPORTED_HEAD_DIMS, get_fwd_config, portable_config
 
+    found = []
+    for d in SUPPORTED_HEAD_DIMS:
+        for causal in (False, True):
+            for n in POLICY_N:
+                for bh in POLICY_BATCH_HEADS:
+                    cfg = get_fwd_config(d, causal, "cuda", n, bh, SMS[arch], arch)
+                    for c in (cfg, portable_config(d)) if cfg.TMA else (cfg,):
+                        if (c, d, causal) not in found:
+                            found.append((c, d, causal))
+    return found
+
+
+def _report_row(cfg, shape, causal, arch) -> dict:
+    try:
+        return report(cfg, shape, causal, arch)
+    except Exception as err:  # e.g. a shape Triton cannot lower
+        return {"error": f"{type(err).__name__}: {str(err).splitlines()[0][:120]}"}
+
+
+def main(argv=None) -> int:
     from minimodel.attention_flash import FwdConfig, get_fwd_config
     from minimodel.tune import add_grid_arguments, grid_shape
 
@@ -130,30 +157,52 @@ def main(argv=None) -> int:
     parser.add_argument("--config", type=int, nargs=4, metavar=("BLOCK_M", "BLOCK_N", "WARPS", "STAGES"),
                         help="report this configuration instead of the shipped ones")
     parser.add_argument("--tma", action="store_true", help="with --config: load through TMA")
+    parser.add_argument("--arch", type=int, default=90, choices=sorted(SMS),
+                        help="compute capability to compile for (80 A100, 86/89 Ampere/Ada consumer and "
+                             "L40S, 90 H100/H200)")
+    parser.add_argument("--policy", action="store_true",
+                        help="every config the policy can pick on --arch; exit 1 if one fails to compile, "
+                             "spills, or needs more shared memory than the architecture has")
     parser.add_argument("--csv", type=Path, help="also write the table here")
     args = parser.parse_args(argv)
+    if args.policy:
+        rows = [{"arch": args.arch, "d": d, "causal": causal, **cfg.as_dict(),
+                 **_report_row(cfg, (1, 1, 4096, d), causal, args.arch)}
+                for cfg, d, causal in policy_configs(args.arch)]
+        return _print(rows, args.csv, check=True)
     rows, seen = [], {}
     for d in args.d:
         for causal in (False, True):
             for n in args.n:
                 shape = grid_shape(n, d, args)
                 cfg = (FwdConfig(*args.config, TMA=args.tma) if args.config else
-                       get_fwd_config(d, causal, "cuda", n, shape[0] * shape[1], args.sms))
+                       get_fwd_config(d, causal, "cuda", n, shape[0] * shape[1], args.sms, args.arch))
                 key = (cfg, d, causal)
                 if key not in seen:  # the same kernel serves many N: compile it once
-                    try:
-                        seen[key] = report(cfg, shape, causal)
-                    except Exception as err:  # e.g. a shape Triton cannot lower
-                        seen[key] = {"error": f"{type(err).__name__}: {str(err).splitlines()[0][:120]}"}
+                    seen[key] = _report_row(cfg, shape, causal, args.arch)
                 rows.append({"d": d, "causal": causal, "N": n, **cfg.as_dict(), **seen[key]})
+    return _print(rows, args.csv)
+
+
+def _print(rows, csv, check: bool = False) -> int:
+    import pandas as pd
+
     frame = pd.DataFrame(rows)
     with pd.option_context("display.width", 220, "display.max_columns", 30):
         print(frame.to_string(index=False))
-    if args.csv:
+    if csv:
         from minimodel.manifest import write_csv
 
-        write_csv(args.csv, frame)
-    return 0
+        write_csv(csv, frame)
+    if not check:
+        return 0
+    bad = frame["error"].notna() if "error" in frame else pd.Series(False, index=frame.index)
+    bad |= (frame.get("spill_stack_bytes", 0) > 0) | ~frame.get("fits_shared", True).astype(bool)
+    for _, r in frame[bad].iterrows():
+        print(f"FAILS: d={r['d']} causal={r['causal']} {r['BLOCK_M']}x{r['BLOCK_N']} w{r['num_warps']} "
+              f"s{r['num_stages']} TMA={r['TMA']}: {r.get('error') or ''} spills "
+              f"{r.get('spill_stack_bytes')} B, shared {r.get('shared_bytes')} B", file=sys.stderr)
+    return 1 if bad.any() else 0
 
 
 if __name__ == "__main__":

@@ -258,7 +258,7 @@ def stage(smk, root: str | os.PathLike = ".") -> Iterator[Stage]:
                 for tmp in remove_stale_temporaries(path):
                     log.info("removed %s, left by an interrupted run", tmp)
             results = getattr(smk, "config", {}).get("results_dir")
-            check_inputs(_data_inputs(smk, exempt=True), root, results)
+            check_inputs(_data_inputs(smk, exempt=True), root, results, _group(smk, "reference"))
             yield current
             script = Path(root) / "scripts" / f"{smk.rule}.py"
             manifest_path = Path(smk.output.manifest)
@@ -321,11 +321,16 @@ def manifest_root(path: str | os.PathLike, manifest: dict, default: str | os.Pat
     parts = recorded.parts
     if parts and not recorded.is_absolute() and here.parts[-len(parts):] == parts:
         return Path(*here.parts[:-len(parts)])
-    return Path(default)
+    return Path(default).resolve()
 
 
-def verify_manifest(manifest_path: str | os.PathLike, root: str | os.PathLike | None = None) -> list[str]:
-    """Problems with one manifest: its own content, each changed or missing output, each changed input."""
+def verify_manifest(manifest_path: str | os.PathLike, root: str | os.PathLike | None = None,
+                    outputs_only: bool = False) -> list[str]:
+    """Problems with one manifest: its own content, each changed or missing output, each changed input.
+
+    `outputs_only` leaves the inputs out: whether the outputs are still what the rule wrote, not
+    whether they are stale (a committed reference run was made by older code, on purpose).
+    """
     try:
         manifest = load_manifest(manifest_path)
     except ProvenanceError as err:
@@ -337,7 +342,7 @@ def verify_manifest(manifest_path: str | os.PathLike, root: str | os.PathLike | 
     elif SELF_HASH not in manifest and "manifest" in manifest:
         problems.append("the manifest lacks its own hash")
     changed_inputs = []
-    for entry in manifest["inputs"]:
+    for entry in [] if outputs_only else manifest["inputs"]:
         p = root / entry["path"]
         if not p.exists():
             changed_inputs.append(f"{entry['path']} ({entry['kind']}, missing)")
@@ -369,12 +374,13 @@ def owning_manifest(path: str | os.PathLike, root: str | os.PathLike = ".") -> P
 
 
 def check_inputs(paths, root: str | os.PathLike = ".",
-                 results_dir: str | os.PathLike | None = None) -> None:
+                 results_dir: str | os.PathLike | None = None, outputs_only=()) -> None:
     """Refuse any input that another rule made unless that rule's manifest vouches for it.
 
     An input under `results_dir` must have a manifest above it; elsewhere, an input without one
     is a source file (a template) and is taken as it is. A manifest given as an input is checked
-    whole.
+    whole. Paths in `outputs_only` (another run read for comparison) must be what their rule
+    wrote; whether that rule's code has changed since is not asked.
     A manifest that cannot be read, or whose outputs or inputs changed, is removed after the
     refusal: it vouches for nothing, and without it the next run re-makes what it covered.
     """
@@ -386,9 +392,12 @@ def check_inputs(paths, root: str | os.PathLike = ".",
                 raise ProvenanceError(f"no manifest vouches for input {path}: the rule that writes it "
                                       "has not completed since it was last checked")
             continue
+        other_run = path in outputs_only
         try:
             manifest = load_manifest(owner)
         except ProvenanceError as err:
+            if other_run:
+                raise ProvenanceError(f"cannot check input {path} of another run: {err}") from None
             owner.unlink(missing_ok=True)
             raise ProvenanceError(f"cannot check input {path}: {err}. The manifest was removed, so "
                                   "the next `snakemake` re-runs the rule that writes it") from None
@@ -396,7 +405,10 @@ def check_inputs(paths, root: str | os.PathLike = ".",
         if owner != Path(path) and not any(entry["path"] == rel for entry in manifest["outputs"]):
             raise ProvenanceError(f"input {rel} is not among the outputs that rule "
                                   f"{manifest['rule']} recorded in {owner}")
-        problems = list(dict.fromkeys(verify_manifest(owner, root)))
+        problems = list(dict.fromkeys(verify_manifest(owner, root, outputs_only=other_run)))
+        if problems and other_run:
+            raise ProvenanceError(f"refusing input {rel} of another run, made by rule {manifest['rule']}: "
+                                  + "; ".join(problems))
         if problems:
             owner.unlink(missing_ok=True)
             raise ProvenanceError(

@@ -128,13 +128,13 @@ def one_head_reference(q, k, v, causal: bool):
 def time_point(grid: str, B: int, H: int, N: int, d: int, causal: bool, impl_names,
                warmup_ms: float, rep_ms: float, ceilings: dict, seed: int) -> list[dict]:
     """Every implementation at one (B, H, N, d, causal), with one checked run each."""
-    from minimodel.attention_flash import default_config
+    from minimodel.attention_flash import launch_config
 
     gen = torch.Generator(device="cuda").manual_seed(seed)
     q, k, v = (torch.randn(B, H, N, d, device="cuda", dtype=torch.float16, generator=gen)
                for _ in range(3))
     qs, ks, vs, exact, err_torch = one_head_reference(q, k, v, causal)
-    cfg = default_config(q, causal)
+    cfg = launch_config(q, k, v, causal)  # what the call really runs, TMA or not
     flops = attention_flops(B, H, N, d, causal)
     # the one-head check must run the configuration chosen for the whole problem, the one timed
     impls = implementations(causal, cfg)

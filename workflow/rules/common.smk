@@ -4,6 +4,7 @@ from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
 
+from minimodel import compare as comparison
 from minimodel.project import UnsafeResultsDir, check_results_dir
 
 SRC = Path("src/minimodel")
@@ -22,6 +23,31 @@ def _results_dir():
 
 
 RESULTS = _results_dir()
+
+
+def _compare_reference():
+    """config["compare"]["reference"] as a folder, None when no comparison is asked for.
+
+    A run written into the reference itself (overwrite_reference) is not compared with it.
+    """
+    reference = config["compare"]["reference"]
+    if reference is None:
+        return None
+    folder = (PROJECT / reference).resolve()
+    if not (folder / "symbolic").is_dir():
+        raise WorkflowError(
+            f"compare.reference: {reference} holds no run of this workflow; set it to a "
+            "results folder (such as results/reference/nvidia-h200) or to null"
+        )
+    if folder == (PROJECT / RESULTS).resolve():
+        return None
+    inside = PROJECT in folder.parents
+    return Path(os.path.relpath(folder, PROJECT)) if inside else folder
+
+
+COMPARE_REFERENCE = _compare_reference()
+COMPARED = list(comparison.TABLES)
+REFERENCE_MANIFESTS = list(comparison.MANIFESTS)
 
 
 def _minimodel_imports(path):

@@ -16,6 +16,7 @@ rule cpu_bytes_part:
     threads: 1
     params:
         cfg=config["cpu"],
+        seed=config["seed"],
     script:
         "../../scripts/cpu_bytes_part.py"
 
@@ -54,6 +55,7 @@ rule cpu_roofline:
     threads: whole_machine()
     params:
         cfg=config["roofline"],
+        seed=config["seed"],
         tile=[config["cpu"]["block_r"], config["cpu"]["block_c"]],
     script:
         "../../scripts/cpu_roofline.py"

@@ -19,6 +19,7 @@ rule gpu_correctness:
     params:
         cfg=config["gpu"]["correctness"],
         require_cuda=config["gpu"]["require_cuda"],
+        seed=config["seed"],
     script:
         "../../scripts/gpu_correctness.py"
 
@@ -45,5 +46,6 @@ rule gpu_timing:
     params:
         cfg=config["gpu"]["timing"],
         require_cuda=config["gpu"]["require_cuda"],
+        seed=config["seed"],
     script:
         "../../scripts/gpu_timing.py"

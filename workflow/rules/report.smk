@@ -35,7 +35,8 @@ rule verify:
             rules.gpu_timing.output.manifest,
             rules.plots.output.manifest,
             rules.readme.output.manifest,
-        ],
+        ]
+        + ([rules.compare.output.manifest] if COMPARE_REFERENCE else []),
         code=code("scripts/verify.py"),
     output:
         report=out("verify", "verify.txt"),

@@ -1,0 +1,16 @@
+"""Rule `compare`: this run against the reference run; a disagreement fails the rule after writing."""
+
+from pathlib import Path
+
+from minimodel import compare
+from minimodel.manifest import stage, write_csv
+
+with stage(snakemake) as st:
+    run = Path(snakemake.output.table).parent.parent
+    table, verdict = compare.compare_runs(run, snakemake.params.reference)
+    compare.write(table, verdict, Path(snakemake.output.table).parent)
+    write_csv(snakemake.log.table, table)
+    st.extra.update(verdict=verdict["verdict"], parts=verdict["parts"])
+    print(compare.summary_text(verdict))
+    if verdict["verdict"] == compare.DISAGREE:
+        raise SystemExit(compare.summary_text(verdict) + f"\nevery number is in {snakemake.log.table}")

@@ -1,0 +1,27 @@
+rule compare:
+    """This run against a reference run: the numbers that should travel between machines agree."""
+    input:
+        run=[out(name) for name in COMPARED],
+        reference=[
+            str(COMPARE_REFERENCE / name) for name in COMPARED + REFERENCE_MANIFESTS
+        ],
+        code=code("scripts/compare.py"),
+    output:
+        table=out("compare", "comparison.csv"),
+        verdict=out("compare", "verdict.json"),
+        figure=report(
+            out("compare", "comparison.png"),
+            caption="../report/compare.rst",
+            category="Reproduction",
+        ),
+        manifest=out("compare", "manifest.json"),
+    log:
+        # kept when the comparison fails: Snakemake deletes a failed job's outputs, not its logs
+        text=logfile("compare"),
+        table=out("logs", "compare.csv"),
+    conda:
+        CONDA_ENV
+    params:
+        reference=str(COMPARE_REFERENCE),
+    script:
+        "../../scripts/compare.py"
