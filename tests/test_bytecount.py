@@ -87,3 +87,31 @@ def test_bad_arguments():
         bytecount.measure("naive", 64, 64, "int8")
     with pytest.raises(ValueError, match="sram_bytes"):
         bytecount.ByteCounter(-1)
+
+
+def test_a_reused_address_does_not_carry_an_earlier_storages_writes(monkeypatch):
+    # The allocator hands a freed block to the next allocation: storages are told apart by
+    # address, so a count must start afresh with each allocation. Every storage at one address
+    # is the extreme case: the result must still own only its own write.
+    monkeypatch.setattr(bytecount, "_storage_key", lambda t: 0)
+
+    def fn(x):
+        big = x @ x.T  # 256 KiB in slow memory, then freed
+        del big
+        return x * 2  # 64 KiB, slow memory: the output whose write is split off
+
+    counted = bytecount.count_bytes(fn, [torch.randn(256, 64)], 1024)
+    assert counted["o_write"] == 256 * 64 * 4
+
+
+def test_an_on_chip_result_owns_no_slow_memory_write():
+    counter = bytecount.ByteCounter(1024)
+    x = counter.wrap(torch.randn(256, 64))
+    big = x @ x.T  # slow memory: its writes are recorded at its storage's address
+    on_chip = big.elem.view(-1)[:8]  # a plain tensor at that same address, as a reused block is
+    assert counter.writes_to(big) == 256 * 256 * 4 and counter.writes_to(on_chip) == 0
+
+
+def test_the_naive_counts_repeat_from_run_to_run():
+    first = [bytecount.measure("naive", 256, 64, "float16")["bytes_instrumented"] for _ in range(10)]
+    assert set(first) == {symbolic.model_bytes("naive_fp32_softmax", 256, 64, 64, 64, 2, "consistent")}

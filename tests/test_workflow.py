@@ -31,14 +31,19 @@ def snakemake(workdir, *args, check=True, cwd=None):
     return proc
 
 
-@pytest.fixture(scope="module")
-def workdir(tmp_path_factory):
-    root = tmp_path_factory.mktemp("workflow")
-    for name in ("workflow", "scripts", "config", "src"):
+def copy_tree(root: Path) -> Path:
+    """The project as a user's checkout has it, the committed reference run included."""
+    for name in ("workflow", "scripts", "config", "src", "results/reference"):
         shutil.copytree(ROOT / name, root / name, ignore=shutil.ignore_patterns("__pycache__"))
     for name in ("environment.yml", "pyproject.toml"):
         shutil.copy(ROOT / name, root / name)
     shutil.copy(ROOT / "tests" / "data" / "tiny_config.yaml", root / "config" / "tiny.yaml")
+    return root
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    root = copy_tree(tmp_path_factory.mktemp("workflow"))
     snakemake(root)
     return root
 
@@ -69,6 +74,29 @@ def test_plots_report_and_readme_are_written(workdir):
         assert "this machine has no CUDA device" in text
     report = snakemake(workdir, "--report", "results/report.html")
     assert report.returncode == 0 and (results / "report.html").stat().st_size > 100_000
+
+
+def test_the_run_is_compared_with_the_committed_reference(workdir):
+    verdict = json.loads((workdir / "results" / "compare" / "verdict.json").read_text())
+    assert verdict["verdict"] == "agree" and verdict["reference"] == "results/reference/nvidia-h200"
+    # on a machine without a GPU: the CPU parts are compared, the GPU parts are not, with reasons
+    assert verdict["parts"]["symbolic"]["agree"] > 0 and verdict["parts"]["cpu bytes"]["agree"] > 0
+    if not json.loads((workdir / "results" / "gpu/timing/timing.json").read_text())["device"]:
+        assert verdict["not_comparable"]["timing"] == ["the run had no GPU timing"]
+
+
+def test_two_runs_give_bit_identical_tables_and_verdicts(workdir, tmp_path_factory):
+    second = copy_tree(tmp_path_factory.mktemp("second"))
+    snakemake(second, "--until", "symbolic", "cpu_bytes", "gpu_correctness")
+    for table in ("symbolic/bytes.csv", "symbolic/formulas.csv", "symbolic/lab_table.txt",
+                  "gpu/correctness/correctness.csv"):
+        assert (second / "results" / table).read_bytes() == (workdir / "results" / table).read_bytes()
+    cpu = [pd.read_csv(w / "results" / "cpu" / "bytes.csv") for w in (workdir, second)]
+    counted = ["bytes_model", "bytes_instrumented", "bytes_read", "bytes_written", "bytes_profiler"]
+    pd.testing.assert_frame_equal(cpu[0][counted], cpu[1][counted])
+    seeds = {json.loads((w / "results" / "gpu/correctness/manifest.json").read_text())["params"]["seed"]
+             for w in (workdir, second)}
+    assert seeds == {0}
 
 
 def test_second_run_has_nothing_to_do(workdir):
@@ -116,7 +144,7 @@ def a_reference(workdir):
     (folder / "symbolic").mkdir(parents=True)
     (folder / "symbolic" / "manifest.json").write_text("{}")
     yield folder
-    shutil.rmtree(folder.parent)
+    shutil.rmtree(folder)
 
 
 @pytest.mark.parametrize("results_dir, says", [
@@ -143,12 +171,14 @@ def test_a_tampered_table_is_refused_and_its_rule_reruns(workdir):
     original = table.read_bytes()
     readme = (workdir / "results" / "README.md").read_bytes()
     table.write_bytes(original[:-2] + bytes([original[-2] ^ 1]) + original[-1:])
+    tampered = manifest.sha256_file(table)
     proc = snakemake(workdir, check=False)
     said = proc.stdout + proc.stderr
     assert proc.returncode != 0
     assert "refusing input results/symbolic/bytes.csv, made by rule symbolic" in said
     assert "output bytes changed since rule symbolic wrote it" in said
-    assert not (workdir / "results" / "plots" / "manifest.json").exists()  # nothing built on it
+    for m in manifest.find_manifests(workdir / "results"):  # nothing was built on it
+        assert tampered not in m.read_text(), m
     # the next run re-makes the table (its manifest was withdrawn), then what reads it
     proc = snakemake(workdir)
     assert "rule symbolic" in proc.stdout + proc.stderr

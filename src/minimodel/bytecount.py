@@ -82,8 +82,15 @@ class ByteCounter:
         return self.reads + self.writes
 
     def writes_to(self, t: torch.Tensor) -> int:
-        """Bytes written into the storage of `t` (a slow-memory tensor or its plain data)."""
-        return self._writes_by_storage.get(_storage_key(_unwrap(t)), 0)
+        """Bytes written into slow memory for the storage of `t`; 0 for an on-chip (plain) tensor.
+
+        Storages are told apart by address, and the allocator hands a freed address to the next
+        allocation: each slow-memory allocation starts its storage's count afresh (`place` in
+        `__torch_dispatch__`), and a plain tensor never looks its address up.
+        """
+        if not isinstance(t, SlowMemoryTensor):
+            return 0
+        return self._writes_by_storage.get(_storage_key(t.elem), 0)
 
     def wrap(self, t: torch.Tensor) -> SlowMemoryTensor:
         """Place an existing tensor in slow memory, whatever its size (the inputs Q, K, V)."""
@@ -172,7 +179,8 @@ class SlowMemoryTensor(torch.Tensor):
                     return t
                 if plan is not None:
                     writes += _nbytes(t)
-                    counter._writes_by_storage[_storage_key(t)] += _nbytes(t)
+                    # a new allocation: whatever an earlier storage at this address got is not its
+                    counter._writes_by_storage[_storage_key(t)] = _nbytes(t)
                 return SlowMemoryTensor(t, counter)
             result = _map_out(out, place)
         counter.record(str(func.overloadpacket.__name__), reads, writes)

@@ -296,7 +296,11 @@ def _data_inputs(smk, exempt: bool = False) -> list[str]:
 
 
 def find_manifests(folder: str | os.PathLike) -> list[Path]:
-    return sorted(Path(folder).rglob(MANIFEST_NAME))
+    """Every manifest of the run in `folder`; the committed reference runs under its `reference/`
+    are runs of their own (`verify results/reference/<machine>` checks one)."""
+    folder = Path(folder)
+    return sorted(p for p in folder.rglob(MANIFEST_NAME)
+                  if "reference" not in p.relative_to(folder).parts[:-1])
 
 
 def load_manifest(path: str | os.PathLike) -> dict:

@@ -22,6 +22,6 @@ rule compare:
     conda:
         CONDA_ENV
     params:
-        reference=str(COMPARE_REFERENCE),
+        reference=lambda wildcards, input: os.path.commonpath(input.reference),
     script:
         "../../scripts/compare.py"
