@@ -4,6 +4,8 @@ TRITON_INTERPRET must be set before triton is first imported, so it is set here,
 """
 
 import os
+import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -22,3 +24,19 @@ def gen():
     seed = torch.seed() % 2**63
     print(f"random seed {seed}")
     return torch.Generator().manual_seed(seed)
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def copy_project(root: Path, *extra_configs: tuple[str, str]) -> Path:
+    """The project as a user's checkout holds it (the committed reference run included) in `root`,
+    with tests/data/tiny_config.yaml as config/tiny.yaml and (name, text) configs beside it."""
+    for name in ("workflow", "scripts", "config", "src", "results/reference"):
+        shutil.copytree(ROOT / name, root / name, ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("environment.yml", "pyproject.toml"):
+        shutil.copy(ROOT / name, root / name)
+    shutil.copy(ROOT / "tests" / "data" / "tiny_config.yaml", root / "config" / "tiny.yaml")
+    for name, text in extra_configs:
+        (root / "config" / name).write_text(text)
+    return root

@@ -22,10 +22,10 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from conftest import copy_project
 
 from minimodel import manifest
 
-ROOT = Path(__file__).resolve().parents[1]
 MARK = "# minimodel test cluster (tests/test_slurm.py)"
 SLURM_DIR = Path("/etc/slurm")
 DAEMONS = ("slurmctld", "slurmd")
@@ -159,13 +159,7 @@ def slurm_cluster(tmp_path_factory):
 
 
 def _copy_tree(root: Path) -> Path:
-    for name in ("workflow", "scripts", "config", "src"):
-        shutil.copytree(ROOT / name, root / name, ignore=shutil.ignore_patterns("__pycache__"))
-    for name in ("environment.yml", "pyproject.toml"):
-        shutil.copy(ROOT / name, root / name)
-    shutil.copy(ROOT / "tests" / "data" / "tiny_config.yaml", root / "config" / "tiny.yaml")
-    (root / "config" / "no_gpu_needed.yaml").write_text("gpu:\n  require_cuda: false\n")
-    return root
+    return copy_project(root, ("no_gpu_needed.yaml", "gpu:\n  require_cuda: false\n"))
 
 
 def _snakemake(workdir: Path, *args, timeout=900):

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from conftest import copy_project
 
 from minimodel import manifest
 
-ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.workflow
 
 
@@ -31,19 +31,9 @@ def snakemake(workdir, *args, check=True, cwd=None):
     return proc
 
 
-def copy_tree(root: Path) -> Path:
-    """The project as a user's checkout has it, the committed reference run included."""
-    for name in ("workflow", "scripts", "config", "src", "results/reference"):
-        shutil.copytree(ROOT / name, root / name, ignore=shutil.ignore_patterns("__pycache__"))
-    for name in ("environment.yml", "pyproject.toml"):
-        shutil.copy(ROOT / name, root / name)
-    shutil.copy(ROOT / "tests" / "data" / "tiny_config.yaml", root / "config" / "tiny.yaml")
-    return root
-
-
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory):
-    root = copy_tree(tmp_path_factory.mktemp("workflow"))
+    root = copy_project(tmp_path_factory.mktemp("workflow"))
     snakemake(root)
     return root
 
@@ -86,7 +76,7 @@ def test_the_run_is_compared_with_the_committed_reference(workdir):
 
 
 def test_two_runs_give_bit_identical_tables_and_verdicts(workdir, tmp_path_factory):
-    second = copy_tree(tmp_path_factory.mktemp("second"))
+    second = copy_project(tmp_path_factory.mktemp("second"))
     snakemake(second, "--until", "symbolic", "cpu_bytes", "gpu_correctness")
     for table in ("symbolic/bytes.csv", "symbolic/formulas.csv", "symbolic/lab_table.txt",
                   "gpu/correctness/correctness.csv"):
