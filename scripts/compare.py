@@ -6,6 +6,8 @@ from minimodel import compare
 from minimodel.manifest import stage, write_csv
 
 with stage(snakemake) as st:
+    if snakemake.params.reference is None:
+        raise SystemExit("compare.reference is null in the config: there is no run to compare with")
     run = Path(snakemake.output.table).parent.parent
     table, verdict = compare.compare_runs(run, snakemake.params.reference)
     compare.write(table, verdict, Path(snakemake.output.table).parent)

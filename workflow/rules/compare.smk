@@ -22,6 +22,8 @@ rule compare:
     conda:
         CONDA_ENV
     params:
-        reference=lambda wildcards, input: os.path.commonpath(input.reference),
+        reference=lambda wildcards, input: (
+            os.path.commonpath(input.reference) if input.reference else None
+        ),
     script:
         "../../scripts/compare.py"
