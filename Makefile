@@ -21,8 +21,9 @@ install: $(VENV)/.installed
 run: install
 	$(BIN)/snakemake --cores $(CORES)
 
-test: install
+test: install  # the test suite, then the linters (snakemake --lint, ruff, snakefmt)
 	$(BIN)/python -m pytest
+	$(MAKE) --no-print-directory lint
 
 verify: install
 	$(BIN)/python -m minimodel.manifest verify results

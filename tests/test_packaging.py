@@ -24,6 +24,14 @@ def test_environment_yml_and_pyproject_agree():
     assert "-e ." in pip_section  # the package itself, so scripts can import minimodel
 
 
+def test_the_rules_conda_environment_lists_the_runtime_dependencies_and_not_the_package():
+    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    env = yaml.safe_load((ROOT / "workflow" / "envs" / "minimodel.yaml").read_text())
+    pip_section = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict))
+    # no `-e .`: Snakemake copies the file into .snakemake/conda/, where "." is not the project
+    assert sorted(map(normalize, deps)) == sorted(map(normalize, pip_section))
+
+
 def test_triton_and_numpy_are_pinned_for_the_gpu_machines_and_the_interpreter():
     deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
     assert any(d.startswith("triton==3.6.0") for d in deps)

@@ -101,8 +101,8 @@ def benchfile(rule_name):
     return out("benchmarks", f"{rule_name}.tsv")
 
 
-# `snakemake --use-conda` builds every rule's environment from the project's one environment file.
-CONDA_ENV = "../../environment.yml"
+# `snakemake --sdm conda` builds every rule's environment from this file.
+CONDA_ENV = "../envs/minimodel.yaml"
 
 
 def whole_machine():
