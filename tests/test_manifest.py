@@ -14,7 +14,8 @@ class Namedlist(list):
     """Enough of Snakemake's Namedlist for `stage()`: a list with named members."""
 
     def __init__(self, items=(), **named):
-        super().__init__(list(items) + list(named.values()))
+        flat = [x for v in named.values() for x in (v if isinstance(v, list) else [v])]
+        super().__init__(list(items) + flat)
         self._named = named
         for key, value in named.items():
             setattr(self, key, value)
@@ -263,3 +264,25 @@ def test_a_result_without_a_manifest_is_refused(tmp_path, monkeypatch):
     with pytest.raises(manifest.ProvenanceError, match="no manifest vouches for input"):
         manifest.check_inputs([made.output.result], tmp_path, results_dir=tmp_path / "out")
     manifest.check_inputs([made.input.table], tmp_path, results_dir=tmp_path / "out")  # a source
+
+
+def test_code_closure_follows_imports_through_the_package(tmp_path):
+    src = tmp_path / "src" / "minimodel"
+    (src / "sub").mkdir(parents=True)
+    for name, text in {"__init__.py": "", "a.py": "from minimodel import b\n", "b.py": "",
+                       "c.py": "", "sub/__init__.py": "", "sub/d.py": "import os\n"}.items():
+        (src / name).write_text(text)
+    script = tmp_path / "script.py"
+    script.write_text("import minimodel.a\n\ndef f():\n    from minimodel.sub.d import x\n")
+    found = {Path(p).relative_to(tmp_path).as_posix() for p in manifest.code_closure(script, src)}
+    assert found == {"script.py", "src/minimodel/__init__.py", "src/minimodel/a.py",
+                     "src/minimodel/b.py", "src/minimodel/sub/__init__.py", "src/minimodel/sub/d.py"}
+
+
+def test_a_module_imported_but_not_listed_as_code_is_refused(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    smk = fake_snakemake(tmp_path)
+    smk.input = Namedlist(table=smk.input.table, code=[str(tmp_path / "scripts" / "demo.py")])
+    with pytest.raises(SystemExit, match="which its code inputs .* do not list"), \
+            manifest.stage(smk, root=tmp_path):
+        manifest.write_text(smk.output.result, "x")

@@ -114,6 +114,20 @@ def test_the_workflow_runs_and_hashes_the_code_of_its_own_tree(workdir):
         snakemake(workdir)
 
 
+def test_each_manifest_records_exactly_the_code_its_rule_lists(workdir):
+    # one tracker (manifest.code_closure) for the rule inputs and the manifests; without CUDA
+    # gpu_timing never imports the kernel, yet depends on it, and both sides say so
+    for path in manifest.find_manifests(workdir / "results"):
+        m = json.loads(path.read_text())
+        script = workdir / "scripts" / f"{m['rule']}.py"
+        listed = {str(Path(p).resolve().relative_to(workdir)) for p in
+                  manifest.code_closure(script, workdir / "src" / "minimodel") if Path(p) != script}
+        recorded = {e["path"] for e in m["inputs"] if e["kind"] == "module"}
+        assert recorded == listed, m["rule"]
+    timing = json.loads((workdir / "results" / "gpu/timing/manifest.json").read_text())
+    assert "src/minimodel/attention_flash.py" in {e["path"] for e in timing["inputs"]}
+
+
 def test_paths_resolve_against_the_project_wherever_snakemake_starts(workdir, tmp_path):
     proc = snakemake(workdir, "-n", "-s", str(workdir / "workflow" / "Snakefile"), cwd=tmp_path)
     assert "Nothing to be done" in proc.stdout + proc.stderr

@@ -29,6 +29,7 @@ removes what a killed run of it left). Outputs get the mode the umask gives, as 
 from __future__ import annotations
 
 import argparse
+import ast
 import contextlib
 import datetime as dt
 import hashlib
@@ -118,6 +119,48 @@ def save_figure(path: str | os.PathLike, fig, **kwargs) -> None:
         fig.savefig(fh, format=Path(path).suffix.lstrip(".") or "png", **kwargs)
 
 
+def _imports(path: Path, src: Path) -> set[Path]:
+    """Files of the package that a Python file imports directly (anywhere in it, functions too)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        elif isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        else:
+            continue
+        for name in names:
+            parts = name.split(".")
+            if parts[0] != PACKAGE:
+                continue
+            for depth in range(1, len(parts) + 1):  # a module and every package above it
+                rel = Path(*parts[1:depth]) if depth > 1 else Path()
+                for candidate in (src / rel.with_suffix(".py") if depth > 1 else None,
+                                  src / rel / "__init__.py"):
+                    if candidate is not None and candidate.exists():
+                        found.add(candidate)
+    return found
+
+
+def code_closure(script: str | os.PathLike, src: str | os.PathLike = Path("src") / PACKAGE) -> list[str]:
+    """A rule's code: its script and every module of the package it imports, followed through.
+
+    The one code-dependency tracker: the workflow lists these files as each rule's `code`
+    inputs (so editing a module re-runs exactly the rules that use it), and `stage()` records
+    them in the manifest, after checking that every module the script really imported is among
+    them.
+    """
+    src = Path(src)
+    todo, seen = [Path(script)], set()
+    while todo:
+        path = todo.pop()
+        if path not in seen:
+            seen.add(path)
+            todo.extend(_imports(path, src))
+    seen.add(src / "__init__.py")
+    return sorted(str(p) for p in seen)
+
+
 def imported_modules() -> list[Path]:
     """Source files of every `minimodel` module loaded in this process."""
     files = set()
@@ -186,12 +229,15 @@ def content_hash(manifest: dict) -> str:
 
 def build_manifest(*, rule: str, command: str, outputs, inputs, script, params: dict,
                    started: str, root: str | os.PathLike = ".", extra: dict | None = None,
-                   path: str | os.PathLike | None = None) -> dict:
+                   path: str | os.PathLike | None = None, modules=None) -> dict:
+    """The manifest of one rule's run. `modules`: the package files it depends on (the rule's code
+    inputs); by default the modules loaded in this process."""
     root = Path(root).resolve()
     in_entries = [_entry(p, root, "data") for p in inputs]
     if script is not None:
         in_entries.append(_entry(script, root, "script"))
-    in_entries += [_entry(p, root, "module") for p in imported_modules()]
+    modules = imported_modules() if modules is None else modules
+    in_entries += [_entry(p, root, "module") for p in modules]
     manifest = {
         "manifest": _rel(path, root) if path is not None else None,
         "rule": rule,
@@ -261,6 +307,7 @@ def stage(smk, root: str | os.PathLike = ".") -> Iterator[Stage]:
             check_inputs(_data_inputs(smk, exempt=True), root, results, _group(smk, "reference"))
             yield current
             script = Path(root) / "scripts" / f"{smk.rule}.py"
+            modules = _code_modules(smk, script)
             manifest_path = Path(smk.output.manifest)
             outputs = [p for p in smk.output if Path(p) != manifest_path]
             write_json(manifest_path, build_manifest(
@@ -269,7 +316,7 @@ def stage(smk, root: str | os.PathLike = ".") -> Iterator[Stage]:
                 outputs=outputs, inputs=_data_inputs(smk),
                 script=script if script.exists() else None,
                 params=dict(smk.params.items()), started=started, root=root,
-                extra=current.extra, path=manifest_path,
+                extra=current.extra, path=manifest_path, modules=modules,
             ))
         except (ProvenanceError, ConfigTooLarge, NoUsableGPU) as err:
             log.error("rule %s refused to run: %s", smk.rule, err)
@@ -279,6 +326,20 @@ def stage(smk, root: str | os.PathLike = ".") -> Iterator[Stage]:
             raise
         finally:
             root_logger.removeHandler(handler)
+
+
+def _code_modules(smk, script: Path) -> list[Path] | None:
+    """The rule's `code` inputs less its script, after checking that they hold every module of
+    the package this process imported (None for a rule without a code group)."""
+    code = _group(smk, "code")
+    if not code:
+        return None
+    listed = {Path(p).resolve() for p in code}
+    missing = [m for m in imported_modules() if m not in listed]
+    if missing:
+        raise ProvenanceError(f"rule {smk.rule} imported {', '.join(map(str, missing))}, which its "
+                              "code inputs (code_closure) do not list")
+    return sorted(Path(p) for p in code if Path(p).resolve() != script.resolve())
 
 
 def _group(smk, name: str) -> set[str]:

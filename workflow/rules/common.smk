@@ -1,10 +1,10 @@
-import ast
 import os
 from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
 
 from minimodel import compare as comparison
+from minimodel.manifest import code_closure
 from minimodel.project import UnsafeResultsDir, check_results_dir
 
 SRC = Path("src/minimodel")
@@ -50,43 +50,13 @@ COMPARED = list(comparison.TABLES)
 REFERENCE_MANIFESTS = list(comparison.MANIFESTS)
 
 
-def _minimodel_imports(path):
-    """Modules of minimodel that a Python file imports directly."""
-    found = set()
-    for node in ast.walk(ast.parse(Path(path).read_text())):
-        if isinstance(node, ast.ImportFrom) and node.module:
-            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
-        elif isinstance(node, ast.Import):
-            names = [a.name for a in node.names]
-        else:
-            continue
-        for name in names:
-            parts = name.split(".")
-            if parts[0] == "minimodel" and len(parts) > 1:
-                rel = Path(*parts[1:])
-                for candidate in (
-                    SRC / rel.with_suffix(".py"),
-                    SRC / rel / "__init__.py",
-                ):
-                    if candidate.exists():
-                        found.add(candidate)
-    return found
-
-
 def code(script):
-    """The script and every minimodel module it imports, followed through the package.
+    """The script and every minimodel module it imports (manifest.code_closure): a rule's code.
 
-    Listed as inputs so that editing a module re-runs exactly the rules that use it.
+    Listed as inputs so that editing a module re-runs exactly the rules that use it; the rule's
+    manifest records the same list.
     """
-    todo, seen = [Path(script)], set()
-    while todo:
-        path = todo.pop()
-        if path in seen:
-            continue
-        seen.add(path)
-        todo.extend(_minimodel_imports(path))
-    seen.add(SRC / "__init__.py")
-    return sorted(str(p) for p in seen)
+    return code_closure(script, SRC)
 
 
 def out(*parts):
