@@ -1,6 +1,5 @@
 """Rule `cpu_bytes_part`: measured vs modelled bytes of both references, one dtype."""
 
-import sys
 
 import pandas as pd
 import torch
@@ -15,7 +14,7 @@ with stage(snakemake) as st:
         torch.set_num_threads(cfg["threads"])
     rows = bytecount.sweep(
         cfg["n"], cfg["head_dims"], [snakemake.wildcards.dtype], cfg["block_r"], cfg["block_c"],
-        cfg["sram_bytes"], cfg["profiler_max_n"], seed=snakemake.params.seed, progress=sys.stderr,
+        cfg["sram_bytes"], cfg["profiler_max_n"], seed=snakemake.params.seed, progress=st.progress,
     )
     table = pd.DataFrame(rows)
     st.extra["worst_abs_deviation"] = float(table["deviation"].abs().max())

@@ -12,7 +12,7 @@ with stage(snakemake) as st:
     # before the kernel is imported; with require_cuda, no GPU is an error, not the interpreter
     backend = correctness.select_backend(machine.gpu_required(snakemake.params.require_cuda))
     seed = snakemake.params.seed
-    rows = correctness.run_sweep(cfg, backend, seed, progress=sys.stderr)
+    rows = correctness.run_sweep(cfg, backend, seed, progress=st.progress)
     summary = correctness.summarize(rows, backend, seed)
     st.extra.update(backend=backend, seed=seed, all_passed=summary["all_passed"])
     table = pd.DataFrame(rows).assign(backend=backend)

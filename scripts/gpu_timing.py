@@ -1,7 +1,6 @@
 """Rule `gpu_timing`: kernel vs naive vs SDPA backends on the GPU; an honest no-GPU table without one."""
 
 import json
-import sys
 
 import pandas as pd
 import torch
@@ -16,7 +15,7 @@ with stage(snakemake) as st:
     cpu_prediction = json.loads(open(snakemake.input.cpu_ceilings).read())["prediction"]
     if torch.cuda.is_available():
         seed = snakemake.params.seed
-        result = timing.run(cfg, seed, cpu_prediction, progress=sys.stderr)
+        result = timing.run(cfg, seed, cpu_prediction, progress=st.progress)
         result["seed"] = seed
         rows = result.pop("rows")
         st.extra.update(backend="cuda", device=result["device"])

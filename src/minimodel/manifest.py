@@ -256,10 +256,29 @@ def build_manifest(*, rule: str, command: str, outputs, inputs, script, params: 
 
 
 class Stage:
-    """What a script inside `stage()` may add to its manifest (`stage.extra[...] = ...`)."""
+    """What a script inside `stage()` may add to its manifest (`stage.extra[...] = ...`), and
+    `stage.progress`, a stream for progress bars that reaches both the rule's log and the
+    terminal (the stage sends stderr to the log)."""
 
-    def __init__(self):
+    def __init__(self, progress=None):
         self.extra: dict = {}
+        self.progress = progress
+
+
+class _Tee:
+    """A text stream writing to several: a progress bar seen on the console and kept in the log."""
+
+    def __init__(self, *streams):
+        self.streams = streams
+
+    def write(self, text: str) -> int:
+        for stream in self.streams:
+            stream.write(text)
+        return len(text)
+
+    def flush(self) -> None:
+        for stream in self.streams:
+            stream.flush()
 
 
 def check_code_tree(root: str | os.PathLike = ".") -> None:
@@ -289,10 +308,11 @@ def stage(smk, root: str | os.PathLike = ".") -> Iterator[Stage]:
     last, so a manifest present means every output beside it is complete.
     """
     started = _now()
-    current = Stage()
     log_path = smk.log[0] if len(smk.log) else os.devnull
     Path(log_path).parent.mkdir(parents=True, exist_ok=True)
+    terminal = sys.stderr
     with open(log_path, "a") as log_fh, contextlib.redirect_stderr(log_fh):
+        current = Stage(progress=_Tee(log_fh, terminal))
         handler = logging.StreamHandler(log_fh)
         handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
         root_logger = logging.getLogger()

@@ -169,8 +169,8 @@ def time_point(grid: str, B: int, H: int, N: int, d: int, causal: bool, impl_nam
             row["tokens_per_s"] = B * N / (row["ms"] * 1e-3)
             row["fraction_of_matmul_peak"] = flops / (row["ms"] * 1e-3) / ceilings["peak_flops_per_s"]
         rows.append(row)
-        log.info("%s B=%d H=%d N=%d d=%d causal=%s %s: %s ms (%s)", grid, B, H, N, d, causal, name,
-                 row["ms"], row["status"])
+        log.info("%s B=%d H=%d N=%d d=%d causal=%s %s: %s (%s)", grid, B, H, N, d, causal, name,
+                 f"{row['ms']:.4g} ms" if row["ms"] is not None else "no time", row["status"])
     return rows
 
 

@@ -9,7 +9,11 @@ rule compare:
         ),
         code=code("scripts/compare.py"),
     output:
-        table=out("compare", "comparison.csv"),
+        table=report(
+            out("compare", "comparison.csv"),
+            caption="../report/table_compare.rst",
+            category="Reproduction",
+        ),
         verdict=out("compare", "verdict.json"),
         figure=report(
             out("compare", "comparison.png"),

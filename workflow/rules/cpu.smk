@@ -29,7 +29,11 @@ rule cpu_bytes:
         ),
         code=code("scripts/cpu_bytes.py"),
     output:
-        table=out("cpu", "bytes.csv"),
+        table=report(
+            out("cpu", "bytes.csv"),
+            caption="../report/table_cpu_bytes.rst",
+            category="Tables",
+        ),
         manifest=out("cpu", "manifest.json"),
     log:
         logfile("cpu_bytes"),

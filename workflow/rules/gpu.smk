@@ -3,7 +3,11 @@ rule gpu_correctness:
     input:
         code=code("scripts/gpu_correctness.py"),
     output:
-        table=out("gpu", "correctness", "correctness.csv"),
+        table=report(
+            out("gpu", "correctness", "correctness.csv"),
+            caption="../report/table_correctness.rst",
+            category="Tables",
+        ),
         summary=out("gpu", "correctness", "correctness.json"),
         manifest=out("gpu", "correctness", "manifest.json"),
     log:
@@ -31,7 +35,11 @@ rule gpu_timing:
         correctness=rules.gpu_correctness.output.summary,
         code=code("scripts/gpu_timing.py"),
     output:
-        table=out("gpu", "timing", "timing.csv"),
+        table=report(
+            out("gpu", "timing", "timing.csv"),
+            caption="../report/table_timing.rst",
+            category="Tables",
+        ),
         summary=out("gpu", "timing", "timing.json"),
         manifest=out("gpu", "timing", "manifest.json"),
     log:

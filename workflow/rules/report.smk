@@ -14,7 +14,11 @@ rule readme:
         + [benchfile("cpu_roofline")],
         code=code("scripts/readme.py"),
     output:
-        readme=out("README.md"),
+        readme=report(
+            out("README.md"),
+            caption="../report/results_readme.rst",
+            category="Answers",
+        ),
         manifest=out("readme", "manifest.json"),
     log:
         logfile("readme"),

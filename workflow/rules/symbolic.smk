@@ -3,7 +3,11 @@ rule symbolic:
     input:
         code=code("scripts/symbolic.py"),
     output:
-        table=out("symbolic", "bytes.csv"),
+        table=report(
+            out("symbolic", "bytes.csv"),
+            caption="../report/table_symbolic.rst",
+            category="Tables",
+        ),
         formulas=out("symbolic", "formulas.csv"),
         lab_table=out("symbolic", "lab_table.txt"),
         manifest=out("symbolic", "manifest.json"),
