@@ -15,7 +15,7 @@ with stage(snakemake):
     has_gpu = timing.get("device") is not None
     figures = {
         "bytes_vs_n": plots.bytes_vs_n(pd.read_csv(inp.cpu_bytes), ceilings["device"])[0],
-        "intensity_ratio": plots.intensity_ratio(pd.read_csv(inp.symbolic))[0],
+        "intensity_ratio": plots.intensity_ratio(pd.read_csv(inp.symbolic), snakemake.params.tile)[0],
         "roofline": plots.roofline(ceilings, timing if has_gpu else None,
                                    timing_rows if has_gpu else None)[0],
         "correctness": plots.correctness(pd.read_csv(inp.correctness),

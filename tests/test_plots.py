@@ -41,7 +41,7 @@ def test_bytes_vs_n_plots_the_model_and_the_measurements():
 
 def test_intensity_ratio_is_naive_over_flash_bytes():
     table = symbolic.byte_table([256, 1024], [64], [(64, 64)], ["float32"])
-    fig, data = plots.intensity_ratio(table)
+    fig, data = plots.intensity_ratio(table, (64, 64))
     for _, r in data.iterrows():
         expected = (symbolic.model_bytes("naive", r["N"], 64, 64, 64, 4)
                     / symbolic.model_bytes("flash", r["N"], 64, 64, 64, 4))
@@ -72,14 +72,28 @@ def test_no_gpu_figure_says_so():
 def test_correctness_figure_draws_every_case_that_ran():
     rows = pd.DataFrame([
         {"N": 64, "d": 64, "causal": c, "dtype": "float16", "skipped": False, "backend": "interpreter",
-         "err_kernel_vs_fp64": e, "err_torch_vs_fp64": 2 * e, "tolerance": max(1e-3, 4 * e)}
+         "err_kernel_vs_fp64": e, "err_torch_vs_fp64": 2 * e, "tolerance": max(1e-3, 4 * e),
+         "passed": True}
         for c, e in ((False, 1e-4), (True, 0.0))] + [
         {"N": 64, "d": 64, "causal": False, "dtype": "bfloat16", "skipped": True, "backend": "interpreter"}])
     fig, data = plots.correctness(rows, "m")
     assert len(data) == 2
     kernel = fig.axes[0].collections[0].get_offsets()[:, 1]
     assert sorted(kernel) == [plots.ERROR_FLOOR, 1e-4]  # an exact 0 is drawn at the floor
+    assert "2 of 2 pass" in fig.axes[0].get_title()
     plt.close(fig)
+
+
+def test_bytes_vs_n_marks_long_sequences_only_where_the_grid_reaches_them():
+    fig, _ = plots.bytes_vs_n(cpu_bytes_table(), "m")  # N = 256 and 512 only
+    assert not any("N ≥" in t.get_text() for t in fig.axes[0].texts)
+    plt.close(fig)
+
+
+def test_intensity_ratio_at_a_tile_the_table_lacks_says_which_it_has():
+    table = symbolic.byte_table([256], [64], [(128, 64)], ["float32"])
+    with pytest.raises(ValueError, match="no tile B_r = 64, B_c = 64; its tiles: \\[\\(128, 64\\)\\]"):
+        plots.intensity_ratio(table, (64, 64))
 
 
 @pytest.mark.skipif(not (REF / "gpu" / "timing" / "timing.csv").exists(), reason="no reference run")

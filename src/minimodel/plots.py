@@ -12,13 +12,13 @@ import matplotlib
 matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.ticker  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
 sns.set_theme(style="whitegrid", context="notebook")
 
-SCHEME_LABELS = {"naive": "naive", "flash": "flash (B_r = B_c = 64)"}
 SCHEME_COLORS = {"naive": "tab:orange", "flash": "tab:blue"}
 IMPL_LABELS = {
     "triton": "this kernel (Triton)",
@@ -37,26 +37,39 @@ def _message_figure(title: str, message: str):
     return fig
 
 
+LONG_N = 1024  # lab 01: from here on flash should be much better than naive
+
+
+def scheme_labels(data: pd.DataFrame) -> dict[str, str]:
+    """Legend names of the schemes, the flash tile read from the table (B_r, B_c columns)."""
+    tiles = sorted({(int(r), int(c)) for r, c in zip(data["B_r"], data["B_c"], strict=True)})
+    tile = ", ".join(f"B_r = {r}, B_c = {c}" for r, c in tiles)
+    return {"naive": "naive", "flash": f"flash ({tile})"}
+
+
 def bytes_vs_n(cpu_bytes: pd.DataFrame, machine: str):
     """Model bytes as lines, instrumented CPU measurements as points, log-log; d and dtype as facets."""
     data = cpu_bytes.copy()
-    data["scheme_label"] = data["scheme"].map(SCHEME_LABELS)
+    labels = scheme_labels(data)
+    data["scheme_label"] = data["scheme"].map(labels)
     g = sns.relplot(data=data, x="N", y="bytes_model", hue="scheme_label", col="d", row="dtype",
                     kind="line", height=3.4, aspect=1.25, facet_kws={"sharey": False},
-                    hue_order=list(SCHEME_LABELS.values()))
+                    hue_order=list(labels.values()))
     for (dtype, d), ax in g.axes_dict.items():
         sub = data[(data["dtype"] == dtype) & (data["d"] == d)]
         sns.scatterplot(data=sub, x="N", y="bytes_instrumented", hue="scheme_label", ax=ax,
-                        hue_order=list(SCHEME_LABELS.values()), legend=False, s=45, marker="o")
+                        hue_order=list(labels.values()), legend=False, s=45, marker="o")
         ax.set(xscale="log", yscale="log")
-        ax.axvspan(1024, sub["N"].max() * 1.05, color="tab:green", alpha=0.08)
+        if sub["N"].max() >= LONG_N:  # the lab's long sequences, where the grid reaches them
+            ax.axvspan(LONG_N, sub["N"].max() * 1.05, color="tab:green", alpha=0.08)
+            ax.text(LONG_N * 1.07, 0.04, f"N ≥ {LONG_N}", fontsize=8, color="tab:green",
+                    transform=ax.get_xaxis_transform())
         pivot = sub.pivot_table(index="N", columns="scheme", values="bytes_model")
         ratio = pivot["naive"] / pivot["flash"]
         n_big = ratio.index[-1]
         ax.annotate(f"N={n_big}: naive/flash = {ratio.iloc[-1]:.2f}×", xy=(n_big, pivot["flash"].iloc[-1]),
                     xytext=(0.04, 0.9), textcoords="axes fraction", fontsize=8,
                     arrowprops={"arrowstyle": "->", "color": "gray"})
-        ax.text(1100, ax.get_ylim()[0] * 1.5, "N ≥ 1024", fontsize=8, color="tab:green")
     g.set_axis_labels("sequence length N (log)", "bytes per head (log)")
     g.set_titles("{row_name}, d = {col_name}")
     g.legend.set_title("line: model, dot: measured")
@@ -65,27 +78,33 @@ def bytes_vs_n(cpu_bytes: pd.DataFrame, machine: str):
     return g.figure, data
 
 
-def intensity_ratio(symbolic_bytes: pd.DataFrame):
-    """flash/naive intensity ratio (= naive/flash bytes, the FLOPs being equal) vs N, B_r = B_c = 64."""
+def intensity_ratio(symbolic_bytes: pd.DataFrame, tile: tuple[int, int]):
+    """flash/naive intensity ratio (= naive/flash bytes, the FLOPs being equal) vs N at one tile."""
+    block_r, block_c = tile
     data = symbolic_bytes[(symbolic_bytes["convention"] == "consistent")
-                          & (symbolic_bytes["B_r"] == 64) & (symbolic_bytes["B_c"] == 64)]
+                          & (symbolic_bytes["B_r"] == block_r) & (symbolic_bytes["B_c"] == block_c)]
+    if data.empty:
+        tiles = sorted(set(zip(symbolic_bytes["B_r"], symbolic_bytes["B_c"], strict=True)))
+        raise ValueError(f"the symbolic table has no tile B_r = {block_r}, B_c = {block_c}; "
+                         f"its tiles: {tiles}")
     naive = data[data["scheme"].isin(["naive", "naive_fp32_softmax"])]
     flash = data[data["scheme"] == "flash"][["N", "d", "dtype", "intensity"]]
     ratio = naive.merge(flash, on=["N", "d", "dtype"], suffixes=("", "_flash"))
     ratio["ratio"] = ratio["intensity_flash"] / ratio["intensity"]
     # with every tensor in one dtype the ratio does not depend on which: one line for all of them
-    ratio["series"] = ratio["scheme"].map(
-        {"naive": "naive, every tensor in one dtype (any)",
-         "naive_fp32_softmax": "naive, fp32 softmax, fp16 in and out"})
-    ratio = ratio.drop_duplicates(["series", "N", "d"]).reset_index(drop=True)
-    fig, ax = plt.subplots(figsize=(7.5, 4.5))
-    sns.lineplot(data=ratio, x="N", y="ratio", hue="series", style="d", markers=True, ax=ax)
+    ratio["naive accounting"] = ratio["scheme"].map(
+        {"naive": "every tensor in one dtype (any)",
+         "naive_fp32_softmax": "softmax in fp32, fp16 in and out"})
+    ratio["head dim"] = "d = " + ratio["d"].astype(str)
+    ratio = ratio.drop_duplicates(["naive accounting", "N", "d"]).reset_index(drop=True)
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    sns.lineplot(data=ratio, x="N", y="ratio", hue="naive accounting", style="head dim", markers=True,
+                 ax=ax)
     ax.set(xscale="log", xlabel="sequence length N (log)",
-           ylabel="intensity ratio flash / naive (FLOP per byte)",
-           title="Model intensity ratio, B_r = B_c = 64 (O write left out of both)")
+           ylabel="flash intensity / naive intensity (×)",
+           title=f"Model intensity ratio, B_r = {block_r}, B_c = {block_c} (O write left out of both)")
     ax.axhline(1, color="gray", lw=0.8, ls="--")
-    ax.legend(fontsize=8, title="naive accounting; head dim", title_fontsize=8,
-              bbox_to_anchor=(1.02, 1), loc="upper left")
+    ax.legend(fontsize=8, bbox_to_anchor=(1.02, 1), loc="upper left")
     return fig, ratio
 
 
@@ -147,7 +166,9 @@ def tflops_vs_n(rows: pd.DataFrame, device: str):
                     hue_order=[IMPL_LABELS[k] for k in IMPL_LABELS if k in set(data["impl"])])
     for ax in g.axes.flat:
         ax.set_xscale("log", base=2)
-    g.set_axis_labels("sequence length N (batch·N = 16384)", "TFLOP/s (4·B·H·N²·d, ½ if causal)")
+    tokens = sorted(set(data["B"] * data["N"]))
+    g.set_axis_labels(f"sequence length N (batch·N = {', '.join(map(str, tokens))})",
+                      "TFLOP/s (4·B·H·N²·d, ½ if causal)")
     g.set_titles("d = {row_name}, {col_name}")
     g.figure.suptitle(f"Forward attention throughput, fp16 — {device}", y=1.02)
     return g.figure, data
@@ -177,9 +198,15 @@ def seed_speedup(rows: pd.DataFrame, timing: dict, device: str):
     sns.lineplot(data=data, x="N", y="triton_speedup_over_this", hue="mask", marker="o", ax=ax)
     ax.plot(pred["N"], pred["predicted_speedup"], color="gray", ls="--", marker="x",
             label="roofline prediction from bytes (not causal)")
-    ax.set(xscale="log", yscale="log", xlabel="sequence length N (B=2, H=4, d=64)",
-           ylabel="speedup over naive PyTorch",
+    shape = data.iloc[0] if len(data) else {"B": "?", "H": "?", "d": "?"}
+    ax.set(xscale="log", yscale="log", xlabel=f"sequence length N (B={shape['B']}, H={shape['H']}, "
+           f"d={shape['d']})", ylabel="speedup over naive PyTorch (×)",
            title=f"Seed grid: kernel vs naive attention, fp16 — {device}")
+    ns = sorted(set(data["N"]))
+    ax.set_xticks(ns, [str(n) for n in ns])
+    ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
+    ax.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda y, _: f"{y:g}×"))
+    ax.yaxis.set_minor_formatter(matplotlib.ticker.FuncFormatter(lambda y, _: f"{y:g}×"))
     ax.legend(fontsize=8)
     return fig, data
 
@@ -193,7 +220,8 @@ def correctness(rows: pd.DataFrame, machine: str):
     data["case"] = (dtype + " d=" + data["d"].astype(str) + " N=" + data["N"].astype(str)
                     + np.where(data["causal"], " causal", ""))
     data = data.sort_values(["dtype", "d", "N", "causal"])
-    fig, ax = plt.subplots(figsize=(max(8, 0.32 * len(data)), 4.8))
+    passed = int(data["passed"].astype(bool).sum())
+    fig, ax = plt.subplots(figsize=(max(9, 0.36 * len(data)), 5.4))
     x = np.arange(len(data))
     ax.scatter(x, np.maximum(data["err_kernel_vs_fp64"], ERROR_FLOOR), zorder=3,
                label="this kernel vs float64")
@@ -202,11 +230,12 @@ def correctness(rows: pd.DataFrame, machine: str):
     ax.step(x, data["tolerance"], where="mid", color="tab:green",
             label="pass line: max(1e-3, 2 × PyTorch's error)")
     ax.axhline(1e-3, color="tab:red", ls="--", label="1e-3 (the seed's threshold)")
-    ax.set_xticks(x, data["case"], rotation=75, fontsize=7)
+    ax.set_xticks(x, data["case"], rotation=60, ha="right", fontsize=8)
     ax.set(yscale="log", ylim=(ERROR_FLOOR / 2, None),
            ylabel=f"max |error| vs float64 (log; 0 drawn at {ERROR_FLOOR:g})",
-           title=f"Correctness of the kernel per case — {machine} ({data['backend'].iloc[0]})")
-    ax.legend(fontsize=8, loc="lower right")
+           title=f"Correctness per case: {passed} of {len(data)} pass — {machine} "
+                 f"({data['backend'].iloc[0]})")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
     fig.tight_layout()
     return fig, data
 
