@@ -26,7 +26,7 @@ test: install  # the test suite, then the linters (snakemake --lint, ruff, snake
 	$(MAKE) --no-print-directory lint
 
 verify: install
-	$(BIN)/python -m minimodel.manifest verify results
+	$(BIN)/python -m minimodel verify results
 
 report: install
 	$(BIN)/snakemake --report results/report.html

@@ -2,8 +2,9 @@
 
 from pathlib import Path
 
-from minimodel import compare
-from minimodel.manifest import stage, write_csv
+from minimodel.provenance.io import write_csv
+from minimodel.provenance.manifest import stage
+from minimodel.report import compare
 
 with stage(snakemake) as st:
     if snakemake.params.reference is None:

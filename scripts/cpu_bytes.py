@@ -2,7 +2,8 @@
 
 import pandas as pd
 
-from minimodel.manifest import stage, write_csv
+from minimodel.provenance.io import write_csv
+from minimodel.provenance.manifest import stage
 
 with stage(snakemake) as st:
     table = pd.concat([pd.read_csv(p) for p in snakemake.input.parts], ignore_index=True)

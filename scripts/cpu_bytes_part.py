@@ -4,8 +4,10 @@
 import pandas as pd
 import torch
 
-from minimodel import bytecount, project
-from minimodel.manifest import stage, write_csv
+from minimodel.cpu import bytecount
+from minimodel.provenance import project
+from minimodel.provenance.io import write_csv
+from minimodel.provenance.manifest import stage
 
 with stage(snakemake) as st:
     cfg = snakemake.params.cfg
@@ -14,7 +16,8 @@ with stage(snakemake) as st:
         torch.set_num_threads(cfg["threads"])
     rows = bytecount.sweep(
         cfg["n"], cfg["head_dims"], [snakemake.wildcards.dtype], cfg["block_r"], cfg["block_c"],
-        cfg["sram_bytes"], cfg["profiler_max_n"], seed=snakemake.params.seed, progress=st.progress,
+        cfg["sram_bytes"], cfg["profiler_max_n"], random_seed=snakemake.params.random_seed,
+        progress=st.progress,
     )
     table = pd.DataFrame(rows)
     st.extra["worst_abs_deviation"] = float(table["deviation"].abs().max())

@@ -4,15 +4,17 @@ import logging
 
 import torch
 
-from minimodel import project, roofline
-from minimodel.machine import cpu_description
-from minimodel.manifest import stage, write_json
+from minimodel.cpu import roofline
+from minimodel.provenance import project
+from minimodel.provenance.io import write_json
+from minimodel.provenance.machine import cpu_description
+from minimodel.provenance.manifest import stage
 
 with stage(snakemake):
     cfg = snakemake.params.cfg
     project.check_memory(roofline.memory_needed(cfg["matmul_n"], cfg["copy_mib"], cfg["predict_at"][0]))
     torch.set_num_threads(snakemake.threads)
-    torch.manual_seed(snakemake.params.seed)
+    torch.manual_seed(snakemake.params.random_seed)
     ceilings = roofline.measure_ceilings(cfg["matmul_n"], cfg["copy_mib"], cfg["repeats"])
     n, d = cfg["predict_at"]
     ceilings["prediction"] = roofline.predict_speedup(ceilings, n, d, *snakemake.params.tile)

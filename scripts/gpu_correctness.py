@@ -4,17 +4,19 @@ import sys
 
 import pandas as pd
 
-from minimodel import correctness, machine
-from minimodel.manifest import stage, write_csv, write_json
+from minimodel.gpu import correctness
+from minimodel.provenance import machine
+from minimodel.provenance.io import write_csv, write_json
+from minimodel.provenance.manifest import stage
 
 with stage(snakemake) as st:
     cfg = snakemake.params.cfg
-    # before the kernel is imported; with require_cuda, no GPU is an error, not the interpreter
+    # with require_cuda, a machine without a usable GPU is an error, not the interpreter
     backend = correctness.select_backend(machine.gpu_required(snakemake.params.require_cuda))
-    seed = snakemake.params.seed
-    rows = correctness.run_sweep(cfg, backend, seed, progress=st.progress)
-    summary = correctness.summarize(rows, backend, seed)
-    st.extra.update(backend=backend, seed=seed, all_passed=summary["all_passed"])
+    random_seed = snakemake.params.random_seed
+    rows = correctness.run_sweep(cfg, backend, random_seed, progress=st.progress)
+    summary = correctness.summarize(rows, backend, random_seed)
+    st.extra.update(backend=backend, all_passed=summary["all_passed"])
     table = pd.DataFrame(rows).assign(backend=backend)
     write_csv(snakemake.output.table, table)
     write_csv(snakemake.log.table, table)  # Snakemake deletes a failed job's outputs, not its logs

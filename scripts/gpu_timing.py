@@ -5,8 +5,10 @@ import json
 import pandas as pd
 import torch
 
-from minimodel import machine, timing
-from minimodel.manifest import stage, write_csv, write_json
+from minimodel.gpu import timing
+from minimodel.provenance import machine
+from minimodel.provenance.io import write_csv, write_json
+from minimodel.provenance.manifest import stage
 
 with stage(snakemake) as st:
     cfg = snakemake.params.cfg
@@ -14,9 +16,8 @@ with stage(snakemake) as st:
         machine.require_cuda()
     cpu_prediction = json.loads(open(snakemake.input.cpu_ceilings).read())["prediction"]
     if torch.cuda.is_available():
-        seed = snakemake.params.seed
-        result = timing.run(cfg, seed, cpu_prediction, progress=st.progress)
-        result["seed"] = seed
+        result = timing.run(cfg, snakemake.params.random_seed, cpu_prediction, progress=st.progress)
+        result["random_seed"] = snakemake.params.random_seed
         rows = result.pop("rows")
         st.extra.update(backend="cuda", device=result["device"])
     else:

@@ -4,8 +4,9 @@ import json
 
 import pandas as pd
 
-from minimodel import plots
-from minimodel.manifest import save_figure, stage
+from minimodel.provenance.io import save_figure
+from minimodel.provenance.manifest import stage
+from minimodel.report import plots
 
 with stage(snakemake):
     inp, out = snakemake.input, snakemake.output

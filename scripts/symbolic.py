@@ -1,7 +1,8 @@
 """Rule `symbolic`: the byte model's tidy table, its closed forms and the lab's printed table."""
 
 from minimodel import symbolic
-from minimodel.manifest import stage, write_csv, write_text
+from minimodel.provenance.io import write_csv, write_text
+from minimodel.provenance.manifest import stage
 
 with stage(snakemake):
     cfg = snakemake.params.cfg

@@ -1,6 +1,7 @@
 """Rule `verify`: the manifests of this run re-hashed; any change fails the rule."""
 
-from minimodel.manifest import stage, verify_manifests, write_text
+from minimodel.provenance.io import write_text
+from minimodel.provenance.manifest import stage, verify_manifests
 
 with stage(snakemake):
     manifests = list(snakemake.input.manifests)

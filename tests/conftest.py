@@ -1,18 +1,18 @@
-"""Test set-up: without CUDA, the Triton kernel runs under Triton's CPU interpreter.
+"""Test set-up: the device the kernel tests run on, and a copy of the project for workflow tests.
 
-TRITON_INTERPRET must be set before triton is first imported, so it is set here, at collection.
+Without CUDA the kernel runs under Triton's CPU interpreter: `minimodel.kernel` switches it on
+itself. The development tools in tools/ are importable by name (`import tune`).
 """
 
-import os
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
 import torch
 
 HAS_CUDA = torch.cuda.is_available()
-if not HAS_CUDA:
-    os.environ["TRITON_INTERPRET"] = "1"
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
 
 DEVICE = "cuda" if HAS_CUDA else "cpu"
 requires_gpu = pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device")

@@ -1,8 +1,9 @@
 import pytest
 import torch
 
-from minimodel import bytecount, symbolic
-from minimodel.attention import attn_flash_reference_cpu, attn_naive_cpu
+from minimodel import symbolic
+from minimodel.cpu import bytecount
+from minimodel.cpu.references import attn_flash_reference_cpu, attn_naive_cpu
 
 
 def test_counter_counts_a_known_sequence_of_ops():

@@ -7,7 +7,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from minimodel import compare
+from minimodel.report import compare
 
 REFERENCE = Path(__file__).resolve().parents[1] / "results" / "reference" / "nvidia-h200"
 

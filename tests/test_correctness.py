@@ -1,7 +1,8 @@
 import pytest
 import yaml
 
-from minimodel import attention_flash, correctness
+from minimodel.gpu import correctness
+from minimodel.kernel import flash
 
 CFG = yaml.safe_load(open("config/config.yaml"))["gpu"]["correctness"]
 
@@ -17,7 +18,7 @@ def test_interpreter_grid_is_small_and_skips_bf16_with_its_reason():
     assert ran and all(c["N"] <= CFG["interpreter"]["max_n"] for c in cases)
     assert all(c["B"] == 1 and c["H"] == 2 for c in cases)
     bf16 = [c for c in cases if c["dtype"] == "bfloat16"]
-    assert bf16 and all(c["skip"] == attention_flash.BF16_INTERPRETER_REASON for c in bf16)
+    assert bf16 and all(c["skip"] == flash.BF16_INTERPRETER_REASON for c in bf16)
     assert {c["group"] for c in ran} == {"seed grid", "awkward N", "head dim"}
 
 
@@ -35,7 +36,7 @@ def tiny_cfg():
 
 def test_sweep_passes_and_summary_reports_both_errors():
     backend = "cuda" if correctness.select_backend() == "cuda" else "interpreter"
-    rows = correctness.run_sweep(tiny_cfg(), backend, seed=1234)
+    rows = correctness.run_sweep(tiny_cfg(), backend, random_seed=1234)
     summary = correctness.summarize(rows, backend, 1234)
     assert summary["all_passed"], rows
     ran = [r for r in rows if not r["skipped"]]
@@ -47,15 +48,11 @@ def test_sweep_passes_and_summary_reports_both_errors():
 
 
 def test_a_wrong_kernel_fails_the_sweep(monkeypatch):
-    import torch
-
-    from minimodel import attention_flash
-
-    real = attention_flash.flash_attn_forward
-    monkeypatch.setattr(attention_flash, "flash_attn_forward",
+    real = correctness.flash_attn_forward
+    monkeypatch.setattr(correctness, "flash_attn_forward",
                         lambda q, k, v, causal: real(q, k, v, causal=not causal))
-    backend = "cuda" if torch.cuda.is_available() else "interpreter"
-    rows = correctness.run_sweep(tiny_cfg(), backend, seed=1)
+    backend = correctness.select_backend()
+    rows = correctness.run_sweep(tiny_cfg(), backend, random_seed=1)
     summary = correctness.summarize(rows, backend, 1)
     assert not summary["all_passed"] and summary["failed"] >= 2
 

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from minimodel import manifest
+from minimodel.provenance import io, manifest
 
 
 class Namedlist(list):
@@ -46,7 +46,7 @@ def run_stage(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     smk = fake_snakemake(tmp_path)
     with manifest.stage(smk, root=tmp_path) as st:
-        manifest.write_text(smk.output.result, "hello\n")
+        io.write_text(smk.output.result, "hello\n")
         st.extra["note"] = "x"
     return smk
 
@@ -54,7 +54,7 @@ def run_stage(tmp_path, monkeypatch):
 def test_sha256_matches_hashlib(tmp_path):
     p = tmp_path / "f.bin"
     p.write_bytes(b"abc" * 1000)
-    assert manifest.sha256_file(p) == hashlib.sha256(b"abc" * 1000).hexdigest()
+    assert io.sha256_file(p) == hashlib.sha256(b"abc" * 1000).hexdigest()
 
 
 def test_manifest_records_outputs_inputs_modules_and_environment(tmp_path, monkeypatch):
@@ -68,7 +68,7 @@ def test_manifest_records_outputs_inputs_modules_and_environment(tmp_path, monke
     kinds = {e["kind"] for e in m["inputs"]}
     assert kinds == {"data", "script", "module"}
     modules = [e["path"] for e in m["inputs"] if e["kind"] == "module"]
-    assert any(p.endswith("minimodel/manifest.py") for p in modules)
+    assert any(p.endswith("minimodel/provenance/manifest.py") for p in modules)
     for key in ("python", "torch", "triton", "snakemake", "device"):
         assert key in m["environment"]
     assert set(m["git"]) == {"commit", "dirty"}
@@ -122,7 +122,7 @@ def test_failed_stage_writes_no_manifest(tmp_path, monkeypatch):
 def test_atomic_write_leaves_nothing_behind_when_interrupted(tmp_path):
     target = tmp_path / "x.txt"
     target.write_text("old")
-    with pytest.raises(KeyboardInterrupt), manifest.atomic_write(target) as fh:
+    with pytest.raises(KeyboardInterrupt), io.atomic_write(target) as fh:
         fh.write("half of the new cont")
         raise KeyboardInterrupt
     assert target.read_text() == "old"
@@ -223,7 +223,7 @@ def test_a_vouched_input_is_read(tmp_path, monkeypatch):
     made = run_stage(tmp_path, monkeypatch)
     smk = consumer(tmp_path, made)
     with manifest.stage(smk, root=tmp_path):
-        manifest.write_text(smk.output.result, Path(made.output.result).read_text())
+        io.write_text(smk.output.result, Path(made.output.result).read_text())
     m = json.loads(Path(smk.output.manifest).read_text())
     assert {"path": "out/result.txt", "kind": "data"}.items() <= m["inputs"][0].items()
 
@@ -231,9 +231,9 @@ def test_a_vouched_input_is_read(tmp_path, monkeypatch):
 def test_outputs_get_the_mode_of_the_umask(tmp_path):
     old = os.umask(0o022)
     try:
-        manifest.write_text(tmp_path / "a.txt", "x")
+        io.write_text(tmp_path / "a.txt", "x")
         os.umask(0o077)
-        manifest.write_text(tmp_path / "b.txt", "x")
+        io.write_text(tmp_path / "b.txt", "x")
     finally:
         os.umask(old)
     assert stat.S_IMODE((tmp_path / "a.txt").stat().st_mode) == 0o644
@@ -247,7 +247,7 @@ def test_a_stage_removes_what_a_killed_write_left(tmp_path, monkeypatch):
     left.parent.mkdir(parents=True)
     left.write_text("half")
     with manifest.stage(smk, root=tmp_path):
-        manifest.write_text(smk.output.result, "hello\n")
+        io.write_text(smk.output.result, "hello\n")
     assert not left.exists() and Path(smk.output.result).read_text() == "hello\n"
 
 
@@ -285,4 +285,4 @@ def test_a_module_imported_but_not_listed_as_code_is_refused(tmp_path, monkeypat
     smk.input = Namedlist(table=smk.input.table, code=[str(tmp_path / "scripts" / "demo.py")])
     with pytest.raises(SystemExit, match="which its code inputs .* do not list"), \
             manifest.stage(smk, root=tmp_path):
-        manifest.write_text(smk.output.result, "x")
+        io.write_text(smk.output.result, "x")

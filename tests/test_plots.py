@@ -8,13 +8,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from minimodel import plots, symbolic, timing
+from minimodel import symbolic
+from minimodel.gpu import timing
+from minimodel.report import plots
 
 REF = Path(__file__).resolve().parents[1] / "results" / "reference" / "nvidia-h200"
 
 
 def cpu_bytes_table():
-    from minimodel import bytecount
+    from minimodel.cpu import bytecount
 
     return pd.DataFrame([bytecount.measure(s, n, d, "float32") for s in ("naive", "flash")
                          for n in (256, 512) for d in (64,)])

@@ -2,7 +2,8 @@
 
 import pytest
 
-from minimodel import bytecount, project, roofline
+from minimodel.cpu import bytecount, roofline
+from minimodel.provenance import project
 
 
 @pytest.fixture

@@ -1,6 +1,7 @@
 import pytest
 
-from minimodel import roofline, symbolic
+from minimodel import symbolic
+from minimodel.cpu import roofline
 
 
 def test_ceilings_are_positive_and_sane():

@@ -24,7 +24,7 @@ import pandas as pd
 import pytest
 from conftest import copy_project
 
-from minimodel import manifest
+from minimodel.provenance import manifest
 
 MARK = "# minimodel test cluster (tests/test_slurm.py)"
 SLURM_DIR = Path("/etc/slurm")

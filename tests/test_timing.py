@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from minimodel import timing
+from minimodel.gpu import grids, timing
 
 
 def test_attention_flops_halves_for_causal():
@@ -21,10 +21,24 @@ def test_ratios_are_relative_to_the_kernel_per_point():
 
 
 def test_no_gpu_rows_cover_the_plan_and_carry_no_numbers():
-    cfg = {"seed_n": [64, 256], "seed_head_dim": 64, "fa_n": [1024], "fa_head_dims": [64, 128]}
+    cfg = {**grids.default_timing_config(), "seed_n": [64, 256], "fa_n": [1024],
+           "fa_head_dims": [64, 128]}
     rows = timing.no_gpu_rows(cfg)
     assert len(rows) == 2 * 2 + 1 * 2 * 2
     assert all(r["ms"] is None and r["status"] == timing.NO_GPU_REASON for r in rows)
+    planned = [(p.grid, p.N, p.d, p.causal) for p in grids.points(cfg)]
+    assert [(r["grid"], r["N"], r["d"], r["causal"]) for r in rows] == planned
+
+
+def test_the_grids_follow_the_config():
+    cfg = grids.default_timing_config()
+    fa = grids.flashattention_grid(cfg)
+    assert {p.B * p.N for p in fa} == {cfg["fa_tokens"]}
+    assert {p.H * p.d for p in fa} == {cfg["fa_model_dim"]}
+    seed = grids.seed_grid(cfg)
+    assert {(p.B, p.H, p.d) for p in seed} == {(cfg["seed_batch"], cfg["seed_heads"],
+                                               cfg["seed_head_dim"])}
+    assert len(seed) == 2 * len(cfg["seed_n"]) and len(fa) == 2 * len(cfg["fa_n"]) * len(cfg["fa_head_dims"])
 
 
 @pytest.mark.gpu
@@ -32,7 +46,7 @@ def test_no_gpu_rows_cover_the_plan_and_carry_no_numbers():
 def test_time_point_checks_and_times_every_implementation():
     ceilings = {"peak_flops_per_s": 1e15}
     rows = timing.time_point("seed", 1, 2, 256, 64, True, ["triton", "naive", "sdpa_flash"],
-                             5, 20, ceilings, seed=0)
+                             5, 20, ceilings, random_seed=0)
     for r in rows:
         assert r["status"] == "ok" and r["checked"] and r["ms"] > 0 and r["eager_ms"] > 0
         assert r["timing"] == "cuda_graph"

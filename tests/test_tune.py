@@ -1,6 +1,7 @@
-import pandas as pd
+"""tools/tune.py: its candidate sets and its summary."""
 
-from minimodel import tune
+import pandas as pd
+import tune
 
 
 def test_candidates_keep_the_causal_band_whole():

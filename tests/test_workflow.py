@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 from conftest import copy_project
 
-from minimodel import manifest
+from minimodel.provenance import io, manifest
 
 pytestmark = pytest.mark.workflow
 
@@ -84,8 +84,9 @@ def test_two_runs_give_bit_identical_tables_and_verdicts(workdir, tmp_path_facto
     cpu = [pd.read_csv(w / "results" / "cpu" / "bytes.csv") for w in (workdir, second)]
     counted = ["bytes_model", "bytes_instrumented", "bytes_read", "bytes_written", "bytes_profiler"]
     pd.testing.assert_frame_equal(cpu[0][counted], cpu[1][counted])
-    seeds = {json.loads((w / "results" / "gpu/correctness/manifest.json").read_text())["params"]["seed"]
-             for w in (workdir, second)}
+    manifests = [json.loads((w / "results" / "gpu/correctness/manifest.json").read_text())
+                 for w in (workdir, second)]
+    seeds = {m["params"]["random_seed"] for m in manifests}
     assert seeds == {0}
 
 
@@ -102,7 +103,7 @@ def test_the_workflow_runs_and_hashes_the_code_of_its_own_tree(workdir):
     modules = [e for e in m["inputs"] if e["kind"] == "module"]
     assert modules and all(e["path"].startswith("src/minimodel/") for e in modules)
     for e in modules:
-        assert manifest.sha256_file(workdir / e["path"]) == e["sha256"]
+        assert io.sha256_file(workdir / e["path"]) == e["sha256"]
     module = workdir / "src" / "minimodel" / "symbolic.py"
     source = module.read_text()
     module.write_text(source + "\nraise RuntimeError('this tree was edited')\n")
@@ -125,7 +126,7 @@ def test_each_manifest_records_exactly_the_code_its_rule_lists(workdir):
         recorded = {e["path"] for e in m["inputs"] if e["kind"] == "module"}
         assert recorded == listed, m["rule"]
     timing = json.loads((workdir / "results" / "gpu/timing/manifest.json").read_text())
-    assert "src/minimodel/attention_flash.py" in {e["path"] for e in timing["inputs"]}
+    assert "src/minimodel/kernel/flash.py" in {e["path"] for e in timing["inputs"]}
 
 
 def test_paths_resolve_against_the_project_wherever_snakemake_starts(workdir, tmp_path):
@@ -175,7 +176,7 @@ def test_a_tampered_table_is_refused_and_its_rule_reruns(workdir):
     original = table.read_bytes()
     readme = (workdir / "results" / "README.md").read_bytes()
     table.write_bytes(original[:-2] + bytes([original[-2] ^ 1]) + original[-1:])
-    tampered = manifest.sha256_file(table)
+    tampered = io.sha256_file(table)
     proc = snakemake(workdir, check=False)
     said = proc.stdout + proc.stderr
     assert proc.returncode != 0
@@ -237,7 +238,7 @@ def test_lint_is_clean(workdir):
 
 
 def test_a_failing_sweep_fails_the_rule_and_keeps_its_table(workdir):
-    module = workdir / "src" / "minimodel" / "correctness.py"
+    module = workdir / "src" / "minimodel" / "gpu" / "correctness.py"
     source = module.read_text()
     # a rule no result can meet: every case fails
     module.write_text(source.replace("TORCH_MULTIPLE = 2.0", "TORCH_MULTIPLE = -1.0")

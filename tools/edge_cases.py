@@ -55,7 +55,7 @@ def _long(kernel, N, d, misalign):
 def _many_heads(kernel):
     import torch
 
-    from minimodel.attention import reference_attn
+    from minimodel.cpu.references import reference_attn
 
     gen = torch.Generator(device="cuda").manual_seed(0)
     q, k, v = (torch.randn(2, 35_000, 40, 16, device="cuda", generator=gen).half() for _ in range(3))
@@ -77,7 +77,7 @@ def child(case: str, path: str) -> None:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--kernel", default="src/minimodel/attention_flash.py")
+    parser.add_argument("--kernel", default="src/minimodel/kernel/flash.py")
     parser.add_argument("--case", choices=CASES, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.case:

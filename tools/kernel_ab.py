@@ -1,6 +1,6 @@
 """Time this tree's kernel against another version of it, side by side in one run (CUDA only).
 
-    git show <rev>:src/minimodel/attention_flash.py > /tmp/other.py
+    git show <rev>:src/minimodel/flash.py > /tmp/other.py
     python tools/kernel_ab.py --other /tmp/other.py --out ab.csv
 
 Both kernels run every point with their own default configuration (or `--pointer`, which forces
@@ -20,7 +20,8 @@ import sys
 import pandas as pd
 import torch
 
-from minimodel import attention_flash, timing
+from minimodel.gpu import timing
+from minimodel.kernel import flash
 
 POINTS = [  # (B, H, N, d): the seed grid's launch-bound sizes and FlashAttention's grid
     (2, 4, 1024, 64), (2, 4, 4096, 64), (4, 32, 4096, 64), (1, 32, 16384, 64),
@@ -44,7 +45,7 @@ def _caller(module, causal: bool, pointer: bool, like: torch.Tensor):
 
 
 def run(other_path: str, pointer: bool, rep_ms: float) -> pd.DataFrame:
-    kernels = {"this": attention_flash, "other": load(other_path, "other_attention_flash")}
+    kernels = {"this": flash, "other": load(other_path, "other_attention_flash")}
     rows = []
     for (B, H, N, d) in POINTS:
         for causal in (False, True):
@@ -74,7 +75,7 @@ def run(other_path: str, pointer: bool, rep_ms: float) -> pd.DataFrame:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--other", required=True, help="another version's attention_flash.py")
+    parser.add_argument("--other", required=True, help="another version's flash.py")
     parser.add_argument("--pointer", action="store_true", help="force pointer loads on both sides")
     parser.add_argument("--rep-ms", type=float, default=100)
     parser.add_argument("--out", default="kernel_ab.csv")

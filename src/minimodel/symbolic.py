@@ -9,7 +9,7 @@ Two conventions for the write of O (both schemes write O once):
 - "seed": the lab's formulas as written. The naive one leaves the write of O out, the flash
   one counts it, so they are not quite comparable.
 - "consistent": the write of O is left out of both. Every measured comparison in this
-  project (the CPU byte counts of issue #3, the plots) uses this one.
+  project (the CPU byte counts of stage 2, the plots) uses this one.
 
 Per element, the lab charges `dtype_bytes` for every tensor. `naive_fp32_softmax` is the
 accounting of a half-precision naive attention computed the way PyTorch does it for
@@ -31,8 +31,11 @@ N, d, B_r, B_c, dtype_bytes = sp.symbols("N d B_r B_c dtype_bytes", positive=Tru
 
 CONVENTIONS = ("seed", "consistent")
 SCHEMES = ("naive", "naive_fp32_softmax", "flash")
+# Bytes per element of each dtype the project accepts, by its name (the torch attribute's name).
 DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4}
 MiB = 2**20
+# Theory 02's problem 2: the shared memory one H100 block may use, as the theory states it
+THEORY_H100_SHARED_BYTES = 228 * 1024
 
 
 @dataclass(frozen=True)
@@ -267,7 +270,7 @@ def sram_tile_bytes(B_r: int, B_c: int, d: int, dtype_bytes: int = 2, score_byte
     return (B_r + 2 * B_c) * d * dtype_bytes + B_r * B_c * score_bytes
 
 
-def largest_tiles(d: int = 128, sram_bytes: int = 228 * 1024, dtype_bytes: int = 2,
+def largest_tiles(d: int = 128, sram_bytes: int = THEORY_H100_SHARED_BYTES, dtype_bytes: int = 2,
                   score_bytes: int = 4, step: int = 16, limit: int = 1024) -> dict:
     """Theory 02, problem 2: the largest B_r × B_c whose Q, K, V and S tiles fit on chip.
 
@@ -321,7 +324,7 @@ def practice_problems() -> dict:
     p4 = {"N": n, "d": hd, "matmul_flops": flops(n, hd),
           "rescale_flops_B_c_64": rescale_flops(n, hd, 64), "rescale_flops_B_c_1": rescale_flops(n, hd, 1),
           "inner_steps_per_q_tile_B_c_1": n}
-    return {"p1_flash_bytes": p1, "p2_largest_tiles": largest_tiles(128, 228 * 1024),
+    return {"p1_flash_bytes": p1, "p2_largest_tiles": largest_tiles(128, THEORY_H100_SHARED_BYTES),
             "p3_sliding_window": p3, "p4_B_c_to_1": p4}
 
 

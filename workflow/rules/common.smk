@@ -3,9 +3,9 @@ from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
 
-from minimodel import compare as comparison
-from minimodel.manifest import code_closure
-from minimodel.project import UnsafeResultsDir, check_results_dir
+from minimodel.report import compare as comparison
+from minimodel.provenance.manifest import code_closure
+from minimodel.provenance.project import UnsafeResultsDir, check_results_dir
 
 SRC = Path("src/minimodel")
 

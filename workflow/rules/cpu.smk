@@ -16,7 +16,7 @@ rule cpu_bytes_part:
     threads: 1
     params:
         cfg=config["cpu"],
-        seed=config["seed"],
+        random_seed=config["random_seed"],
     script:
         "../../scripts/cpu_bytes_part.py"
 
@@ -59,7 +59,7 @@ rule cpu_roofline:
     threads: whole_machine()
     params:
         cfg=config["roofline"],
-        seed=config["seed"],
+        random_seed=config["random_seed"],
         tile=[config["cpu"]["block_r"], config["cpu"]["block_c"]],
     script:
         "../../scripts/cpu_roofline.py"

@@ -23,7 +23,7 @@ rule gpu_correctness:
     params:
         cfg=config["gpu"]["correctness"],
         require_cuda=config["gpu"]["require_cuda"],
-        seed=config["seed"],
+        random_seed=config["random_seed"],
     script:
         "../../scripts/gpu_correctness.py"
 
@@ -54,6 +54,6 @@ rule gpu_timing:
     params:
         cfg=config["gpu"]["timing"],
         require_cuda=config["gpu"]["require_cuda"],
-        seed=config["seed"],
+        random_seed=config["random_seed"],
     script:
         "../../scripts/gpu_timing.py"

@@ -1,18 +1,18 @@
-"""Provenance for every workflow output: atomic writes, `manifest.json`, and `verify`.
+"""Provenance for every workflow output: `manifest.json`, the checks before a stage reads, and `verify`.
 
 Each rule's script runs inside `stage(snakemake)`. When the script finishes, the stage writes
 the rule's `manifest.json` beside its outputs, recording:
 - every output: path, sha256, size;
-- every input: the data files, the script, and every module of `minimodel` the script imported
-  (read off `sys.modules`, so nothing is listed by hand), each with its sha256;
+- every input: the data files, the script, and every module of `minimodel` the rule's code
+  depends on (`code_closure`, the list the workflow also gives Snakemake), each with its sha256;
 - the rule, its command, its parameters (the config values it used), the environment
-  (`minimodel.machine.environment`: software, CPU, GPU, host, SLURM job), the git commit
-  with a dirty flag, and the start and end times.
+  (`minimodel.provenance.machine.environment`: software, CPU, GPU, host, SLURM job), the git
+  commit with a dirty flag, and the start and end times.
 
 Each manifest also records its own path and a sha256 of its own content (`manifest_sha256`),
 so an edited manifest, the run-level one under `verify/` included, is detected.
 
-`python -m minimodel.manifest verify results/` re-hashes everything under the folder and exits
+`python -m minimodel verify results/` re-hashes everything under the folder and exits
 non-zero naming each output whose bytes changed, or whose inputs changed since it was made. It
 checks bytes and code, not whether the config changed: Snakemake decides what is stale.
 
@@ -21,9 +21,7 @@ manifest (the nearest `manifest.json` at or above the input's folder) and refuse
 stale input, naming it and the rule that made it. It then removes that manifest, which no
 longer vouches for its outputs, so the next `snakemake` re-runs the rule that owns it.
 
-Outputs are written through `atomic_write`: a temporary file in the same folder, renamed into
-place only once complete, so an interrupted run leaves no half-written file behind (a stage
-removes what a killed run of it left). Outputs get the mode the umask gives, as logs do.
+Outputs are written through `minimodel.provenance.io`: complete or not at all.
 """
 
 from __future__ import annotations
@@ -38,12 +36,12 @@ import logging
 import os
 import subprocess
 import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from minimodel.machine import NoUsableGPU, environment
-from minimodel.project import ConfigTooLarge
+from minimodel.provenance.io import remove_stale_temporaries, sha256_file, write_json
+from minimodel.provenance.machine import NoUsableGPU, environment
+from minimodel.provenance.project import ConfigTooLarge
 
 MANIFEST_NAME = "manifest.json"
 PACKAGE = "minimodel"
@@ -54,69 +52,6 @@ log = logging.getLogger(__name__)
 
 class ProvenanceError(RuntimeError):
     """An input that its manifest does not vouch for, or a manifest that cannot be read."""
-
-
-def sha256_file(path: str | os.PathLike) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-@contextlib.contextmanager
-def atomic_write(path: str | os.PathLike, mode: str = "w", **kwargs) -> Iterator:
-    """Open a temporary file next to `path`; on success it replaces `path` in one rename."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp's 0600 would survive the rename
-        with os.fdopen(fd, mode, **kwargs) as fh:
-            yield fh
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-def remove_stale_temporaries(path: str | os.PathLike) -> list[Path]:
-    """Delete what a killed `atomic_write` of `path` left behind; returns what it removed."""
-    path = Path(path)
-    stale = sorted(path.parent.glob(f".{path.name}.*.tmp")) if path.parent.is_dir() else []
-    for tmp in stale:
-        tmp.unlink(missing_ok=True)
-    return stale
-
-
-def write_json(path: str | os.PathLike, obj) -> None:
-    with atomic_write(path) as fh:
-        json.dump(obj, fh, indent=2, sort_keys=False, default=str)
-        fh.write("\n")
-
-
-def write_text(path: str | os.PathLike, text: str) -> None:
-    with atomic_write(path) as fh:
-        fh.write(text)
-
-
-def write_csv(path: str | os.PathLike, frame) -> None:
-    with atomic_write(path, newline="") as fh:
-        frame.to_csv(fh, index=False)
-
-
-def save_figure(path: str | os.PathLike, fig, **kwargs) -> None:
-    with atomic_write(path, "wb") as fh:
-        fig.savefig(fh, format=Path(path).suffix.lstrip(".") or "png", **kwargs)
 
 
 def _imports(path: Path, src: Path) -> set[Path]:
@@ -517,7 +452,7 @@ def verify_manifests(manifests, root: str | os.PathLike | None = None) -> list[s
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m minimodel.manifest", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m minimodel verify", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     p_verify = sub.add_parser("verify", help="re-hash every output and input under FOLDER")

@@ -1,10 +1,10 @@
 """What the kernel compiles to on Hopper, read without a GPU: registers, spills, shared memory, instructions.
 
-    python -m minimodel.kernel_report                          # the configs shipped for FlashAttention's grid
-    python -m minimodel.kernel_report --d 128 --config 128 128 8 4 --tma   # one config of your own
-    python -m minimodel.kernel_report --policy --arch 80       # every config the policy can pick on sm_80
+    python tools/kernel_report.py                          # the configs shipped for FlashAttention's grid
+    python tools/kernel_report.py --d 128 --config 128 128 8 4 --tma   # one config of your own
+    python tools/kernel_report.py --policy --arch 80       # every config the policy can pick on sm_80
 
-Each kernel of `minimodel.attention_flash` is compiled for sm_90 (the H100/H200) exactly as a
+Each kernel of `minimodel.kernel.flash` is compiled for sm_90 (the H100/H200) exactly as a
 launch on a contiguous (B, H, N, d) fp16 problem would specialize it — integer arguments equal
 to 1 become constants, pointers and multiples of 16 carry Triton's divisibility hint — with
 Triton's own ptxas, and the cubin is read with the cuobjdump Triton ships. Nothing runs, so this
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import os
 import re
 import subprocess
 import sys
@@ -55,7 +56,7 @@ def _signature(kernel, args: dict) -> tuple[dict, dict, dict]:
 
 def kernel_args(config, shape: tuple[int, int, int, int], causal: bool):
     """The kernel `flash_attn_forward` launches for `config` and the arguments it passes."""
-    from minimodel import attention_flash as af
+    from minimodel.kernel import flash as af
 
     B, H, N, d = shape
     common = dict(HEAD_DIM=d, BLOCK_M=config.BLOCK_M, BLOCK_N=config.BLOCK_N, IS_CAUSAL=causal,
@@ -80,7 +81,7 @@ def compile_cubin(config, shape, causal: bool, arch: int = 90):
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    from minimodel.attention_flash import INTERPRETED
+    from minimodel.kernel.flash import INTERPRETED
 
     if INTERPRETED:
         raise RuntimeError("kernel_report compiles the real kernels: run it without TRITON_INTERPRET=1")
@@ -111,7 +112,7 @@ def report(config, shape=(1, 1, 4096, 64), causal: bool = False, arch: int = 90)
         m.group(1).split(".")[0]
         for m in re.finditer(r"/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", sass))
     shared = int(compiled.metadata.shared)
-    from minimodel.attention_flash import SHARED_MEMORY
+    from minimodel.kernel import SHARED_MEMORY
 
     return {
         "registers": int(re.search(r"REG:(\d+)", usage).group(1)),
@@ -125,7 +126,7 @@ def report(config, shape=(1, 1, 4096, 64), causal: bool = False, arch: int = 90)
 
 def policy_configs(arch: int) -> list[tuple]:
     """Every (config, d, causal) the tile policy can pick on `arch`, each TMA one with its fallback."""
-    from minimodel.attention_flash import SUPPORTED_HEAD_DIMS, get_fwd_config, portable_config
+    from minimodel.kernel import SUPPORTED_HEAD_DIMS, get_fwd_config, portable_config
 
     found = []
     for d in SUPPORTED_HEAD_DIMS:
@@ -147,8 +148,11 @@ def _report_row(cfg, shape, causal, arch) -> dict:
 
 
 def main(argv=None) -> int:
-    from minimodel.attention_flash import FwdConfig, get_fwd_config
-    from minimodel.tune import add_grid_arguments, grid_shape
+    # the real compiler, never the interpreter: decided before minimodel.kernel is imported
+    os.environ["TRITON_INTERPRET"] = "0"
+    from tune import add_grid_arguments, grid_shape  # tools/tune.py, beside this file
+
+    from minimodel.kernel import FwdConfig, get_fwd_config
 
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -191,7 +195,7 @@ def _print(rows, csv, check: bool = False) -> int:
     with pd.option_context("display.width", 220, "display.max_columns", 30):
         print(frame.to_string(index=False))
     if csv:
-        from minimodel.manifest import write_csv
+        from minimodel.provenance.io import write_csv
 
         write_csv(csv, frame)
     if not check:

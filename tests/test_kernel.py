@@ -2,16 +2,17 @@
 
 The accuracy rule of tests/ and of the workflow's sweep: against a float64 reference,
 err_kernel <= max(1e-3, 2 × err_torch), where err_torch is PyTorch's own low-precision
-attention's error on the same inputs (see minimodel.correctness).
+attention's error on the same inputs (see minimodel.gpu.correctness).
 """
 
 import pytest
 import torch
 from conftest import DEVICE, HAS_CUDA, requires_gpu
 
-from minimodel import attention_flash, correctness
-from minimodel.attention import reference_attn
-from minimodel.attention_flash import (
+from minimodel.cpu.references import reference_attn
+from minimodel.gpu import correctness
+from minimodel.kernel import flash
+from minimodel.kernel.flash import (
     SUPPORTED_HEAD_DIMS,
     FwdConfig,
     flash_attn_forward,
@@ -19,7 +20,7 @@ from minimodel.attention_flash import (
     portable_config,
 )
 
-BF16_SKIP = pytest.mark.skipif(not HAS_CUDA, reason=attention_flash.BF16_INTERPRETER_REASON)
+BF16_SKIP = pytest.mark.skipif(not HAS_CUDA, reason=flash.BF16_INTERPRETER_REASON)
 
 
 def check(B, H, N, d, causal, dtype="float16", gen=None, **kw):
@@ -142,9 +143,7 @@ def test_mixed_dtypes_are_rejected():
 
 @pytest.mark.skipif(HAS_CUDA, reason="checks CPU tensors without the interpreter")
 def test_cpu_tensors_without_the_interpreter_are_rejected(monkeypatch):
-    from minimodel import attention_flash
-
-    monkeypatch.setattr(attention_flash, "INTERPRETED", False)
+    monkeypatch.setattr(flash, "INTERPRETED", False)
     with pytest.raises(ValueError, match="TRITON_INTERPRET=1"):
         flash_attn_forward(half(1, 1, 8, 16), half(1, 1, 8, 16), half(1, 1, 8, 16))
 
@@ -222,7 +221,7 @@ def test_rows_past_2_31_elements_are_addressed_in_64_bits(gen, tma, causal):
 
 
 def test_grid_puts_every_program_on_one_axis():
-    from minimodel.attention_flash import MAX_PROGRAMS, _grid
+    from minimodel.kernel.flash import MAX_PROGRAMS, _grid
 
     assert _grid(1000, 70_000, 64) == (16 * 70_000,)  # B·H past the y axis' 65,535
     with pytest.raises(ValueError, match=f"at most {MAX_PROGRAMS}"):

@@ -19,15 +19,22 @@
 from __future__ import annotations
 
 import functools
+import itertools
 import logging
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 
 import torch
+from tqdm import tqdm
 
-from minimodel import attention, symbolic
+from minimodel import symbolic
+from minimodel.cpu import references
 
 log = logging.getLogger(__name__)
+
+# Theory 02's on-chip SRAM: the default budget under which a tensor counts as on chip
+# (the workflow passes `cpu.sram_bytes`, whose default is the same).
+THEORY_SRAM_BYTES = 64 * 1024
 aten = torch.ops.aten
 
 _FREE_OPS = {aten.empty.memory_format, aten.empty_strided.default, aten.empty_like.default}
@@ -70,7 +77,7 @@ class ByteCounter:
     `per_op` maps an aten op's name to [calls, bytes read, bytes written].
     """
 
-    def __init__(self, sram_bytes: int = 64 * 1024):
+    def __init__(self, sram_bytes: int = THEORY_SRAM_BYTES):
         if sram_bytes < 0:
             raise ValueError(f"sram_bytes must be >= 0, got {sram_bytes}")
         self.sram_bytes = sram_bytes
@@ -204,7 +211,7 @@ def _map_out(out, fn):
 
 
 def count_bytes(fn: Callable[..., torch.Tensor], inputs: Iterable[torch.Tensor],
-                sram_bytes: int = 64 * 1024) -> dict:
+                sram_bytes: int = THEORY_SRAM_BYTES) -> dict:
     """Call `fn(*inputs)` with the inputs in slow memory; the write of its output is split off."""
     counter = ByteCounter(sram_bytes)
     result = fn(*(counter.wrap(t) for t in inputs))
@@ -234,16 +241,16 @@ def profiler_bytes(fn: Callable[[], torch.Tensor]) -> dict:
             allocated += max(int(event.cpu_memory_usage), 0)
             for shape, dtype in zip(event.input_shapes or [], getattr(event, "input_dtypes", None) or [],
                                     strict=False):
-                if shape and dtype in _DTYPE_BYTES:
+                if shape and dtype in _PROFILER_DTYPE_BYTES:
                     numel = 1
                     for s in shape:
                         numel *= s
-                    input_bytes += numel * _DTYPE_BYTES[dtype]
+                    input_bytes += numel * _PROFILER_DTYPE_BYTES[dtype]
     return {"allocated": allocated, "input_bytes": input_bytes}
 
 
-_DTYPE_BYTES = {"float": 4, "c10::Half": 2, "c10::BFloat16": 2, "double": 8}
-TORCH_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
+# the profiler's names of element types, as it records op inputs
+_PROFILER_DTYPE_BYTES = {"float": 4, "c10::Half": 2, "c10::BFloat16": 2, "double": 8}
 
 
 def model_scheme(scheme: str, dtype: str) -> str:
@@ -254,18 +261,18 @@ def model_scheme(scheme: str, dtype: str) -> str:
 
 
 def measure(scheme: str, n: int, d: int, dtype: str, block_r: int = 64, block_c: int = 64,
-            sram_bytes: int = 64 * 1024, with_profiler: bool = False, seed: int = 0) -> dict:
+            sram_bytes: int = THEORY_SRAM_BYTES, with_profiler: bool = False, random_seed: int = 0) -> dict:
     """Bytes of one reference on one (N, d) head, measured and set beside the model."""
     if scheme not in ("naive", "flash"):
         raise ValueError(f"unknown scheme {scheme!r}; accepted: naive, flash")
-    if dtype not in TORCH_DTYPES:
-        raise ValueError(f"unknown dtype {dtype!r}; accepted: {', '.join(TORCH_DTYPES)}")
-    gen = torch.Generator().manual_seed(seed)
-    Q, K, V = (torch.randn(n, d, generator=gen).to(TORCH_DTYPES[dtype]) for _ in range(3))
+    if dtype not in symbolic.DTYPE_BYTES:
+        raise ValueError(f"unknown dtype {dtype!r}; accepted: {', '.join(symbolic.DTYPE_BYTES)}")
+    gen = torch.Generator().manual_seed(random_seed)
+    Q, K, V = (torch.randn(n, d, generator=gen).to(getattr(torch, dtype)) for _ in range(3))
     if scheme == "naive":
-        fn = attention.attn_naive_cpu
+        fn = references.attn_naive_cpu
     else:
-        fn = lambda q, k, v: attention.attn_flash_reference_cpu(q, k, v, block_r, block_c)
+        fn = lambda q, k, v: references.attn_flash_reference_cpu(q, k, v, block_r, block_c)
     # The count does not depend on values. The naive reference's N x N matmuls are slow on a CPU
     # in half precision (54 s at N = 16384, d = 128): it is counted on the meta device, which
     # only works out shapes. The flash reference's many small tile ops run faster on real tensors.
@@ -297,18 +304,14 @@ def memory_needed(n_values) -> dict[str, int]:
     return {"cpu.n": 16 * max(n_values) ** 2}
 
 
-def sweep(n_values, head_dims, dtypes, block_r=64, block_c=64, sram_bytes=64 * 1024,
-          profiler_max_n=0, seed=0, progress=None):
+def sweep(n_values, head_dims, dtypes, block_r=64, block_c=64, sram_bytes=THEORY_SRAM_BYTES,
+          profiler_max_n=0, random_seed=0, progress=None):
     """Every (scheme, N, d, dtype) of the CPU stage, as a list of rows."""
-    import itertools
-
-    from tqdm import tqdm
-
     points = list(itertools.product(("naive", "flash"), dtypes, head_dims, n_values))
     rows = []
     for scheme, dtype, d, n in tqdm(points, desc="cpu bytes", file=progress, mininterval=2):
         rows.append(measure(scheme, n, d, dtype, block_r, block_c, sram_bytes,
-                            with_profiler=n <= profiler_max_n, seed=seed))
+                            with_profiler=n <= profiler_max_n, random_seed=random_seed))
         log.info("%s N=%d d=%d %s: deviation %.3g", scheme, n, d, dtype, rows[-1]["deviation"])
     return rows
 

@@ -18,31 +18,34 @@ grid (`backend: interpreter`). bf16 `tl.dot` gives wrong results under the inter
 from __future__ import annotations
 
 import logging
-import os
 
 import torch
+from tqdm import tqdm
 
-from minimodel import machine
+from minimodel.cpu.references import reference_attn
+from minimodel.kernel import (
+    BF16_INTERPRETER_REASON,
+    INTERPRETED,
+    flash_attn_forward,
+    launch_config,
+)
+from minimodel.provenance import machine
 
 log = logging.getLogger(__name__)
 
 ABS_FLOOR = 1e-3
 TORCH_MULTIPLE = 2.0
-DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
 def select_backend(require_cuda: bool = False) -> str:
-    """"cuda" with a CUDA device; else "interpreter", switching Triton's interpreter on.
+    """"interpreter" when the kernel runs under Triton's CPU interpreter, else "cuda".
 
-    With `require_cuda`, a machine without a usable GPU raises `machine.NoUsableGPU` instead.
-    Must run before `minimodel.attention_flash` (or triton) is imported.
+    `minimodel.kernel` made that choice when it was imported. With `require_cuda`, a machine
+    without a usable GPU raises `machine.NoUsableGPU` instead.
     """
     if require_cuda:
         machine.require_cuda()
-    if torch.cuda.is_available():
-        return "cuda"
-    os.environ["TRITON_INTERPRET"] = "1"
-    return "interpreter"
+    return "interpreter" if INTERPRETED else "cuda"
 
 
 def tolerance(err_torch: float) -> float:
@@ -53,11 +56,8 @@ def check_case(B: int, H: int, N: int, d: int, causal: bool, dtype: str = "float
                H_kv: int | None = None, device: str = "cuda", layout: str = "contiguous",
                generator: torch.Generator | None = None) -> dict:
     """One case on fresh random inputs: errors vs float64 of the kernel and of PyTorch fp16."""
-    from minimodel.attention import reference_attn
-    from minimodel.attention_flash import flash_attn_forward, launch_config
-
     H_kv = H_kv or H
-    tdtype = DTYPES[dtype]
+    tdtype = getattr(torch, dtype)
 
     def rand(heads):
         if layout == "bnhd":  # a transposed view of a (B, N, H, d) tensor: non-contiguous
@@ -94,8 +94,6 @@ def sweep_cases(cfg: dict, backend: str) -> list[dict]:
 
     Under the interpreter the grid shrinks to cfg['interpreter'] (batch, heads, N <= max_n).
     """
-    from minimodel.attention_flash import BF16_INTERPRETER_REASON
-
     if backend == "interpreter":
         small = cfg["interpreter"]
         B, H, max_n, dtypes = small["batch"], small["heads"], small["max_n"], cfg["dtypes"]
@@ -121,13 +119,11 @@ def sweep_cases(cfg: dict, backend: str) -> list[dict]:
     return cases
 
 
-def run_sweep(cfg: dict, backend: str, seed: int, progress=None) -> list[dict]:
-    """Every case of `sweep_cases` on inputs drawn from `seed` (draw a fresh one per run)."""
-    from tqdm import tqdm
-
+def run_sweep(cfg: dict, backend: str, random_seed: int, progress=None) -> list[dict]:
+    """Every case of `sweep_cases` on inputs drawn from `random_seed` (the config's)."""
     device = "cuda" if backend == "cuda" else "cpu"
     gen = torch.Generator()
-    gen.manual_seed(seed)
+    gen.manual_seed(random_seed)
     rows = []
     for case in tqdm(sweep_cases(cfg, backend), desc="correctness", file=progress, mininterval=2):
         if "skip" in case:
@@ -145,12 +141,12 @@ def run_sweep(cfg: dict, backend: str, seed: int, progress=None) -> list[dict]:
     return rows
 
 
-def summarize(rows: list[dict], backend: str, seed: int) -> dict:
+def summarize(rows: list[dict], backend: str, random_seed: int) -> dict:
     ran = [r for r in rows if not r.get("skipped")]
     failed = [r for r in ran if not r["passed"]]
     return {
         "backend": backend,
-        "seed": seed,
+        "random_seed": random_seed,
         "rule": f"err_kernel_vs_fp64 <= max({ABS_FLOOR}, {TORCH_MULTIPLE} * err_torch_vs_fp64)",
         "cases": len(rows), "ran": len(ran), "skipped": len(rows) - len(ran),
         "failed": len(failed), "all_passed": not failed and bool(ran),

@@ -2,7 +2,7 @@
 
 - `reference_attn`: the naive, obviously correct attention; `upcast=True` computes in float64.
 - `attn_naive_cpu`: explicit matmul, softmax, matmul, one op per step of theory 02's naive
-  accounting, so its byte traffic can be measured op by op (`minimodel.bytecount`).
+  accounting, so its byte traffic can be measured op by op (`minimodel.cpu.bytecount`).
 - `attn_flash_reference_cpu`: theory 02's tiled loop in FlashAttention-2 order (query tiles
   outside), online softmax in fp32, no (N, N) tensor ever created. Tiles are "loaded" with an
   explicit copy so that each crossing of the slow-memory boundary is one op.

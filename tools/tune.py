@@ -1,11 +1,12 @@
 """Search the kernel's tile configurations on a CUDA device, beside SDPA's cuDNN and flash backends.
 
-    python -m minimodel.tune --out tune/            # FlashAttention's grid, every candidate config
+    python tools/tune.py --out tune/            # FlashAttention's grid, every candidate config
 
-Every candidate is checked once (the correctness rule of `minimodel.correctness`, on one head
+Every candidate is checked once (the correctness rule of `minimodel.gpu.correctness`, on one head
 against float64) and timed with do_bench in the same run as the SDPA backends, so the ratios
 side by side are fair. Results go to `tune.csv`; the best config per (d, causal, N) is printed.
-The winners are what `attention_flash.get_fwd_config` ships (see notes/kernel.md).
+The winners are what `minimodel.kernel.config.get_fwd_config` ships (see notes/kernel.md).
+A development tool: the workflow never imports it.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from minimodel import timing
+from minimodel.gpu import grids, timing
 
 # Round 1 (notes/kernel.md): 128-row query tiles, 64- or 128-row key tiles, 4 or 8 warps,
 # 2 to 4 stages, pointer loads or TMA, the seed's 64 x 64 as a baseline. TMA won everywhere.
@@ -42,7 +43,7 @@ ROUND_3 = [(64, 64, 4, 3, False), (64, 64, 4, 3, True), (64, 64, 4, 2, True), (6
 # round 4 without lazy rescaling, which commit e03734b has).
 
 def candidate_configs(round_: int = 2):
-    from minimodel.attention_flash import FwdConfig
+    from minimodel.kernel import FwdConfig
 
     if round_ == 1:
         return [FwdConfig(*c) for c in ROUND_1]
@@ -55,7 +56,7 @@ def candidate_configs(round_: int = 2):
 def tune_point(B, H, N, d, causal, configs, warmup_ms=25, rep_ms=100,
                baselines=("sdpa_cudnn", "sdpa_flash")) -> list[dict]:
     """The baselines (cuDNN, FA2, ...) and every config at one point, on the same inputs."""
-    from minimodel.attention_flash import flash_attn_forward
+    from minimodel.kernel import flash_attn_forward
 
     q, k, v = (torch.randn(B, H, N, d, device="cuda", dtype=torch.float16) for _ in range(3))
     qs, ks, vs, exact, err_torch = timing.one_head_reference(q, k, v, causal)
@@ -109,17 +110,19 @@ def summarize(frame):
     return pd.DataFrame(out)
 
 
-def add_grid_arguments(parser, n=(1024, 2048, 4096, 8192, 16384)) -> None:
-    """FlashAttention's benchmark grid as command-line options: N, d, batch·N and heads·d."""
-    parser.add_argument("--n", type=int, nargs="+", default=list(n))
-    parser.add_argument("--d", type=int, nargs="+", default=[64, 128])
-    parser.add_argument("--tokens", type=int, default=16384, help="batch * N")
-    parser.add_argument("--model-dim", type=int, default=2048, help="heads * d")
+def add_grid_arguments(parser, n=None) -> None:
+    """FlashAttention's benchmark grid as command-line options (N, d, batch·N, heads·d), its
+    defaults config/config.yaml's gpu.timing (`minimodel.gpu.grids`)."""
+    cfg = grids.default_timing_config()
+    parser.add_argument("--n", type=int, nargs="+", default=list(n or cfg["fa_n"]))
+    parser.add_argument("--d", type=int, nargs="+", default=cfg["fa_head_dims"])
+    parser.add_argument("--tokens", type=int, default=cfg["fa_tokens"], help="batch * N")
+    parser.add_argument("--model-dim", type=int, default=cfg["fa_model_dim"], help="heads * d")
 
 
 def grid_shape(n: int, d: int, args) -> tuple[int, int, int, int]:
     """(B, H, N, d) of the grid point: B·N = args.tokens, H·d = args.model_dim."""
-    return max(args.tokens // n, 1), args.model_dim // d, n, d
+    return grids.flashattention_shape(n, d, {"fa_tokens": args.tokens, "fa_model_dim": args.model_dim})
 
 
 def main(argv=None) -> int:
@@ -136,13 +139,14 @@ def main(argv=None) -> int:
     import pandas as pd
 
     if args.round == 3:
-        points = [(2, 4, n, 64, causal) for causal in (False, True) for n in (64, 256, 1024, 4096)]
+        points = [(p.B, p.H, p.N, p.d, p.causal)
+                  for p in grids.seed_grid(grids.default_timing_config())]
         baselines = ("sdpa_cudnn", "sdpa_flash", "naive")
     else:
         points = [(*grid_shape(n, d, args), causal)
                   for d in args.d for causal in (False, True) for n in args.n]
         baselines = ("sdpa_cudnn", "sdpa_flash")
-    from minimodel.manifest import write_csv
+    from minimodel.provenance.io import write_csv
 
     args.out.mkdir(parents=True, exist_ok=True)
 

@@ -3,7 +3,7 @@
 Every point is timed on fresh random inputs, each implementation after one checked run: the
 caching allocator is first handed a NaN-filled block of the output's size, so an output element
 the implementation did not write shows up as NaN, and the result must pass the correctness rule
-of `minimodel.correctness`. Two times per implementation:
+of `minimodel.gpu.correctness`. Two times per implementation:
 - `ms`: GPU time per call, the median over replays of a CUDA graph of back-to-back calls
   (`triton.testing.do_bench_cudagraph`): what the kernels cost, with no host time in it. The
   ratios between implementations are ratios of these.
@@ -23,8 +23,15 @@ from __future__ import annotations
 import logging
 
 import torch
+import triton.testing
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.nn.functional import scaled_dot_product_attention as sdpa
+from tqdm import tqdm
 
-from minimodel import correctness, roofline
+from minimodel.cpu import roofline
+from minimodel.cpu.references import reference_attn
+from minimodel.gpu import correctness, grids
+from minimodel.kernel import default_config, flash_attn_forward, launch_config
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +41,9 @@ SDPA_BACKENDS = {
     "sdpa_cudnn": "CUDNN_ATTENTION",
 }
 NO_GPU_REASON = "no CUDA device on this machine: GPU timing was not possible"
+# what is timed at each grid's points, in this order
+IMPLEMENTATIONS_BY_GRID = {grids.SEED: ["triton", "naive", *SDPA_BACKENDS],
+                           grids.FLASHATTENTION: ["triton", *SDPA_BACKENDS, "naive"]}
 
 
 def attention_flops(B: int, H: int, N: int, d: int, causal: bool) -> float:
@@ -44,15 +54,11 @@ def attention_flops(B: int, H: int, N: int, d: int, causal: bool) -> float:
 
 def bench_ms(fn, warmup_ms: float, rep_ms: float) -> float:
     """Eager: median ms of one call at a time from Python, L2 flushed before each."""
-    import triton.testing
-
     return float(triton.testing.do_bench(fn, warmup=warmup_ms, rep=rep_ms, return_mode="median"))
 
 
 def bench_graph_ms(fn, rep_ms: float) -> float:
     """GPU time: median ms per call over replays of a CUDA graph of about rep_ms of calls."""
-    import triton.testing
-
     return float(triton.testing.do_bench_cudagraph(fn, rep=rep_ms, return_mode="median"))
 
 
@@ -75,12 +81,6 @@ def gpu_ceilings(warmup_ms: float = 25, rep_ms: float = 200) -> dict:
 
 def implementations(causal: bool, config=None) -> dict:
     """name -> fn(q, k, v) for every implementation timed; `config` fixes the kernel's tiles."""
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-    from torch.nn.functional import scaled_dot_product_attention as sdpa
-
-    from minimodel.attention import reference_attn
-    from minimodel.attention_flash import flash_attn_forward
-
     def with_backend(name):
         backend = getattr(SDPBackend, SDPA_BACKENDS[name])
 
@@ -114,8 +114,6 @@ def one_head_reference(q, k, v, causal: bool):
     A float64 reference of the whole batch would not fit: correctness is checked on this slice.
     Returns (qs, ks, vs, exact, err_torch); exact is None when even one head does not fit.
     """
-    from minimodel.attention import reference_attn
-
     qs, ks, vs = q[:1, :1], k[:1, :1], v[:1, :1]
     try:
         exact = reference_attn(qs, ks, vs, causal=causal, upcast=True)
@@ -126,11 +124,9 @@ def one_head_reference(q, k, v, causal: bool):
 
 
 def time_point(grid: str, B: int, H: int, N: int, d: int, causal: bool, impl_names,
-               warmup_ms: float, rep_ms: float, ceilings: dict, seed: int) -> list[dict]:
+               warmup_ms: float, rep_ms: float, ceilings: dict, random_seed: int) -> list[dict]:
     """Every implementation at one (B, H, N, d, causal), with one checked run each."""
-    from minimodel.attention_flash import launch_config
-
-    gen = torch.Generator(device="cuda").manual_seed(seed)
+    gen = torch.Generator(device="cuda").manual_seed(random_seed)
     q, k, v = (torch.randn(B, H, N, d, device="cuda", dtype=torch.float16, generator=gen)
                for _ in range(3))
     qs, ks, vs, exact, err_torch = one_head_reference(q, k, v, causal)
@@ -186,28 +182,13 @@ def add_ratios(rows: list[dict]) -> None:
                                              if r["ms"] and triton_ms else None)
 
 
-def run(cfg: dict, seed: int, cpu_prediction: dict | None = None, progress=None) -> dict:
+def run(cfg: dict, random_seed: int, cpu_prediction: dict | None = None, progress=None) -> dict:
     """The whole timing stage on the CUDA device: ceilings, both grids, ratios, predictions."""
-    from tqdm import tqdm
-
-    from minimodel.attention_flash import default_config
-
     ceilings = gpu_ceilings(cfg["warmup_ms"])
-    points = []
-    for n in cfg["seed_n"]:
-        for causal in (False, True):
-            points.append(("seed", cfg["seed_batch"], cfg["seed_heads"], n, cfg["seed_head_dim"],
-                           causal, ["triton", "naive", *SDPA_BACKENDS]))
-    for d in cfg["fa_head_dims"]:
-        for n in cfg["fa_n"]:
-            for causal in (False, True):
-                points.append(("flashattention", max(cfg["fa_tokens"] // n, 1),
-                               cfg["fa_model_dim"] // d, n, d, causal,
-                               ["triton", *SDPA_BACKENDS, "naive"]))
     rows = []
-    for i, (grid, B, H, N, d, causal, names) in enumerate(tqdm(points, desc="timing", file=progress)):
-        rows += time_point(grid, B, H, N, d, causal, names, cfg["warmup_ms"], cfg["rep_ms"],
-                           ceilings, seed + i)
+    for i, p in enumerate(tqdm(grids.points(cfg), desc="timing", file=progress)):
+        rows += time_point(p.grid, p.B, p.H, p.N, p.d, p.causal, IMPLEMENTATIONS_BY_GRID[p.grid],
+                           cfg["warmup_ms"], cfg["rep_ms"], ceilings, random_seed + i)
         torch.cuda.empty_cache()  # the point's inputs are gone: hand their memory back
     add_ratios(rows)
     machine = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__,
@@ -215,11 +196,11 @@ def run(cfg: dict, seed: int, cpu_prediction: dict | None = None, progress=None)
     for row in rows:
         row.update(machine)  # every row says where and with what it was measured
     predictions = []
-    for n in cfg["seed_n"]:
-        d = cfg["seed_head_dim"]
-        shape = (cfg["seed_batch"], cfg["seed_heads"], n, d)
-        block_m = default_config(torch.empty(shape, device="cuda"), False).BLOCK_M
-        predictions.append(roofline.predict_speedup(ceilings, n, d, block_m, block_m, "float16"))
+    for p in grids.seed_grid(cfg):
+        if p.causal:
+            continue
+        block_m = default_config(torch.empty(p.B, p.H, p.N, p.d, device="cuda"), False).BLOCK_M
+        predictions.append(roofline.predict_speedup(ceilings, p.N, p.d, block_m, block_m, "float16"))
     return {
         **machine,
         "ceilings": ceilings,
@@ -231,12 +212,5 @@ def run(cfg: dict, seed: int, cpu_prediction: dict | None = None, progress=None)
 
 def no_gpu_rows(cfg: dict) -> list[dict]:
     """Without CUDA: one row per planned point saying that it could not be timed."""
-    rows = []
-    for grid, ns, dims in (("seed", cfg["seed_n"], [cfg["seed_head_dim"]]),
-                           ("flashattention", cfg["fa_n"], cfg["fa_head_dims"])):
-        for d in dims:
-            for n in ns:
-                for causal in (False, True):
-                    rows.append({"grid": grid, "N": n, "d": d, "causal": causal,
-                                 "status": NO_GPU_REASON, "ms": None})
-    return rows
+    return [{"grid": p.grid, "N": p.N, "d": p.d, "causal": p.causal, "status": NO_GPU_REASON,
+             "ms": None} for p in grids.points(cfg)]

@@ -1,7 +1,7 @@
 """Compare a run of the workflow with a reference run: what should agree, within stated tolerances.
 
-    python -m minimodel.compare results/                       # against the committed H200 reference
-    python -m minimodel.compare results/h200-rerun results/reference/nvidia-h200 --out cmp/
+    python -m minimodel compare results/                       # against the committed H200 reference
+    python -m minimodel compare results/h200-rerun results/reference/nvidia-h200 --out cmp/
 
 Each part is judged by what should travel between machines:
 - symbolic (`symbolic/`): the closed forms and their tables are exact: identical.
@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from minimodel import manifest, project
+from minimodel.provenance import io, manifest, project
 
 REFERENCE = Path("results/reference/nvidia-h200")
 # What a comparison reads of each run, relative to its results folder.
@@ -316,9 +316,9 @@ def figure(table: pd.DataFrame, verdict: dict):
 
 def write(table: pd.DataFrame, verdict: dict, out: str | Path) -> None:
     out = Path(out)
-    manifest.write_csv(out / "comparison.csv", table)
-    manifest.write_json(out / "verdict.json", verdict)
-    manifest.save_figure(out / "comparison.png", figure(table, verdict), dpi=110, bbox_inches="tight")
+    io.write_csv(out / "comparison.csv", table)
+    io.write_json(out / "verdict.json", verdict)
+    io.save_figure(out / "comparison.png", figure(table, verdict), dpi=110, bbox_inches="tight")
 
 
 def summary_text(verdict: dict) -> str:
@@ -333,7 +333,7 @@ def summary_text(verdict: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m minimodel.compare", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m minimodel compare", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("run", help="the results folder of a run")
     parser.add_argument("reference", nargs="?", default=str(REFERENCE),

@@ -15,6 +15,7 @@ import time
 import torch
 
 from minimodel import symbolic
+from minimodel.cpu.references import attn_flash_reference_cpu, attn_naive_cpu
 
 
 def _median_seconds(fn, repeats: int) -> tuple[float, list[float]]:
@@ -73,8 +74,6 @@ def measure_ceilings(matmul_n: int = 2048, copy_mib: int = 256, repeats: int = 7
 def time_references(n: int = 2048, d: int = 64, B_r: int = 64, B_c: int = 64,
                     repeats: int = 3) -> dict:
     """Achieved FLOP/s (4·N²·d per head) of the naive and tiled-flash CPU references, fp32."""
-    from minimodel.attention import attn_flash_reference_cpu, attn_naive_cpu
-
     q, k, v = (torch.randn(n, d) for _ in range(3))
     out = {}
     for scheme, fn in (("naive", lambda: attn_naive_cpu(q, k, v)),

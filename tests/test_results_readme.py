@@ -6,7 +6,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from minimodel import readme, timing
+from minimodel.gpu import grids, timing
+from minimodel.report import results_readme
 
 ROOT = Path(__file__).resolve().parents[1]
 REF = ROOT / "results" / "reference" / "nvidia-h200"
@@ -29,8 +30,8 @@ def ref_paths(**override):
 
 
 def test_readme_numbers_equal_the_results():
-    numbers = readme.collect(ref_paths())
-    text = readme.render(TEMPLATE, numbers)
+    numbers = results_readme.collect(ref_paths())
+    text = results_readme.render(TEMPLATE, numbers)
     corr = json.loads((REF / "gpu" / "correctness" / "correctness.json").read_text())
     assert f"{corr['max_err_kernel_vs_fp64']:.2e}" in text
     rows = pd.read_csv(REF / "gpu" / "timing" / "timing.csv")
@@ -54,14 +55,15 @@ def test_readme_without_gpu_says_so(tmp_path):
     no_gpu = tmp_path / "timing.json"
     no_gpu.write_text(json.dumps({"device": None, "status": timing.NO_GPU_REASON}))
     table = tmp_path / "timing.csv"
-    pd.DataFrame(timing.no_gpu_rows({"seed_n": [64], "seed_head_dim": 64, "fa_n": [1024],
-                                     "fa_head_dims": [64]})).to_csv(table, index=False)
-    text = readme.render(TEMPLATE, readme.collect(ref_paths(timing=no_gpu, timing_table=table)))
+    cfg = {**grids.default_timing_config(), "seed_n": [64], "fa_n": [1024], "fa_head_dims": [64]}
+    pd.DataFrame(timing.no_gpu_rows(cfg)).to_csv(table, index=False)
+    paths = ref_paths(timing=no_gpu, timing_table=table)
+    text = results_readme.render(TEMPLATE, results_readme.collect(paths))
     assert "this machine has no CUDA device" in text
     assert "No GPU timing was possible on this machine" in text
 
 
 def test_intensity_question_shows_its_arithmetic():
-    q = readme.intensity_question()
+    q = results_readme.intensity_question()
     assert q["ratio"] == pytest.approx(q["naive_bytes"] / q["flash_bytes"])
     assert q["intensity_flash"] / q["intensity_naive"] == pytest.approx(q["ratio"])

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from minimodel.attention import attn_flash_reference_cpu, attn_naive_cpu, reference_attn
+from minimodel.cpu.references import attn_flash_reference_cpu, attn_naive_cpu, reference_attn
 
 
 def rand(gen, *shape, dtype=torch.float32):

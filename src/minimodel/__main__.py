@@ -1,0 +1,25 @@
+"""The project's two commands for results folders.
+
+    python -m minimodel verify [FOLDER]            # re-hash every manifest's outputs and inputs
+    python -m minimodel compare RUN [REFERENCE]    # a run against a reference run, with tolerances
+"""
+
+import sys
+
+from minimodel.provenance import manifest
+from minimodel.report import compare
+
+COMMANDS = {"verify": manifest.main, "compare": compare.main}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] not in COMMANDS:
+        print(__doc__.strip(), file=sys.stderr)
+        return 2
+    command, rest = argv[0], argv[1:]
+    return COMMANDS[command](["verify", *rest] if command == "verify" else rest)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
