@@ -67,6 +67,15 @@ def _softmax_step(acc, l_i, m_i, q, kt, v, cols, offs_m, N, qk_scale,
 
 
 @triton.jit
+def _online_softmax_state(BLOCK_M: tl.constexpr, HEAD_DIM: tl.constexpr):
+    """Running maximum (−∞), running sum (0) and fp32 output accumulator (0) of a query tile."""
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+    return m_i, l_i, acc
+
+
+@triton.jit
 def _kv_range(pid_m, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, IS_CAUSAL: tl.constexpr):
     """Keys [0, lo) need no mask; [lo, hi) hold the causal diagonal band or the ragged tail.
 
@@ -134,9 +143,7 @@ def _flash_fwd_kernel(
     kt_ptrs = K + b * stride_kb + h_kv * stride_kh + rows_n[None, :] * stride_kn + offs_d[:, None] * stride_kd
     v_ptrs = V + b * stride_vb + h_kv * stride_vh + rows_n[:, None] * stride_vn + offs_d[None, :] * stride_vd
 
-    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
-    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
-    acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+    m_i, l_i, acc = _online_softmax_state(BLOCK_M, HEAD_DIM)
     lo, hi = _kv_range(pid_m, N, BLOCK_M, BLOCK_N, IS_CAUSAL)
     for start_n in tl.range(0, lo, BLOCK_N, warp_specialize=WARP_SPECIALIZE):
         start_n = tl.multiple_of(start_n, BLOCK_N)
@@ -179,9 +186,7 @@ def _flash_fwd_kernel_tma(
     offs_n = tl.arange(0, BLOCK_N)
     q = desc_q.load([b, h, pid_m * BLOCK_M, 0]).reshape(BLOCK_M, HEAD_DIM)
 
-    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
-    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
-    acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+    m_i, l_i, acc = _online_softmax_state(BLOCK_M, HEAD_DIM)
     lo, hi = _kv_range(pid_m, N, BLOCK_M, BLOCK_N, IS_CAUSAL)
     for start_n in tl.range(0, lo, BLOCK_N, warp_specialize=WARP_SPECIALIZE):
         start_n = tl.multiple_of(start_n, BLOCK_N)
