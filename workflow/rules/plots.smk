@@ -31,10 +31,10 @@ rule plots:
         manifest=out("plots", "manifest.json"),
     log:
         logfile("plots"),
+    conda:
+        CONDA_ENV
     params:
         # the tile of the intensity-ratio figure: the first of the symbolic table's tiles
         tile=config["symbolic"]["tiles"][0],
-    conda:
-        CONDA_ENV
     script:
         "../../scripts/plots.py"
