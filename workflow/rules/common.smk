@@ -5,9 +5,14 @@ from snakemake.exceptions import WorkflowError
 
 from minimodel.report import compare as comparison
 from minimodel.provenance.manifest import code_closure
-from minimodel.provenance.project import UnsafeResultsDir, check_results_dir
+from minimodel.provenance.project import UnsafeResultsDir, check_results_dir, inside
 
 SRC = Path("src/minimodel")
+
+
+def _as_written(folder):
+    """A resolved folder relative to the project when inside it (as rules and logs show paths)."""
+    return Path(os.path.relpath(folder, PROJECT)) if inside(folder, PROJECT) else folder
 
 
 def _results_dir():
@@ -18,8 +23,7 @@ def _results_dir():
         )
     except UnsafeResultsDir as err:
         raise WorkflowError(str(err))
-    inside = results == PROJECT or PROJECT in results.parents
-    return Path(os.path.relpath(results, PROJECT)) if inside else results
+    return _as_written(results)
 
 
 RESULTS = _results_dir()
@@ -41,8 +45,7 @@ def _compare_reference():
         )
     if folder == (PROJECT / RESULTS).resolve():
         return None
-    inside = PROJECT in folder.parents
-    return Path(os.path.relpath(folder, PROJECT)) if inside else folder
+    return _as_written(folder)
 
 
 COMPARE_REFERENCE = _compare_reference()

@@ -45,10 +45,15 @@ HOPPER = 90  # compute capability 9.0 (H100, H200): TMA, and the table tuned on 
 SHARED_MEMORY = {80: 166912, 86: 101376, 89: 101376, 90: 232448}
 
 
-def device_arch(device: torch.device) -> int:
-    """Compute capability of a CUDA device as major·10 + minor (90 for the H200)."""
-    major, minor = torch.cuda.get_device_capability(device)
+@functools.cache
+def _arch(device_index: int) -> int:
+    major, minor = torch.cuda.get_device_capability(device_index)
     return 10 * major + minor
+
+
+def device_arch(device: torch.device) -> int:
+    """Compute capability of a CUDA device as major·10 + minor (90 for the H200), read once."""
+    return _arch(device.index or 0)
 
 
 def portable_config(head_dim: int) -> FwdConfig:

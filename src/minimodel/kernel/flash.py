@@ -230,10 +230,10 @@ def launch_config(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, causal: boo
     TMA configuration runs as `portable_config`. Recorded with every correctness and timing row.
     """
     cfg = config or default_config(Q, causal)
+    if not cfg.TMA:
+        return cfg
     tma_hardware = Q.device.type == "cpu" or device_arch(Q.device) >= HOPPER  # the interpreter has it
-    if cfg.TMA and not (tma_hardware and _tma_ok(Q, K, V)):
-        return portable_config(Q.shape[-1])
-    return cfg
+    return cfg if tma_hardware and _tma_ok(Q, K, V) else portable_config(Q.shape[-1])
 
 
 def _validate(Q, K, V) -> None:

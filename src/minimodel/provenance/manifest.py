@@ -302,7 +302,7 @@ def _group(smk, name: str) -> set[str]:
 
 
 def _data_inputs(smk, exempt: bool = False) -> list[str]:
-    """The rule's inputs less its `code` group: code is recorded from what was really imported.
+    """The rule's inputs less its `code` group, which the manifest records as modules.
 
     With `exempt`, also less its `benchmarks` group: Snakemake writes those tables itself, after
     a rule's manifest, so no manifest vouches for them.
@@ -404,6 +404,7 @@ def check_inputs(paths, root: str | os.PathLike = ".",
     A manifest that cannot be read, or whose outputs or inputs changed, is removed after the
     refusal: it vouches for nothing, and without it the next run re-makes what it covered.
     """
+    verified: dict[tuple[Path, bool], list[str]] = {}  # one check per manifest, however many inputs
     for path in paths:
         owner = Path(path) if Path(path).name == MANIFEST_NAME else owning_manifest(path, root)
         if owner is None:
@@ -425,7 +426,10 @@ def check_inputs(paths, root: str | os.PathLike = ".",
         if owner != Path(path) and not any(entry["path"] == rel for entry in manifest["outputs"]):
             raise ProvenanceError(f"input {rel} is not among the outputs that rule "
                                   f"{manifest['rule']} recorded in {owner}")
-        problems = list(dict.fromkeys(verify_manifest(owner, root, outputs_only=other_run)))
+        if (owner, other_run) not in verified:
+            verified[owner, other_run] = list(dict.fromkeys(
+                verify_manifest(owner, root, outputs_only=other_run)))
+        problems = verified[owner, other_run]
         if problems and other_run:
             raise ProvenanceError(f"refusing input {rel} of another run, made by rule {manifest['rule']}: "
                                   + "; ".join(problems))

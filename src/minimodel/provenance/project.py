@@ -26,7 +26,8 @@ class ConfigTooLarge(MemoryError):
     """A size in the config that this machine cannot hold."""
 
 
-def _inside(path: Path, folder: Path) -> bool:
+def inside(path: Path, folder: Path) -> bool:
+    """Whether resolved `path` is `folder` or lies under it."""
     return path == folder or folder in path.parents
 
 
@@ -37,15 +38,15 @@ def check_results_dir(results_dir: str | os.PathLike, project: str | os.PathLike
     results = (project / Path(results_dir).expanduser()).resolve()
     accepted = ("accepted: a folder of its own, such as results or results/<run>, "
                 "or any folder outside the project")
-    if _inside(project, results):
+    if inside(project, results):
         raise UnsafeResultsDir(f"results_dir {str(results_dir)!r} is {results}, which holds the project "
                                f"itself: a run would write over its files; {accepted}")
     for name in PROTECTED:
-        if _inside(results, project / name):
+        if inside(results, project / name):
             raise UnsafeResultsDir(f"results_dir {str(results_dir)!r} is inside the project's {name}/; "
                                    f"{accepted}")
     reference = project / REFERENCE
-    if _inside(results, reference) and not overwrite_reference:
+    if inside(results, reference) and not overwrite_reference:
         if results == reference or any(results.rglob("manifest.json")):
             raise UnsafeResultsDir(
                 f"results_dir {str(results_dir)!r} holds a committed reference run ({results}); a run "

@@ -342,7 +342,7 @@ def main(argv: list[str] | None = None) -> int:
                                       "(default: RUN/compare)")
     args = parser.parse_args(argv)
     out = Path(args.out or Path(args.run) / "compare")
-    if project.REFERENCE.resolve() in [out.resolve(), *out.resolve().parents]:
+    if project.inside(out.resolve(), project.REFERENCE.resolve()):
         print(f"{out} is inside a committed reference run ({project.REFERENCE}), which is read, never "
               "written: pass --out with a folder of its own", file=sys.stderr)
         return 2
