@@ -29,5 +29,10 @@ with stage(snakemake):
     }
     for name, draw in gpu_figures.items():
         figures[name] = draw()[0] if has_gpu else plots.no_gpu_figure(name, timing["status"])
+    bytes_summary = json.loads(open(inp.gpu_bytes_summary).read())
+    if bytes_summary["measured"]:
+        figures["gpu_bytes"] = plots.gpu_bytes(pd.read_csv(inp.gpu_bytes), bytes_summary["device"])[0]
+    else:
+        figures["gpu_bytes"] = plots.no_gpu_figure("gpu_bytes", bytes_summary["status"])
     for name, fig in figures.items():
         save_figure(getattr(out, name), fig, dpi=110, bbox_inches="tight")

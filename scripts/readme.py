@@ -7,6 +7,7 @@ from minimodel.report import results_readme
 with stage(snakemake):
     inp = snakemake.input
     paths = {key: getattr(inp, key) for key in
-             ("symbolic", "cpu_bytes", "cpu_ceilings", "correctness", "timing", "timing_table")}
+             ("symbolic", "cpu_bytes", "cpu_ceilings", "correctness", "timing", "timing_table",
+              "gpu_bytes", "gpu_bytes_summary")}
     paths["benchmarks"] = list(inp.benchmarks)
     write_text(snakemake.output.readme, results_readme.render(inp.template, results_readme.collect(paths)))

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from minimodel.cpu.references import attn_flash_reference_cpu, attn_naive_cpu, reference_attn
+from minimodel.cpu.references import attn_flash_reference_cpu, attn_naive, reference_attn
 
 
 def rand(gen, *shape, dtype=torch.float32):
@@ -16,7 +16,7 @@ def test_three_references_agree_in_fp32(gen, n, d, causal):
     exact = reference_attn(Q, K, V, causal=causal, upcast=True)
     outs = {
         "reference": reference_attn(Q, K, V, causal=causal),
-        "naive": attn_naive_cpu(Q, K, V, causal=causal),
+        "naive": attn_naive(Q, K, V, causal=causal),
         "flash": attn_flash_reference_cpu(Q, K, V, 64, 64, causal=causal),
         "flash_odd_tiles": attn_flash_reference_cpu(Q, K, V, 48, 16, causal=causal),
     }
@@ -38,7 +38,7 @@ def test_flash_reference_in_fp16_matches_within_fp16_rounding(gen):
 
 def test_causal_first_row_sees_only_itself(gen):
     Q, K, V = (rand(gen, 5, 8) for _ in range(3))
-    for out in (reference_attn(Q, K, V, causal=True), attn_naive_cpu(Q, K, V, causal=True),
+    for out in (reference_attn(Q, K, V, causal=True), attn_naive(Q, K, V, causal=True),
                 attn_flash_reference_cpu(Q, K, V, 2, 2, causal=True)):
         torch.testing.assert_close(out[0], V[0])
 
@@ -73,7 +73,7 @@ def test_flash_reference_never_builds_an_n_by_n_tensor(gen):
 
 def test_bad_shapes_are_rejected(gen):
     with pytest.raises(ValueError, match="equal shapes"):
-        attn_naive_cpu(rand(gen, 4, 8), rand(gen, 4, 8), rand(gen, 5, 8))
+        attn_naive(rand(gen, 4, 8), rand(gen, 4, 8), rand(gen, 5, 8))
     with pytest.raises(ValueError, match="rank"):
         attn_flash_reference_cpu(rand(gen, 4), rand(gen, 4), rand(gen, 4))
     with pytest.raises(ValueError, match="tile sizes"):

@@ -42,9 +42,21 @@ ROUND_3 = [(64, 64, 4, 3, False), (64, 64, 4, 3, True), (64, 64, 4, 2, True), (6
 # the next tile's scores issued before this tile's softmax. Commit 9a6423c runs rounds 4-7 (its
 # round 4 without lazy rescaling, which commit e03734b has).
 
+# Round 8: tensor descriptors made on the device (no host cost per call), with and without
+# Triton's warp specialization of the unmasked loop, beside the shipped host-descriptor shapes
+# and 64 x 64 (two programs per multiprocessor at d = 128). (BLOCK_M, BLOCK_N, warps, stages,
+# device descriptors, warp specialization), all through TMA.
+ROUND_8 = [(128, 128, 4, 3, False, False), (128, 128, 8, 3, False, False),
+           (128, 128, 4, 3, True, False), (128, 128, 8, 3, True, False),
+           (128, 128, 4, 2, True, True), (128, 128, 8, 2, True, True), (128, 128, 4, 3, True, True),
+           (128, 64, 4, 2, True, True), (64, 64, 4, 3, False, False)]
+
+
 def candidate_configs(round_: int = 2):
     from minimodel.kernel import FwdConfig
 
+    if round_ == 8:
+        return [FwdConfig(bm, bn, w, s, True, ws, dev) for bm, bn, w, s, dev, ws in ROUND_8]
     if round_ == 1:
         return [FwdConfig(*c) for c in ROUND_1]
     if round_ == 3:
@@ -54,8 +66,16 @@ def candidate_configs(round_: int = 2):
 
 
 def tune_point(B, H, N, d, causal, configs, warmup_ms=25, rep_ms=100,
-               baselines=("sdpa_cudnn", "sdpa_flash")) -> list[dict]:
-    """The baselines (cuDNN, FA2, ...) and every config at one point, on the same inputs."""
+               baselines=("sdpa_cudnn", "sdpa_flash"), graph=False) -> list[dict]:
+    """The baselines (cuDNN, FA2, ...) and every config at one point, on the same inputs.
+
+    graph: GPU time per call from CUDA-graph replays (the timing stage's `ms`) instead of eager calls.
+    """
+    def bench(fn):
+        if graph:
+            return timing.bench_graph_ms(fn, rep_ms)
+        return timing.bench_ms(fn, warmup_ms, rep_ms)
+
     from minimodel.kernel import flash_attn_forward
 
     q, k, v = (torch.randn(B, H, N, d, device="cuda", dtype=torch.float16) for _ in range(3))
@@ -65,7 +85,7 @@ def tune_point(B, H, N, d, causal, configs, warmup_ms=25, rep_ms=100,
     impls = timing.implementations(causal)
     rows = []
     for name in baselines:
-        ms = timing.bench_ms(lambda fn=impls[name]: fn(q, k, v), warmup_ms, rep_ms)
+        ms = bench(lambda fn=impls[name]: fn(q, k, v))
         rows.append({**base, "impl": name, "ms": ms, "tflops": flops / ms / 1e9})
     for cfg in configs:
         def fn(q, k, v, cfg=cfg):
@@ -75,7 +95,7 @@ def tune_point(B, H, N, d, causal, configs, warmup_ms=25, rep_ms=100,
         try:
             ok, err = timing.checked_run(fn, qs, ks, vs, exact, err_torch)
             row.update(checked=ok, err_vs_fp64=err)
-            ms = timing.bench_ms(lambda fn=fn: fn(q, k, v), warmup_ms, rep_ms) if ok else None
+            ms = bench(lambda fn=fn: fn(q, k, v)) if ok else None
             row.update(ms=ms, tflops=flops / ms / 1e9 if ms else None)
         except Exception as err:  # out of shared memory, unsupported on this GPU, ...
             row.update(status=f"{type(err).__name__}: {str(err).splitlines()[0][:120]}")
@@ -84,11 +104,11 @@ def tune_point(B, H, N, d, causal, configs, warmup_ms=25, rep_ms=100,
 
 
 def run(points, configs, warmup_ms=25, rep_ms=100, progress=sys.stderr,
-        baselines=("sdpa_cudnn", "sdpa_flash"), on_point=None) -> list[dict]:
+        baselines=("sdpa_cudnn", "sdpa_flash"), on_point=None, graph=False) -> list[dict]:
     """Every point in turn; `on_point(rows)` sees the rows so far after each (to save them)."""
     rows = []
     for point in points:
-        rows += tune_point(*point, configs, warmup_ms, rep_ms, baselines)
+        rows += tune_point(*point, configs, warmup_ms, rep_ms, baselines, graph)
         torch.cuda.empty_cache()
         print(f"done B,H,N,d,causal = {point}", file=progress, flush=True)
         if on_point:
@@ -104,7 +124,8 @@ def summarize(frame):
     tri = frame[frame.impl == "triton"].dropna(subset=["tflops"])
     best = tri.loc[tri.groupby(key)["tflops"].idxmax()].set_index(key)
     ref = frame[frame.impl != "triton"].pivot_table(index=key, columns="impl", values="tflops")
-    out = best[["BLOCK_M", "BLOCK_N", "num_warps", "num_stages", "TMA", "tflops"]].join(ref)
+    out = best[["BLOCK_M", "BLOCK_N", "num_warps", "num_stages", "TMA", "WARP_SPECIALIZE",
+                "DEVICE_DESCRIPTORS", "tflops"]].join(ref)
     out["vs_cudnn"] = out.tflops / out.sdpa_cudnn
     out["vs_fa2"] = out.tflops / out.sdpa_flash
     return pd.DataFrame(out)
@@ -130,8 +151,10 @@ def main(argv=None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", required=True, type=Path, help="folder for tune.csv")
     add_grid_arguments(parser, n=(1024, 4096, 16384))
-    parser.add_argument("--round", type=int, default=2, choices=(1, 2, 3),
+    parser.add_argument("--round", type=int, default=2, choices=(1, 2, 3, 8),
                         help="candidate set; 3 times the seed grid (B=2, H=4, d=64) with naive too")
+    parser.add_argument("--graph", action="store_true",
+                        help="time GPU time per call over CUDA-graph replays, not eager calls")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("tuning needs a CUDA device", file=sys.stderr)
@@ -154,7 +177,7 @@ def main(argv=None) -> int:
         write_csv(args.out / "tune.csv", pd.DataFrame(rows))
 
     frame = pd.DataFrame(run(points, candidate_configs(args.round), baselines=baselines,
-                             on_point=save))
+                             on_point=save, graph=args.graph))
     with pd.option_context("display.width", 200, "display.max_columns", 20):
         print(summarize(frame).round(3).to_string())
     return 0

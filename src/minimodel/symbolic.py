@@ -176,6 +176,26 @@ def model_bytes(
     return float(_numeric(derived_bytes(scheme, convention))(N, d, B_r, B_c, dtype_bytes))
 
 
+def model_bytes_by_direction(scheme: str, N: int, d: int, B_r: int = 64, B_c: int = 64,
+                             dtype_bytes: int = 2) -> dict[str, float]:
+    """Bytes read ("R") and written ("W") by a scheme, the write of O counted: the model beside a
+    measurement that sees reads and writes apart (the GPU's DRAM counters)."""
+    if scheme not in TRANSFERS:
+        raise ValueError(f"unknown scheme {scheme!r}; accepted: {', '.join(TRANSFERS)}")
+    _check_positive(N=N, d=d, B_r=B_r, B_c=B_c, dtype_bytes=dtype_bytes)
+    totals = {}
+    for direction in ("R", "W"):
+        expr = sum((t.bytes for t in TRANSFERS[scheme](True) if t.direction == direction), sp.Integer(0))
+        totals[direction] = float(_numeric(expr)(N, d, B_r, B_c, dtype_bytes))
+    return totals
+
+
+def compulsory_bytes(N: int, d: int, dtype_bytes: int = 2) -> float:
+    """Q, K and V read once and O written once: the least any attention moves, 4·N·d·dtype_bytes."""
+    _check_positive(N=N, d=d, dtype_bytes=dtype_bytes)
+    return float(4 * N * d * dtype_bytes)
+
+
 def flops(N: int, d: int, variant: str = "matmul") -> float:
     """Attention FLOPs for one head: 4·N²·d ("matmul") or theory 02's 4·N²·d + 5·N² ("matmul+softmax")."""
     if variant not in FLOPS:

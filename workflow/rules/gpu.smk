@@ -57,3 +57,33 @@ rule gpu_timing:
         random_seed=config["random_seed"],
     script:
         "../../scripts/gpu_timing.py"
+
+
+rule gpu_bytes:
+    """Stage 3: the GPU's DRAM bytes (Nsight Compute) beside the model; planned points without ncu."""
+    input:
+        code=code("scripts/gpu_bytes.py"),
+    output:
+        table=report(
+            out("gpu", "bytes", "bytes.csv"),
+            caption="../report/table_gpu_bytes.rst",
+            category="Tables",
+        ),
+        kernels=out("gpu", "bytes", "kernels.csv"),
+        summary=out("gpu", "bytes", "bytes.json"),
+        manifest=out("gpu", "bytes", "manifest.json"),
+    log:
+        logfile("gpu_bytes"),
+    benchmark:
+        benchfile("gpu_bytes")
+    conda:
+        CONDA_ENV
+    resources:
+        gpu=1,
+    params:
+        cfg=config["gpu"]["bytes"],
+        l2_bytes=config["symbolic"]["l2_bytes"],
+        require_cuda=config["gpu"]["require_cuda"],
+        random_seed=config["random_seed"],
+    script:
+        "../../scripts/gpu_bytes.py"

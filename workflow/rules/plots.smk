@@ -1,6 +1,7 @@
 FIGURES = {
     "bytes_vs_n": "Bytes moved",
     "intensity_ratio": "Bytes moved",
+    "gpu_bytes": "Bytes moved",
     "roofline": "Roofline",
     "correctness": "GPU kernel",
     "tflops_vs_n": "GPU kernel",
@@ -18,6 +19,8 @@ rule plots:
         correctness=rules.gpu_correctness.output.table,
         timing_table=rules.gpu_timing.output.table,
         timing=rules.gpu_timing.output.summary,
+        gpu_bytes=rules.gpu_bytes.output.table,
+        gpu_bytes_summary=rules.gpu_bytes.output.summary,
         code=code("scripts/plots.py"),
     output:
         **{

@@ -8,6 +8,8 @@ rule readme:
         correctness=rules.gpu_correctness.output.summary,
         timing=rules.gpu_timing.output.summary,
         timing_table=rules.gpu_timing.output.table,
+        gpu_bytes=rules.gpu_bytes.output.table,
+        gpu_bytes_summary=rules.gpu_bytes.output.summary,
         benchmarks=expand(
             benchfile("cpu_bytes_part_{dtype}"), dtype=config["cpu"]["dtypes"]
         )
@@ -37,6 +39,7 @@ rule verify:
             rules.cpu_roofline.output.manifest,
             rules.gpu_correctness.output.manifest,
             rules.gpu_timing.output.manifest,
+            rules.gpu_bytes.output.manifest,
             rules.plots.output.manifest,
             rules.readme.output.manifest,
         ]

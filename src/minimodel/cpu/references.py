@@ -1,7 +1,7 @@
 """Plain PyTorch attention references (lab 01 block C, lab 02 block C).
 
 - `reference_attn`: the naive, obviously correct attention; `upcast=True` computes in float64.
-- `attn_naive_cpu`: explicit matmul, softmax, matmul, one op per step of theory 02's naive
+- `attn_naive`: explicit matmul, softmax, matmul, one op per step of theory 02's naive
   accounting, so its byte traffic can be measured op by op (`minimodel.cpu.bytecount`).
 - `attn_flash_reference_cpu`: theory 02's tiled loop in FlashAttention-2 order (query tiles
   outside), online softmax in fp32, no (N, N) tensor ever created. Tiles are "loaded" with an
@@ -64,13 +64,17 @@ def reference_attn(Q, K, V, causal: bool = True, sm_scale: float | None = None,
     return O if upcast else O.to(out_dtype)
 
 
-def attn_naive_cpu(Q, K, V, causal: bool = False, sm_scale: float | None = None) -> torch.Tensor:
+def attn_naive(Q, K, V, causal: bool = False, sm_scale: float | None = None,
+               fp32_softmax: bool | None = None) -> torch.Tensor:
     """Naive attention as three steps: S = scale·Q K^T, P = softmax(S), O = P V.
 
     The scale is folded into the first matmul (baddbmm with beta=0 reads no input matrix),
-    so each step is one op, as theory 02 counts them. For 2-byte dtypes the softmax runs in
-    fp32, as PyTorch's numerically careful code does: S is upcast and P cast back, the
-    traffic `symbolic.naive_fp32_softmax_transfers` accounts for.
+    so each step is one op, as theory 02 counts them (a causal mask adds one pass over S).
+    fp32_softmax (default: for 2-byte dtypes, as the CPU stage measures it): S is upcast, the
+    softmax runs in fp32 and P is cast back, as PyTorch's numerically careful code does, the
+    traffic `symbolic.naive_fp32_softmax_transfers` accounts for. False: the softmax reads S and
+    writes P in their own dtype (a CUDA softmax computes in fp32 in registers), the traffic of
+    `symbolic.naive_transfers`.
     """
     _check_qkv(Q, K, V)
     *lead, n, d = Q.shape
@@ -79,7 +83,9 @@ def attn_naive_cpu(Q, K, V, causal: bool = False, sm_scale: float | None = None)
                       q, k.transpose(-1, -2), beta=0.0, alpha=_scale(d, sm_scale))
     if causal:
         S.masked_fill_(causal_mask(n, k.shape[-2], Q.device), float("-inf"))
-    if Q.element_size() < 4:
+    if fp32_softmax is None:
+        fp32_softmax = Q.element_size() < 4
+    if fp32_softmax:
         P = torch.softmax(S.float(), dim=-1).to(Q.dtype)
     else:
         P = torch.softmax(S, dim=-1)

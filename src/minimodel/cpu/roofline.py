@@ -15,7 +15,7 @@ import time
 import torch
 
 from minimodel import symbolic
-from minimodel.cpu.references import attn_flash_reference_cpu, attn_naive_cpu
+from minimodel.cpu.references import attn_flash_reference_cpu, attn_naive
 
 
 def _median_seconds(fn, repeats: int) -> tuple[float, list[float]]:
@@ -76,7 +76,7 @@ def time_references(n: int = 2048, d: int = 64, B_r: int = 64, B_c: int = 64,
     """Achieved FLOP/s (4·N²·d per head) of the naive and tiled-flash CPU references, fp32."""
     q, k, v = (torch.randn(n, d) for _ in range(3))
     out = {}
-    for scheme, fn in (("naive", lambda: attn_naive_cpu(q, k, v)),
+    for scheme, fn in (("naive", lambda: attn_naive(q, k, v)),
                        ("flash", lambda: attn_flash_reference_cpu(q, k, v, B_r, B_c))):
         seconds, _ = _median_seconds(fn, repeats)
         out[scheme] = {"median_s": seconds,

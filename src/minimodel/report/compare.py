@@ -34,10 +34,15 @@ from minimodel.provenance import io, manifest, project
 REFERENCE = Path("results/reference/nvidia-h200")
 # What a comparison reads of each run, relative to its results folder.
 TABLES = ("symbolic/bytes.csv", "symbolic/formulas.csv", "symbolic/lab_table.txt", "cpu/bytes.csv",
-          "gpu/correctness/correctness.csv", "gpu/timing/timing.csv", "gpu/timing/timing.json")
+          "gpu/correctness/correctness.csv", "gpu/timing/timing.csv", "gpu/timing/timing.json",
+          "gpu/bytes/bytes.csv", "gpu/bytes/bytes.json")
 MANIFESTS = tuple(f"{folder}/manifest.json" for folder in
-                  ("symbolic", "cpu", "cpu/roofline", "gpu/correctness", "gpu/timing"))
+                  ("symbolic", "cpu", "cpu/roofline", "gpu/correctness", "gpu/timing", "gpu/bytes"))
 PROFILER_TOLERANCE = 0.05
+# DRAM reads and the bytes stored into the L2, same GPU model: naive's reads follow the model within
+# 0.1 %, flash's depend on which programs share the L2 at a time, which the scheduler decides.
+GPU_BYTES_TOLERANCE = 0.05
+GPU_BYTES_METRICS = ("dram_read_bytes", "l2_write_bytes")
 # The kernel's speed against another implementation: their time over the kernel's.
 RATIOS = {"kernel/cudnn": "sdpa_cudnn", "kernel/fa2": "sdpa_flash", "kernel/naive": "naive"}
 COLUMNS = ["part", "item", "metric", "run", "reference", "difference", "tolerance", "verdict", "reason"]
@@ -201,6 +206,33 @@ def compare_timing(run: Path, ref: Path) -> list[dict]:
     return rows
 
 
+def compare_gpu_bytes(run: Path, ref: Path) -> list[dict]:
+    """DRAM reads and bytes stored into the L2 per point, on the same GPU model (writes to DRAM
+    depend on what the L2 still holds when a kernel ends: not compared)."""
+    summaries = [_read(folder, "gpu/bytes/bytes.json", lambda p: json.loads(p.read_text()))
+                 for folder in (run, ref)]
+    devices = [(s or {}).get("device") if (s or {}).get("measured") else None for s in summaries]
+    if None in devices:
+        side = "run" if devices[0] is None else "reference"
+        return [_row("gpu bytes", "every point", "device", devices[0], devices[1],
+                     verdict=NOT_COMPARABLE, reason=f"the {side} measured no GPU bytes")]
+    if devices[0] != devices[1]:
+        return [_row("gpu bytes", "every point", "device", devices[0], devices[1],
+                     verdict=NOT_COMPARABLE, reason="different GPU models: caches and bytes differ")]
+    point = ["regime", "B", "H", "N", "d", "causal", "impl"]
+    a, b = (pd.read_csv(folder / "gpu/bytes/bytes.csv") for folder in (run, ref))
+    a, b = (t[t["status"] == "measured"].set_index(point) for t in (a, b))
+    rows = _only_in("gpu bytes", set(a.index), set(b.index))
+    for key in a.index.intersection(b.index):
+        label = f"{key[0]} (1, {key[2]}, {key[3]}, {key[4]}) {'causal' if key[5] else 'full'} {key[6]}"
+        for metric in GPU_BYTES_METRICS:
+            x, y = float(a.loc[key, metric]), float(b.loc[key, metric])
+            diff = _relative(x, y)
+            rows.append(_row("gpu bytes", label, metric, x, y, diff, GPU_BYTES_TOLERANCE,
+                             AGREE if diff <= GPU_BYTES_TOLERANCE else DISAGREE))
+    return rows
+
+
 def _manifests(folder: Path) -> dict[str, dict]:
     found = {}
     for name in MANIFESTS:
@@ -257,7 +289,7 @@ def compare_runs(run: str | Path, reference: str | Path = REFERENCE) -> tuple[pd
             raise FileNotFoundError(f"{folder} is not a run of this workflow (no symbolic/ in it)")
     rows = (compare_symbolic(run, reference) + compare_cpu_bytes(run, reference)
             + compare_correctness(run, reference) + compare_timing(run, reference)
-            + input_differences(run, reference))
+            + compare_gpu_bytes(run, reference) + input_differences(run, reference))
     table = pd.DataFrame(rows, columns=COLUMNS)
     counts = {part: g["verdict"].value_counts().to_dict() for part, g in table.groupby("part", sort=False)}
     disagree = table[table["verdict"] == DISAGREE]
@@ -272,7 +304,8 @@ def compare_runs(run: str | Path, reference: str | Path = REFERENCE) -> tuple[pd
         "tolerances": {"exact parts": 0.0, "cpu profiler": PROFILER_TOLERANCE,
                        "timing flashattention": timing_band("flashattention", 4096),
                        "timing seed N>=1024": timing_band("seed", 1024),
-                       "timing seed N<1024": timing_band("seed", 64)},
+                       "timing seed N<1024": timing_band("seed", 64),
+                       "gpu bytes": GPU_BYTES_TOLERANCE},
     }
     return table, verdict
 

@@ -90,6 +90,37 @@ def gpu_answers(timing: dict, rows: pd.DataFrame) -> dict | None:
     }
 
 
+def gpu_bytes_answers(table: pd.DataFrame, summary: dict, n: int = 4096, d: int = 64) -> dict:
+    """Lab 01 on the GPU: DRAM bytes against the model at (n, d) (or the nearest measured point),
+    one head and many heads, not causal; and how close the model is over every measured N."""
+    if not summary["measured"]:
+        return {"measured": False, "status": summary["status"]}
+    rows = table[(table["status"] == "measured") & ~table["causal"].astype(bool)].copy()
+    d = d if d in set(rows["d"]) else int(rows["d"].min())
+    rows = rows[rows["d"] == d]
+    n = int(min(set(rows["N"]), key=lambda x: abs(x - n)))
+    inputs = 3 * rows["compulsory_bytes"] / 4  # Q, K and V once (compulsory: Q, K, V, O)
+    rows["read_over_model"] = rows["dram_read_bytes"] / rows["model_read_bytes"]
+    rows["read_over_inputs"] = rows["dram_read_bytes"] / inputs
+    rows["stored_over_model"] = rows["l2_write_bytes"] / rows["model_write_bytes"]
+    many_naive = rows[(rows["regime"] == "many heads") & (rows["impl"] == "naive")]
+    flash = rows[rows["impl"] == "flash"]
+    return {
+        "measured": True, "device": summary["device"], "device_l2_bytes": summary["device_l2_bytes"],
+        "N": n, "d": d, "ncu_version": summary["ncu_version"],
+        "rows": rows[rows["N"] == n].sort_values(["regime", "impl"], ascending=[False, True])
+        .to_dict("records"),
+        "n_min": int(rows["N"].min()), "n_max": int(rows["N"].max()),
+        "naive_many_read_over_model": (float(many_naive["read_over_model"].min()),
+                                       float(many_naive["read_over_model"].max())),
+        "flash_read_over_inputs_max": float(flash["read_over_inputs"].max()),
+        "flash_model_read_over_dram": (float((1 / flash["read_over_model"]).min()),
+                                       float((1 / flash["read_over_model"]).max())),
+        "stored_over_model": (float(rows["stored_over_model"].min()),
+                              float(rows["stored_over_model"].max())),
+    }
+
+
 def collect(paths: dict) -> dict:
     """Every number the README states, from the run's files (keys of `paths`: see the readme rule)."""
     ceilings = _json(paths["cpu_ceilings"])
@@ -121,6 +152,7 @@ def collect(paths: dict) -> dict:
                                            ["err_torch_vs_fp64"].max()),
         },
         "gpu": gpu_answers(timing, pd.read_csv(paths["timing_table"])),
+        "gpu_bytes": gpu_bytes_answers(pd.read_csv(paths["gpu_bytes"]), _json(paths["gpu_bytes_summary"])),
     }
 
 

@@ -1,0 +1,38 @@
+"""Rule `gpu_bytes`: DRAM bytes of naive and flash read with Nsight Compute; planned points without it."""
+
+import sys
+import tempfile
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+from minimodel.gpu import hbm
+from minimodel.provenance import machine
+from minimodel.provenance.io import write_csv, write_json
+from minimodel.provenance.manifest import stage
+
+with stage(snakemake) as st:
+    cfg, l2_bytes = snakemake.params.cfg, snakemake.params.l2_bytes
+    if machine.gpu_required(snakemake.params.require_cuda):
+        machine.require_cuda()
+    kernels = pd.DataFrame(columns=hbm.KERNEL_COLUMNS)
+    ncu = hbm.find_ncu(cfg["ncu"]) if torch.cuda.is_available() else None
+    if not torch.cuda.is_available():
+        rows = hbm.planned_rows(cfg, l2_bytes, hbm.NO_CUDA)
+    elif ncu is None:
+        rows = hbm.planned_rows(cfg, l2_bytes, hbm.NO_NCU)
+    else:
+        with tempfile.TemporaryDirectory() as work:
+            try:
+                rows, kernels = hbm.measure(cfg, l2_bytes, snakemake.params.random_seed, ncu, work)
+            finally:  # ncu's own output, kept beside the rule's log
+                log = Path(work) / "ncu.log"
+                if log.exists():
+                    print(log.read_text(), file=sys.stderr)
+    table = pd.DataFrame(rows)
+    summary = hbm.summary(table, ncu, l2_bytes)
+    st.extra.update(status=summary["status"], ncu=summary["ncu"])
+    write_csv(snakemake.output.table, table)
+    write_csv(snakemake.output.kernels, kernels)
+    write_json(snakemake.output.summary, summary)
