@@ -6,7 +6,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from minimodel.gpu import grids, timing
+from minimodel.gpu import grids, hbm, timing
 from minimodel.report import results_readme
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -24,6 +24,8 @@ def ref_paths(**override):
         "correctness": REF / "gpu" / "correctness" / "correctness.json",
         "timing": REF / "gpu" / "timing" / "timing.json",
         "timing_table": REF / "gpu" / "timing" / "timing.csv",
+        "gpu_bytes": REF / "gpu" / "bytes" / "bytes.csv",
+        "gpu_bytes_summary": REF / "gpu" / "bytes" / "bytes.json",
         "benchmarks": sorted((REF / "benchmarks").glob("cpu_*.tsv")),
     }
     return {**paths, **override}
@@ -57,10 +59,30 @@ def test_readme_without_gpu_says_so(tmp_path):
     table = tmp_path / "timing.csv"
     cfg = {**grids.default_timing_config(), "seed_n": [64], "fa_n": [1024], "fa_head_dims": [64]}
     pd.DataFrame(timing.no_gpu_rows(cfg)).to_csv(table, index=False)
-    paths = ref_paths(timing=no_gpu, timing_table=table)
+    planned = pd.DataFrame(hbm.planned_rows({"n": [256], "head_dims": [64], "many_heads_l2_multiple": 2,
+                                             "ncu": None}, 2**20, hbm.NO_CUDA))
+    planned.to_csv(tmp_path / "bytes.csv", index=False)
+    (tmp_path / "bytes.json").write_text(json.dumps(hbm.summary(planned, None, 2**20)))
+    paths = ref_paths(timing=no_gpu, timing_table=table, gpu_bytes=tmp_path / "bytes.csv",
+                      gpu_bytes_summary=tmp_path / "bytes.json")
     text = results_readme.render(TEMPLATE, results_readme.collect(paths))
     assert "this machine has no CUDA device" in text
     assert "No GPU timing was possible on this machine" in text
+    assert f"Not measured in this run: {hbm.NO_CUDA}" in text
+
+
+def test_readme_gpu_bytes_are_the_tables():
+    numbers = results_readme.collect(ref_paths())
+    text = results_readme.render(TEMPLATE, numbers)
+    table = pd.read_csv(REF / "gpu" / "bytes" / "bytes.csv")
+    point = table[(table["N"] == 4096) & (table["d"] == 64) & ~table["causal"]]
+    assert len(point) == 4 and (point["status"] == "measured").all()
+    for _, r in point.iterrows():
+        cells = [f"{r[c] / 2**20:,.1f} MiB" for c in ("dram_read_bytes", "dram_write_bytes",
+                                                       "l2_write_bytes", "model_read_bytes")]
+        assert f"| {r['H']} | {r['impl']}" in text and " | ".join(cells) in text
+    low, high = numbers["gpu_bytes"]["naive_many_read_over_model"]
+    assert f"{low:,.2f}–{high:,.2f}× the model's" in text
 
 
 def test_intensity_question_shows_its_arithmetic():

@@ -40,7 +40,7 @@ def workdir(tmp_path_factory):
 
 def test_every_rule_writes_its_outputs_and_manifest(workdir):
     results = workdir / "results"
-    for folder in ("symbolic", "cpu", "cpu/roofline", "gpu/correctness", "verify"):
+    for folder in ("symbolic", "cpu", "cpu/roofline", "gpu/correctness", "gpu/bytes", "verify"):
         m = json.loads((results / folder / "manifest.json").read_text())
         for out in m["outputs"]:
             assert (workdir / out["path"]).stat().st_size == out["size"]
@@ -51,13 +51,21 @@ def test_every_rule_writes_its_outputs_and_manifest(workdir):
     m = json.loads((results / "gpu/correctness/manifest.json").read_text())
     assert m["extra"]["backend"] == summary["backend"]
     assert (results / "benchmarks" / "cpu_roofline.tsv").exists()
+    # without CUDA (or ncu) the DRAM-bytes stage writes the planned points and says why
+    gpu_bytes = pd.read_csv(results / "gpu/bytes/bytes.csv")
+    bytes_summary = json.loads((results / "gpu/bytes/bytes.json").read_text())
+    if not bytes_summary["measured"]:
+        assert len(gpu_bytes) == 2 * 1 * 2 * 2 * 2  # regimes x d x N x causal x implementations
+        assert gpu_bytes["status"].str.startswith("not measured: ").all()
+        assert gpu_bytes["dram_read_bytes"].isna().all() and gpu_bytes["model_read_bytes"].gt(0).all()
 
 
 def test_plots_report_and_readme_are_written(workdir):
     results = workdir / "results"
     pngs = sorted(p.name for p in (results / "plots").glob("*.png"))
     assert pngs == sorted(f"{n}.png" for n in ("bytes_vs_n", "intensity_ratio", "roofline", "correctness",
-                                               "tflops_vs_n", "ratio_to_backends", "seed_speedup"))
+                                               "tflops_vs_n", "ratio_to_backends", "seed_speedup",
+                                               "gpu_bytes"))
     text = (results / "README.md").read_text()
     timing = json.loads((results / "gpu/timing/timing.json").read_text())
     if timing["device"] is None:

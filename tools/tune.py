@@ -40,23 +40,14 @@ ROUND_3 = [(64, 64, 4, 3, False), (64, 64, 4, 3, True), (64, 64, 4, 2, True), (6
 # Rounds 4-7 (notes/kernel.md, tune_v4..v7) searched kernel variants that did not pay and were then
 # removed from the kernel: half the exponentials by polynomial, lazy rescaling, split query tiles,
 # the next tile's scores issued before this tile's softmax. Commit 9a6423c runs rounds 4-7 (its
-# round 4 without lazy rescaling, which commit e03734b has).
-
-# Round 8: tensor descriptors made on the device (no host cost per call), with and without
-# Triton's warp specialization of the unmasked loop, beside the shipped host-descriptor shapes
-# and 64 x 64 (two programs per multiprocessor at d = 128). (BLOCK_M, BLOCK_N, warps, stages,
-# device descriptors, warp specialization), all through TMA.
-ROUND_8 = [(128, 128, 4, 3, False, False), (128, 128, 8, 3, False, False),
-           (128, 128, 4, 3, True, False), (128, 128, 8, 3, True, False),
-           (128, 128, 4, 2, True, True), (128, 128, 8, 2, True, True), (128, 128, 4, 3, True, True),
-           (128, 64, 4, 2, True, True), (64, 64, 4, 3, False, False)]
+# round 4 without lazy rescaling, which commit e03734b has). Round 8 (tune_v8): tensor descriptors
+# made on the device, with and without warp specialization; commit e810fe4 runs it
+# (`--round 8 --graph`).
 
 
 def candidate_configs(round_: int = 2):
     from minimodel.kernel import FwdConfig
 
-    if round_ == 8:
-        return [FwdConfig(bm, bn, w, s, True, ws, dev) for bm, bn, w, s, dev, ws in ROUND_8]
     if round_ == 1:
         return [FwdConfig(*c) for c in ROUND_1]
     if round_ == 3:
@@ -124,8 +115,7 @@ def summarize(frame):
     tri = frame[frame.impl == "triton"].dropna(subset=["tflops"])
     best = tri.loc[tri.groupby(key)["tflops"].idxmax()].set_index(key)
     ref = frame[frame.impl != "triton"].pivot_table(index=key, columns="impl", values="tflops")
-    out = best[["BLOCK_M", "BLOCK_N", "num_warps", "num_stages", "TMA", "WARP_SPECIALIZE",
-                "DEVICE_DESCRIPTORS", "tflops"]].join(ref)
+    out = best[["BLOCK_M", "BLOCK_N", "num_warps", "num_stages", "TMA", "tflops"]].join(ref)
     out["vs_cudnn"] = out.tflops / out.sdpa_cudnn
     out["vs_fa2"] = out.tflops / out.sdpa_flash
     return pd.DataFrame(out)
@@ -151,7 +141,7 @@ def main(argv=None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", required=True, type=Path, help="folder for tune.csv")
     add_grid_arguments(parser, n=(1024, 4096, 16384))
-    parser.add_argument("--round", type=int, default=2, choices=(1, 2, 3, 8),
+    parser.add_argument("--round", type=int, default=2, choices=(1, 2, 3),
                         help="candidate set; 3 times the seed grid (B=2, H=4, d=64) with naive too")
     parser.add_argument("--graph", action="store_true",
                         help="time GPU time per call over CUDA-graph replays, not eager calls")

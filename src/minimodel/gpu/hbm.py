@@ -247,7 +247,7 @@ def assign(kernels: pd.DataFrame, rows: list[dict]) -> list[dict]:
                             f"{len(measured)}: the kernels cannot be assigned to points")
     position = {id(r): i for i, r in enumerate(rows)}
     row_of = {}
-    for row, group in zip(measured, groups):
+    for row, group in zip(measured, groups, strict=True):
         if not group:
             raise ProbeMismatch(f"no kernel was profiled for {row}")
         row_of.update({k["id"]: position[id(row)] for k in group})

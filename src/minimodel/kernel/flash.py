@@ -15,7 +15,6 @@ Runs on a CUDA device, or on CPU tensors under Triton's interpreter, which the p
 
 from __future__ import annotations
 
-import contextvars
 import math
 
 import torch
@@ -219,31 +218,6 @@ def _flash_fwd_kernel_tma(
                 BLOCK_N, IS_CAUSAL, STORE_LSE, WARP_SPECIALIZE)
 
 
-@triton.jit
-def _flash_fwd_kernel_tma_device(
-    Q, K, V, O, LSE, qk_scale,
-    stride_qb, stride_qh, stride_qn,
-    stride_kb, stride_kh, stride_kn,
-    stride_vb, stride_vh, stride_vn,
-    stride_ob, stride_oh, stride_on,
-    B, H, H_KV, N, GROUP,
-    HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    IS_CAUSAL: tl.constexpr, STORE_LSE: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
-):
-    """TMA with descriptors made by each program (`tl.make_tensor_descriptor`): no host cost per
-    call, and the form Triton's warp specialization compiles on Hopper. Unit stride on d."""
-    desc_q = tl.make_tensor_descriptor(Q, [B, H, N, HEAD_DIM], [stride_qb, stride_qh, stride_qn, 1],
-                                       [1, 1, BLOCK_M, HEAD_DIM])
-    desc_k = tl.make_tensor_descriptor(K, [B, H_KV, N, HEAD_DIM], [stride_kb, stride_kh, stride_kn, 1],
-                                       [1, 1, BLOCK_N, HEAD_DIM])
-    desc_v = tl.make_tensor_descriptor(V, [B, H_KV, N, HEAD_DIM], [stride_vb, stride_vh, stride_vn, 1],
-                                       [1, 1, BLOCK_N, HEAD_DIM])
-    desc_o = tl.make_tensor_descriptor(O, [B, H, N, HEAD_DIM], [stride_ob, stride_oh, stride_on, 1],
-                                       [1, 1, BLOCK_M, HEAD_DIM])
-    _attend_tma(desc_q, desc_k, desc_v, desc_o, LSE, qk_scale, H, N, GROUP, HEAD_DIM, BLOCK_M,
-                BLOCK_N, IS_CAUSAL, STORE_LSE, WARP_SPECIALIZE)
-
-
 def _tma_ok(*tensors) -> bool:
     """TMA needs unit stride on d and every other stride a multiple of 16 bytes."""
     return all(t.stride(-1) == 1 and all((s * t.element_size()) % 16 == 0 for s in t.stride()[:-1])
@@ -311,19 +285,6 @@ def _validate(Q, K, V) -> None:
                          "pass): call it under torch.no_grad() or pass detached tensors")
 
 
-def _launch_with_scratch(device: torch.device, launch) -> None:
-    """Run `launch` with an allocator for the kernel's global scratch (its tensor descriptors),
-    in a copy of the context: the caller's own `triton.set_allocator`, if any, is left alone."""
-    def allocate(size: int, alignment: int, stream):
-        return torch.empty(size, dtype=torch.int8, device=device)
-
-    def run():
-        triton.set_allocator(allocate)
-        launch()
-
-    contextvars.copy_context().run(run)
-
-
 def _grid(N: int, batch_heads: int, block_m: int) -> tuple[int]:
     """One program per (query tile, batch·head), all on the grid's x axis (see `_program_ids`)."""
     programs = triton.cdiv(N, block_m) * batch_heads
@@ -364,13 +325,7 @@ def flash_attn_forward(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, causal
     common = dict(HEAD_DIM=d, BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, IS_CAUSAL=bool(causal),
                   STORE_LSE=bool(return_lse), WARP_SPECIALIZE=cfg.WARP_SPECIALIZE,
                   num_warps=cfg.num_warps, num_stages=cfg.num_stages)
-    if cfg.TMA and cfg.DEVICE_DESCRIPTORS:
-        _launch_with_scratch(Q.device, lambda: _flash_fwd_kernel_tma_device[grid](
-            Q, K, V, O, LSE, scale * LOG2E,
-            *Q.stride()[:3], *K.stride()[:3], *V.stride()[:3], *O.stride()[:3],
-            B, H, K.shape[1], N, H // K.shape[1], **common,
-        ))
-    elif cfg.TMA:
+    if cfg.TMA:
         from triton.tools.tensor_descriptor import TensorDescriptor
 
         def desc(t, rows):
