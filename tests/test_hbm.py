@@ -144,3 +144,12 @@ def test_a_point_the_device_cannot_hold_is_skipped_with_the_reason():
     assert hbm._check_memory(row, 2**40) == hbm.MEASURED
     status = hbm._check_memory(row, row["device_bytes"])
     assert status.startswith("skipped: needs") and "gpu.bytes.many_heads_l2_multiple" in status
+
+
+def test_dram_writes_beyond_the_stores_set_the_row_aside():
+    kernels = hbm.parse_ncu_csv((DATA / "ncu_raw_h200.csv").read_text())
+    flash = kernels.index[kernels["kernel"] == "_flash_fwd_kernel"][0]
+    kernels.loc[flash, "dram_write_bytes"] = 32 * kernels.loc[flash, "l2_write_bytes"]  # 4 MiB
+    rows = hbm.assign(kernels, _measured_rows())
+    assert rows[1]["status"].startswith("suspect: DRAM took 32.0x the bytes the kernels stored")
+    assert [r["status"] for r in rows[::2] + rows[3:]] == [hbm.MEASURED] * 3

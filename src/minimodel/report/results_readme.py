@@ -95,6 +95,7 @@ def gpu_bytes_answers(table: pd.DataFrame, summary: dict, n: int = 4096, d: int 
     one head and many heads, not causal; and how close the model is over every measured N."""
     if not summary["measured"]:
         return {"measured": False, "status": summary["status"]}
+    set_aside = table[table["status"] != "measured"]
     rows = table[(table["status"] == "measured") & ~table["causal"].astype(bool)].copy()
     d = d if d in set(rows["d"]) else int(rows["d"].min())
     rows = rows[rows["d"] == d]
@@ -107,6 +108,7 @@ def gpu_bytes_answers(table: pd.DataFrame, summary: dict, n: int = 4096, d: int 
     flash = rows[rows["impl"] == "flash"]
     return {
         "measured": True, "device": summary["device"], "device_l2_bytes": summary["device_l2_bytes"],
+        "set_aside": set_aside[["regime", "H", "N", "d", "causal", "impl", "status"]].to_dict("records"),
         "N": n, "d": d, "ncu_version": summary["ncu_version"],
         "rows": rows[rows["N"] == n].sort_values(["regime", "impl"], ascending=[False, True])
         .to_dict("records"),
