@@ -208,7 +208,7 @@ def runs(slurm_cluster, tmp_path_factory):
 
 
 def test_gpu_rules_went_through_sbatch_asking_for_a_gpu(runs):
-    for rule in ("gpu_correctness", "gpu_timing"):
+    for rule in ("gpu_correctness", "gpu_timing", "gpu_bytes"):
         jobs = [j for j in runs["jobs"] if j["rule"] == rule]
         assert len(jobs) == 1, f"{rule}: {len(jobs)} SLURM jobs"
         job = jobs[0]
@@ -225,7 +225,7 @@ def test_gpu_rules_went_through_sbatch_asking_for_a_gpu(runs):
 
 def test_light_rules_ran_on_the_submitting_host(runs):
     submitted = {j["rule"] for j in runs["jobs"]}
-    assert submitted == {"cpu_bytes_part", "cpu_roofline", "gpu_correctness", "gpu_timing"}
+    assert submitted == {"cpu_bytes_part", "cpu_roofline", "gpu_correctness", "gpu_timing", "gpu_bytes"}
     for rule in LOCAL_RULES:
         assert f"localrule {rule}:" in runs["said"]
     symbolic = manifest.load_manifest(runs["slurm"] / "results" / "symbolic" / "manifest.json")
