@@ -42,20 +42,13 @@ ROUND_3 = [(64, 64, 4, 3, False), (64, 64, 4, 3, True), (64, 64, 4, 2, True), (6
 # the next tile's scores issued before this tile's softmax. Commit 9a6423c runs rounds 4-7 (its
 # round 4 without lazy rescaling, which commit e03734b has). Round 8 (tune_v8): tensor descriptors
 # made on the device, with and without warp specialization; commit e810fe4 runs it
-# (`--round 8 --graph`).
-
-
-# Round 9: a persistent grid (1 or 2 programs per multiprocessor, each looping over query tiles)
-# beside the shipped shapes. (BLOCK_M, BLOCK_N, warps, stages, programs per SM), through TMA.
-ROUND_9 = [(128, 128, 4, 3, 0), (128, 128, 8, 3, 0), (128, 128, 4, 3, 1), (128, 128, 4, 3, 2),
-           (128, 128, 8, 3, 1), (64, 64, 4, 3, 0), (64, 64, 4, 3, 2)]
+# (`--round 8 --graph`). Round 9 (tune_v9): a persistent grid; commit 415c377 runs it
+# (`--round 9 --graph`).
 
 
 def candidate_configs(round_: int = 2):
     from minimodel.kernel import FwdConfig
 
-    if round_ == 9:
-        return [FwdConfig(bm, bn, w, s, True, PERSISTENT=p) for bm, bn, w, s, p in ROUND_9]
     if round_ == 1:
         return [FwdConfig(*c) for c in ROUND_1]
     if round_ == 3:
@@ -123,7 +116,7 @@ def summarize(frame):
     tri = frame[frame.impl == "triton"].dropna(subset=["tflops"])
     best = tri.loc[tri.groupby(key)["tflops"].idxmax()].set_index(key)
     ref = frame[frame.impl != "triton"].pivot_table(index=key, columns="impl", values="tflops")
-    out = best[["BLOCK_M", "BLOCK_N", "num_warps", "num_stages", "TMA", "PERSISTENT", "tflops"]].join(ref)
+    out = best[["BLOCK_M", "BLOCK_N", "num_warps", "num_stages", "TMA", "tflops"]].join(ref)
     out["vs_cudnn"] = out.tflops / out.sdpa_cudnn
     out["vs_fa2"] = out.tflops / out.sdpa_flash
     return pd.DataFrame(out)
@@ -149,7 +142,7 @@ def main(argv=None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", required=True, type=Path, help="folder for tune.csv")
     add_grid_arguments(parser, n=(1024, 4096, 16384))
-    parser.add_argument("--round", type=int, default=2, choices=(1, 2, 3, 9),
+    parser.add_argument("--round", type=int, default=2, choices=(1, 2, 3),
                         help="candidate set; 3 times the seed grid (B=2, H=4, d=64) with naive too")
     parser.add_argument("--graph", action="store_true",
                         help="time GPU time per call over CUDA-graph replays, not eager calls")

@@ -22,8 +22,6 @@ class FwdConfig:
     TMA: load tiles through Hopper's tensor-memory accelerator (host-side tensor descriptors)
     instead of per-thread pointer loads; needs compute capability >= 9 and 16-byte aligned strides.
     WARP_SPECIALIZE: let Triton split the unmasked key loop into producer and consumer warps.
-    PERSISTENT: with TMA, launch this many programs per multiprocessor, each looping over query
-    tiles (0: one program per query tile).
     """
 
     BLOCK_M: int
@@ -32,7 +30,6 @@ class FwdConfig:
     num_stages: int
     TMA: bool = False
     WARP_SPECIALIZE: bool = False
-    PERSISTENT: int = 0
 
     def as_dict(self) -> dict:
         return asdict(self)

@@ -97,12 +97,8 @@ def _program_ids(N, BLOCK_M: tl.constexpr, IS_CAUSAL: tl.constexpr):
     One axis holds every program: a CUDA grid's y axis stops at 65,535, its x axis at 2³¹ − 1.
     The query tiles of one head are consecutive, so they share its K/V tiles in L2.
     """
-    return _tile_ids(tl.program_id(0), N, BLOCK_M, IS_CAUSAL)
-
-
-@triton.jit
-def _tile_ids(pid, N, BLOCK_M: tl.constexpr, IS_CAUSAL: tl.constexpr):
     num_m = tl.cdiv(N, BLOCK_M)
+    pid = tl.program_id(0)
     pid_m = pid % num_m
     if IS_CAUSAL:  # the last query tiles have the most keys to visit: start them first
         pid_m = num_m - 1 - pid_m
@@ -174,14 +170,15 @@ def _flash_fwd_kernel(
 
 @triton.jit
 def _attend_tma(
-    desc_q, desc_k, desc_v, desc_o, LSE, qk_scale, H, N, GROUP, pid_m, pid_bh,
+    desc_q, desc_k, desc_v, desc_o, LSE, qk_scale, H, N, GROUP,
     HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     IS_CAUSAL: tl.constexpr, STORE_LSE: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
 ):
-    """One query tile of the TMA kernels: tiles moved by 4-D tensor descriptors (rows past N read as 0).
+    """One program of the TMA kernels: tiles moved by 4-D tensor descriptors (rows past N read as 0).
 
     The descriptors hold 64-bit strides; the tile coordinates are per dimension, each < 2³¹.
     """
+    pid_m, pid_bh = _program_ids(N, BLOCK_M, IS_CAUSAL)
     b = pid_bh // H
     h = pid_bh % H
     h_kv = h // GROUP
@@ -217,22 +214,8 @@ def _flash_fwd_kernel_tma(
     IS_CAUSAL: tl.constexpr, STORE_LSE: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
 ):
     """TMA with descriptors made on the host (`triton.tools.tensor_descriptor`)."""
-    pid_m, pid_bh = _program_ids(N, BLOCK_M, IS_CAUSAL)
-    _attend_tma(desc_q, desc_k, desc_v, desc_o, LSE, qk_scale, H, N, GROUP, pid_m, pid_bh, HEAD_DIM,
-                BLOCK_M, BLOCK_N, IS_CAUSAL, STORE_LSE, WARP_SPECIALIZE)
-
-
-@triton.jit
-def _flash_fwd_kernel_tma_persistent(
-    desc_q, desc_k, desc_v, desc_o, LSE, qk_scale, H, N, GROUP, TILES, PROGRAMS,
-    HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    IS_CAUSAL: tl.constexpr, STORE_LSE: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
-):
-    """A fixed number of programs, each looping over query tiles pid, pid + PROGRAMS, ..."""
-    for tile in tl.range(tl.program_id(0), TILES, PROGRAMS, flatten=False):
-        pid_m, pid_bh = _tile_ids(tile, N, BLOCK_M, IS_CAUSAL)
-        _attend_tma(desc_q, desc_k, desc_v, desc_o, LSE, qk_scale, H, N, GROUP, pid_m, pid_bh,
-                    HEAD_DIM, BLOCK_M, BLOCK_N, IS_CAUSAL, STORE_LSE, WARP_SPECIALIZE)
+    _attend_tma(desc_q, desc_k, desc_v, desc_o, LSE, qk_scale, H, N, GROUP, HEAD_DIM, BLOCK_M,
+                BLOCK_N, IS_CAUSAL, STORE_LSE, WARP_SPECIALIZE)
 
 
 def _tma_ok(*tensors) -> bool:
@@ -348,15 +331,10 @@ def flash_attn_forward(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, causal
         def desc(t, rows):
             return TensorDescriptor(t, list(t.shape), list(t.stride()), [1, 1, rows, d])
 
-        descs = (desc(Q, cfg.BLOCK_M), desc(K, cfg.BLOCK_N), desc(V, cfg.BLOCK_N), desc(O, cfg.BLOCK_M))
-        if cfg.PERSISTENT:
-            tiles = grid[0]
-            programs = min(tiles, cfg.PERSISTENT * (sm_count(Q.device.index or 0)
-                                                    if Q.device.type == "cuda" else 2))
-            _flash_fwd_kernel_tma_persistent[(programs,)](
-                *descs, LSE, scale * LOG2E, H, N, H // K.shape[1], tiles, programs, **common)
-        else:
-            _flash_fwd_kernel_tma[grid](*descs, LSE, scale * LOG2E, H, N, H // K.shape[1], **common)
+        _flash_fwd_kernel_tma[grid](
+            desc(Q, cfg.BLOCK_M), desc(K, cfg.BLOCK_N), desc(V, cfg.BLOCK_N), desc(O, cfg.BLOCK_M),
+            LSE, scale * LOG2E, H, N, H // K.shape[1], **common,
+        )
     else:
         _flash_fwd_kernel[grid](
             Q, K, V, O, LSE, scale * LOG2E,
