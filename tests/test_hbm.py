@@ -153,3 +153,75 @@ def test_dram_writes_beyond_the_stores_set_the_row_aside():
     rows = hbm.assign(kernels, _measured_rows())
     assert rows[1]["status"].startswith("suspect: DRAM took 32.0x the bytes the kernels stored")
     assert [r["status"] for r in rows[::2] + rows[3:]] == [hbm.MEASURED] * 3
+
+
+FAKE_NCU = r"""#!{python}
+# Stands in for Nsight Compute: `--import` prints a raw-page table with a marker and one kernel
+# per measured row of the plan it was run on; a profile run records the plan's path.
+import json, sys
+from pathlib import Path
+args = sys.argv[1:]
+mode = "{mode}"
+if "--version" in args:
+    print("Version 0.0 (fake)")
+elif "--import" in args:
+    plan = json.loads(Path(args[args.index("--import") + 1] + ".plan").read_text())
+    print('"ID","Kernel Name","dram__bytes_read.sum","dram__bytes_write.sum",'
+          '"lts__t_sectors_srcunit_tex_op_write.sum"')
+    print('"","","byte","byte","sector"')
+    i = 0
+    for row in plan["rows"]:
+        if row["status"] != "measured":
+            continue
+        print(f'"{{i}}","minimodel_bytes_marker","0","0","1"')
+        print(f'"{{i + 1}}","kernel_{{row["impl"]}}(int)","{{row["N"]:,}}","0","{{row["H"]}}"')
+        i += 2
+else:
+    if mode == "noperm":
+        print("==ERROR== ERR_NVGPUCTRPERM - The user does not have permission")
+        sys.exit(1)
+    if mode == "crash":
+        print("Traceback: the probe failed", file=sys.stderr)
+        sys.exit(3)
+    report = args[args.index("--export") + 1]
+    Path(report + ".ncu-rep.plan").write_text(Path(args[-1]).read_text())
+"""
+
+
+def _fake_ncu(tmp_path, mode="ok"):
+    import sys as _sys
+    path = tmp_path / f"ncu_{mode}"
+    path.write_text(FAKE_NCU.format(python=_sys.executable, mode=mode))
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return str(path)
+
+
+@pytest.fixture
+def as_if_on_a_gpu(monkeypatch):
+    """measure() as on a GPU with 1 TiB free, the tile of every flash row 64 x 64."""
+    import torch
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda *a: (2**40, 2**40))
+    monkeypatch.setattr(hbm, "_flash_config", lambda row, launch_config, torch: (64, 64, False))
+
+
+def test_measure_runs_the_plan_under_ncu_and_fills_every_row(tmp_path, as_if_on_a_gpu):
+    cfg = {**CFG, "n": [256], "head_dims": [64]}
+    rows, kernels = hbm.measure(cfg, L2, 0, _fake_ncu(tmp_path), tmp_path / "work")
+    table = pd.DataFrame(rows)
+    assert len(table) == 8 and (table["status"] == hbm.MEASURED).all()
+    assert (table["dram_read_bytes"] == 256).all() and (table["kernels"] == 1).all()
+    assert (table["l2_write_bytes"] == table["H"] * 32).all()  # the row's own numbers, in order
+    assert (table["model_read_bytes"] > 0).all() and len(kernels) == 16
+    command = (tmp_path / "work" / "ncu.log").read_text().splitlines()[0]
+    for option in (*hbm.NCU_OPTIONS, "-m minimodel.gpu.hbm", ",".join(hbm.NCU_METRICS)):
+        assert option in command
+
+
+def test_measure_without_counter_permission_plans_and_says_why(tmp_path, as_if_on_a_gpu):
+    rows, kernels = hbm.measure(CFG, L2, 0, _fake_ncu(tmp_path, "noperm"), tmp_path / "work")
+    assert {r["status"] for r in rows} == {hbm.NO_PERMISSION} and kernels.empty
+
+
+def test_measure_fails_loudly_when_the_probe_fails(tmp_path, as_if_on_a_gpu):
+    with pytest.raises(RuntimeError, match="(?s)ncu exited with 3.*the probe failed"):
+        hbm.measure(CFG, L2, 0, _fake_ncu(tmp_path, "crash"), tmp_path / "work")
