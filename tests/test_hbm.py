@@ -225,3 +225,11 @@ def test_measure_without_counter_permission_plans_and_says_why(tmp_path, as_if_o
 def test_measure_fails_loudly_when_the_probe_fails(tmp_path, as_if_on_a_gpu):
     with pytest.raises(RuntimeError, match="(?s)ncu exited with 3.*the probe failed"):
         hbm.measure(CFG, L2, 0, _fake_ncu(tmp_path, "crash"), tmp_path / "work")
+
+
+def test_measure_with_no_point_that_fits_runs_nothing(tmp_path, as_if_on_a_gpu, monkeypatch):
+    import torch
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda *a: (2**10, 2**40))
+    rows, kernels = hbm.measure(CFG, L2, 0, str(tmp_path / "no-ncu-needed"), tmp_path / "work")
+    assert all(r["status"].startswith("skipped: needs") for r in rows) and kernels.empty
+    assert all(r["model_read_bytes"] > 0 for r in rows)

@@ -296,6 +296,8 @@ def measure(cfg: dict, l2_bytes: int, random_seed: int, ncu: str, workdir: str |
     free_bytes, _ = torch.cuda.mem_get_info()
     rows = [{**row, "status": _check_memory(row, free_bytes), "kernels": None, "kernel_names": None,
              **dict.fromkeys(NCU_METRICS.values())} for row in plan(cfg, l2_bytes)]
+    if not any(row["status"] == MEASURED for row in rows):  # every point too large for the device
+        return [{**row, **model_columns(row, 64, 64)} for row in rows], pd.DataFrame(columns=KERNEL_COLUMNS)
     plan_path = workdir / "plan.json"
     plan_path.write_text(json.dumps({"random_seed": random_seed, "rows": rows}))
     report = workdir / "profile"
