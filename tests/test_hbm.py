@@ -220,6 +220,7 @@ def test_measure_runs_the_plan_under_ncu_and_fills_every_row(tmp_path, as_if_on_
 def test_measure_without_counter_permission_plans_and_says_why(tmp_path, as_if_on_a_gpu):
     rows, kernels = hbm.measure(CFG, L2, 0, _fake_ncu(tmp_path, "noperm"), tmp_path / "work")
     assert {r["status"] for r in rows} == {hbm.NO_PERMISSION} and kernels.empty
+    assert list(kernels.columns) == hbm.KERNEL_COLUMNS  # kernels.csv keeps its header
 
 
 def test_measure_fails_loudly_when_the_probe_fails(tmp_path, as_if_on_a_gpu):

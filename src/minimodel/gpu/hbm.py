@@ -309,7 +309,7 @@ def measure(cfg: dict, l2_bytes: int, random_seed: int, ncu: str, workdir: str |
     log = run.stdout + run.stderr
     (workdir / "ncu.log").write_text(" ".join(command) + "\n" + log)
     if "ERR_NVGPUCTRPERM" in log:
-        return planned_rows(cfg, l2_bytes, NO_PERMISSION), pd.DataFrame()
+        return planned_rows(cfg, l2_bytes, NO_PERMISSION), pd.DataFrame(columns=KERNEL_COLUMNS)
     if run.returncode != 0:
         raise RuntimeError(f"ncu exited with {run.returncode}:\n{log[-3000:]}")
     table = subprocess.run([ncu, "--import", f"{report}.ncu-rep", "--csv", "--page", "raw",
