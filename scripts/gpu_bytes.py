@@ -18,10 +18,8 @@ with stage(snakemake) as st:
         machine.require_cuda()
     kernels = pd.DataFrame(columns=hbm.KERNEL_COLUMNS)
     ncu = hbm.find_ncu(cfg["ncu"]) if torch.cuda.is_available() else None
-    if not torch.cuda.is_available():
-        rows = hbm.planned_rows(cfg, l2_bytes, hbm.NO_CUDA)
-    elif ncu is None:
-        rows = hbm.planned_rows(cfg, l2_bytes, hbm.NO_NCU)
+    if ncu is None:
+        rows = hbm.planned_rows(cfg, l2_bytes, hbm.NO_NCU if torch.cuda.is_available() else hbm.NO_CUDA)
     else:
         with tempfile.TemporaryDirectory() as work:
             try:

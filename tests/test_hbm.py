@@ -201,7 +201,7 @@ def as_if_on_a_gpu(monkeypatch):
     """measure() as on a GPU with 1 TiB free, the tile of every flash row 64 x 64."""
     import torch
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda *a: (2**40, 2**40))
-    monkeypatch.setattr(hbm, "_flash_config", lambda row, launch_config, torch: (64, 64, False))
+    monkeypatch.setattr(hbm, "_flash_config", lambda row: (64, 64, False))
 
 
 def test_measure_runs_the_plan_under_ncu_and_fills_every_row(tmp_path, as_if_on_a_gpu):

@@ -289,8 +289,6 @@ def measure(cfg: dict, l2_bytes: int, random_seed: int, ncu: str, workdir: str |
     """
     import torch
 
-    from minimodel.kernel import launch_config
-
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     free_bytes, _ = torch.cuda.mem_get_info()
@@ -319,15 +317,20 @@ def measure(cfg: dict, l2_bytes: int, random_seed: int, ncu: str, workdir: str |
     kernels = parse_ncu_csv(table)
     assign(kernels, rows)
     for row in rows:
-        cfg_row = _flash_config(row, launch_config, torch) if row["impl"] == "flash" else None
-        row.update(model_columns(row, *(cfg_row[:2] if cfg_row else (64, 64))))
-        if cfg_row:
-            row.update(cfg_BLOCK_M=cfg_row[0], cfg_BLOCK_N=cfg_row[1], cfg_TMA=cfg_row[2])
+        ran_flash = row["impl"] == "flash" and row["status"] == MEASURED
+        block_m, block_n, tma = _flash_config(row) if ran_flash else (64, 64, None)
+        row.update(model_columns(row, block_m, block_n))
+        if ran_flash:
+            row.update(cfg_BLOCK_M=block_m, cfg_BLOCK_N=block_n, cfg_TMA=tma)
     return rows, kernels
 
 
-def _flash_config(row, launch_config, torch) -> tuple[int, int, bool]:
+def _flash_config(row) -> tuple[int, int, bool]:
     """The tile `flash_attn_forward` chose for the row's shape (as the probe's inputs: contiguous)."""
+    import torch
+
+    from minimodel.kernel import launch_config
+
     q = torch.empty(row["B"], row["H"], row["N"], row["d"], device="cuda", dtype=torch.float16)
     cfg = launch_config(q, q, q, row["causal"])
     return cfg.BLOCK_M, cfg.BLOCK_N, cfg.TMA

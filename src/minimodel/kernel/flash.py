@@ -169,12 +169,12 @@ def _flash_fwd_kernel(
 
 
 @triton.jit
-def _attend_tma(
+def _flash_fwd_kernel_tma(
     desc_q, desc_k, desc_v, desc_o, LSE, qk_scale, H, N, GROUP,
     HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     IS_CAUSAL: tl.constexpr, STORE_LSE: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
 ):
-    """One program of the TMA kernels: tiles moved by 4-D tensor descriptors (rows past N read as 0).
+    """The same algorithm with tiles moved by TMA (4-D descriptors; out-of-range rows read as 0).
 
     The descriptors hold 64-bit strides; the tile coordinates are per dimension, each < 2³¹.
     """
@@ -205,17 +205,6 @@ def _attend_tma(
                  acc.to(desc_o.dtype).reshape(1, 1, BLOCK_M, HEAD_DIM))
     if STORE_LSE:
         _store_lse(LSE, pid_bh, offs_m, m_i, l_i, N, qk_scale)
-
-
-@triton.jit
-def _flash_fwd_kernel_tma(
-    desc_q, desc_k, desc_v, desc_o, LSE, qk_scale, H, N, GROUP,
-    HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    IS_CAUSAL: tl.constexpr, STORE_LSE: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
-):
-    """TMA with descriptors made on the host (`triton.tools.tensor_descriptor`)."""
-    _attend_tma(desc_q, desc_k, desc_v, desc_o, LSE, qk_scale, H, N, GROUP, HEAD_DIM, BLOCK_M,
-                BLOCK_N, IS_CAUSAL, STORE_LSE, WARP_SPECIALIZE)
 
 
 def _tma_ok(*tensors) -> bool:

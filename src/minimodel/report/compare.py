@@ -182,18 +182,33 @@ def _ratios(timing: pd.DataFrame) -> pd.DataFrame:
     return out.stack().rename("ratio").reset_index()
 
 
-def compare_timing(run: Path, ref: Path) -> list[dict]:
+def _device_mismatch(part: str, run: Path, ref: Path, summary: str, measured_key: str,
+                     missing: str, different: str) -> list[dict]:
+    """The one row saying why a GPU part is not comparable, or [] when both ran on one GPU model.
+
+    A side counts as measured when its summary's `measured_key` is truthy; its GPU is "device".
+    """
     devices = []
     for folder in (run, ref):
-        summary = _read(folder, "gpu/timing/timing.json", lambda p: json.loads(p.read_text()))
-        devices.append(summary.get("device") if summary else None)
+        data = _read(folder, summary, lambda p: json.loads(p.read_text())) or {}
+        devices.append(data.get("device") if data.get(measured_key) else None)
     if None in devices:
         side = "run" if devices[0] is None else "reference"
-        return [_row("timing", "every point", "device", devices[0], devices[1], verdict=NOT_COMPARABLE,
-                     reason=f"the {side} had no GPU timing")]
-    if devices[0] != devices[1]:
-        return [_row("timing", "every point", "device", devices[0], devices[1], verdict=NOT_COMPARABLE,
-                     reason="different GPU models: speed ratios do not travel between them")]
+        reason = f"the {side} {missing}"
+    elif devices[0] != devices[1]:
+        reason = different
+    else:
+        return []
+    return [_row(part, "every point", "device", devices[0], devices[1], verdict=NOT_COMPARABLE,
+                 reason=reason)]
+
+
+def compare_timing(run: Path, ref: Path) -> list[dict]:
+    mismatch = _device_mismatch("timing", run, ref, "gpu/timing/timing.json", "device",
+                                "had no GPU timing",
+                                "different GPU models: speed ratios do not travel between them")
+    if mismatch:
+        return mismatch
     a, b = (_ratios(pd.read_csv(folder / "gpu/timing/timing.csv")) for folder in (run, ref))
     point = ["grid", "B", "H", "N", "d", "causal", "metric"]
     rows = []
@@ -209,16 +224,10 @@ def compare_timing(run: Path, ref: Path) -> list[dict]:
 def compare_gpu_bytes(run: Path, ref: Path) -> list[dict]:
     """DRAM reads and bytes stored into the L2 per point, on the same GPU model (writes to DRAM
     depend on what the L2 still holds when a kernel ends: not compared)."""
-    summaries = [_read(folder, "gpu/bytes/bytes.json", lambda p: json.loads(p.read_text()))
-                 for folder in (run, ref)]
-    devices = [(s or {}).get("device") if (s or {}).get("measured") else None for s in summaries]
-    if None in devices:
-        side = "run" if devices[0] is None else "reference"
-        return [_row("gpu bytes", "every point", "device", devices[0], devices[1],
-                     verdict=NOT_COMPARABLE, reason=f"the {side} measured no GPU bytes")]
-    if devices[0] != devices[1]:
-        return [_row("gpu bytes", "every point", "device", devices[0], devices[1],
-                     verdict=NOT_COMPARABLE, reason="different GPU models: caches and bytes differ")]
+    mismatch = _device_mismatch("gpu bytes", run, ref, "gpu/bytes/bytes.json", "measured",
+                                "measured no GPU bytes", "different GPU models: caches and bytes differ")
+    if mismatch:
+        return mismatch
     point = ["regime", "B", "H", "N", "d", "causal", "impl"]
     a, b = (pd.read_csv(folder / "gpu/bytes/bytes.csv") for folder in (run, ref))
     a, b = (t[t["status"] == "measured"].set_index(point) for t in (a, b))
