@@ -37,6 +37,13 @@ ROUND_2_SHAPES = [(128, 128, 4, 3), (128, 64, 8, 3), (128, 128, 8, 3), (128, 64,
 ROUND_3 = [(64, 64, 4, 3, False), (64, 64, 4, 3, True), (64, 64, 4, 2, True), (64, 32, 4, 3, True),
            (128, 128, 4, 3, False), (128, 128, 4, 3, True), (128, 64, 4, 3, True)]
 
+# Round 10: the warp-specialized kernel (one key loop, 2-D descriptors; notes/kernel.md) in the
+# shapes that compile without spilling on sm_90, beside the shipped TMA shapes at both head dims.
+ROUND_10 = [(128, 128, 4, 3, True), (128, 128, 8, 3, True), (64, 64, 4, 3, True)] + [
+    (bm, bn, 4, stages, True, True)
+    for bm, bn, stages in ((128, 128, 2), (128, 64, 2), (128, 64, 3), (128, 64, 4), (64, 64, 3))
+]
+
 # Rounds 4-7 (notes/kernel.md, tune_v4..v7) searched kernel variants that did not pay and were then
 # removed from the kernel: half the exponentials by polynomial, lazy rescaling, split query tiles,
 # the next tile's scores issued before this tile's softmax. Commit 9a6423c runs rounds 4-7 (its
@@ -53,6 +60,8 @@ def candidate_configs(round_: int = 2):
         return [FwdConfig(*c) for c in ROUND_1]
     if round_ == 3:
         return [FwdConfig(*c) for c in ROUND_3]
+    if round_ == 10:
+        return [FwdConfig(*c) for c in ROUND_10]
     return [FwdConfig(bm, bn, w, s, True, ws) for bm, bn, w, s in ROUND_2_SHAPES
             for ws in (False, True)]
 
@@ -116,7 +125,8 @@ def summarize(frame):
     tri = frame[frame.impl == "triton"].dropna(subset=["tflops"])
     best = tri.loc[tri.groupby(key)["tflops"].idxmax()].set_index(key)
     ref = frame[frame.impl != "triton"].pivot_table(index=key, columns="impl", values="tflops")
-    out = best[["BLOCK_M", "BLOCK_N", "num_warps", "num_stages", "TMA", "tflops"]].join(ref)
+    options = [c for c in ("TMA", "WARP_SPECIALIZE") if c in best]
+    out = best[["BLOCK_M", "BLOCK_N", "num_warps", "num_stages", *options, "tflops"]].join(ref)
     out["vs_cudnn"] = out.tflops / out.sdpa_cudnn
     out["vs_fa2"] = out.tflops / out.sdpa_flash
     return pd.DataFrame(out)
@@ -142,8 +152,9 @@ def main(argv=None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", required=True, type=Path, help="folder for tune.csv")
     add_grid_arguments(parser, n=(1024, 4096, 16384))
-    parser.add_argument("--round", type=int, default=2, choices=(1, 2, 3),
-                        help="candidate set; 3 times the seed grid (B=2, H=4, d=64) with naive too")
+    parser.add_argument("--round", type=int, default=2, choices=(1, 2, 3, 10),
+                        help="candidate set; 3 times the seed grid (B=2, H=4, d=64) with naive too; "
+                             "10 the warp-specialized kernel")
     parser.add_argument("--graph", action="store_true",
                         help="time GPU time per call over CUDA-graph replays, not eager calls")
     args = parser.parse_args(argv)
