@@ -65,8 +65,8 @@ def kernel_args(config, shape: tuple[int, int, int, int], causal: bool):
         def rows(n):
             return f"tensordesc<fp16[{n},{d}]>"
         return af._flash_fwd_kernel_ws, dict(
-            desc_q=rows(config.BLOCK_M), desc_k=rows(config.BLOCK_N), desc_v=rows(config.BLOCK_N),
-            O="*fp16", LSE="*fp16", **common)
+            Q="*fp16", stride_q=d, q_rows=B * H * N, desc_k=rows(config.BLOCK_N),
+            desc_v=rows(config.BLOCK_N), O="*fp16", LSE="*fp16", **common)
     if config.TMA:
         def desc(rows):
             return f"tensordesc<fp16[1,1,{rows},{d}]>"

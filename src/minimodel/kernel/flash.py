@@ -15,6 +15,7 @@ Runs on a CUDA device, or on CPU tensors under Triton's interpreter, which the p
 
 from __future__ import annotations
 
+import contextvars
 import math
 
 import torch
@@ -209,7 +210,7 @@ def _flash_fwd_kernel_tma(
 
 @triton.jit
 def _flash_fwd_kernel_ws(
-    desc_q, desc_k, desc_v, O, LSE, qk_scale, H, N, GROUP,
+    Q, stride_q, q_rows, desc_k, desc_v, O, LSE, qk_scale, H, N, GROUP,
     HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     IS_CAUSAL: tl.constexpr, STORE_LSE: tl.constexpr,
 ):
@@ -226,6 +227,10 @@ def _flash_fwd_kernel_ws(
     kv_row = ((pid_bh // H) * (H // GROUP) + (pid_bh % H) // GROUP) * N
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = tl.arange(0, BLOCK_N)
+    # Q's descriptor is made here, not on the host: each consumer warpgroup loads its half of the
+    # query tile, and Triton re-blocks only a descriptor it builds (a host one keeps BLOCK_M rows
+    # and overfills the half-tile buffer)
+    desc_q = tl.make_tensor_descriptor(Q, [q_rows, HEAD_DIM], [stride_q, 1], [BLOCK_M, HEAD_DIM])
     q = desc_q.load([q_row + pid_m * BLOCK_M, 0])
 
     m_i, l_i, acc = _online_softmax_state(BLOCK_M, HEAD_DIM)
@@ -336,6 +341,19 @@ def _validate(Q, K, V) -> None:
                          "pass): call it under torch.no_grad() or pass detached tensors")
 
 
+def _with_scratch(device: torch.device, launch) -> None:
+    """Run `launch` with an allocator for the global scratch a kernel's own tensor descriptors
+    live in, in a copy of the context: a caller's `triton.set_allocator` is left as it was."""
+    def allocate(size: int, alignment: int, stream):
+        return torch.empty(size, dtype=torch.int8, device=device)
+
+    def run():
+        triton.set_allocator(allocate)
+        launch()
+
+    contextvars.copy_context().run(run)
+
+
 def _grid(N: int, batch_heads: int, block_m: int) -> tuple[int]:
     """One program per (query tile, batch·head), all on the grid's x axis (see `_program_ids`)."""
     programs = triton.cdiv(N, block_m) * batch_heads
@@ -382,10 +400,11 @@ def flash_attn_forward(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, causal
             return TensorDescriptor(t, list(t.shape), list(t.stride()), [*[1] * (t.dim() - 2), rows, d])
 
         if cfg.WARP_SPECIALIZE:  # launch_config checked ws_eligible
-            _flash_fwd_kernel_ws[grid](
-                desc(_rows(Q), cfg.BLOCK_M), desc(_rows(K), cfg.BLOCK_N), desc(_rows(V), cfg.BLOCK_N),
+            q = _rows(Q)
+            _with_scratch(Q.device, lambda: _flash_fwd_kernel_ws[grid](
+                q, q.stride(0), q.shape[0], desc(_rows(K), cfg.BLOCK_N), desc(_rows(V), cfg.BLOCK_N),
                 O, LSE, scale * LOG2E, H, N, H // K.shape[1], **common,
-            )
+            ))
         else:
             _flash_fwd_kernel_tma[grid](
                 desc(Q, cfg.BLOCK_M), desc(K, cfg.BLOCK_N), desc(V, cfg.BLOCK_N), desc(O, cfg.BLOCK_M),
