@@ -5,7 +5,7 @@ import tune
 
 
 def test_candidates_keep_the_causal_band_whole():
-    for round_ in (1, 2, 3, 10):
+    for round_ in (1, 2, 3):
         configs = tune.candidate_configs(round_)
         assert configs and all(c.BLOCK_M % c.BLOCK_N == 0 for c in configs)
         assert len(set(configs)) == len(configs)

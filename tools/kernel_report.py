@@ -60,13 +60,8 @@ def kernel_args(config, shape: tuple[int, int, int, int], causal: bool):
 
     B, H, N, d = shape
     common = dict(HEAD_DIM=d, BLOCK_M=config.BLOCK_M, BLOCK_N=config.BLOCK_N, IS_CAUSAL=causal,
-                  STORE_LSE=False, H=H, N=N, GROUP=1, qk_scale=0.125)
-    if config.WARP_SPECIALIZE:
-        def rows(n):
-            return f"tensordesc<fp16[{n},{d}]>"
-        return af._flash_fwd_kernel_ws, dict(
-            Q="*fp16", stride_q=d, q_rows=B * H * N, desc_k=rows(config.BLOCK_N),
-            desc_v=rows(config.BLOCK_N), O="*fp16", LSE="*fp16", **common)
+                  STORE_LSE=False, WARP_SPECIALIZE=config.WARP_SPECIALIZE, H=H, N=N, GROUP=1,
+                  qk_scale=0.125)
     if config.TMA:
         def desc(rows):
             return f"tensordesc<fp16[1,1,{rows},{d}]>"

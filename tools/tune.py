@@ -37,20 +37,14 @@ ROUND_2_SHAPES = [(128, 128, 4, 3), (128, 64, 8, 3), (128, 128, 8, 3), (128, 64,
 ROUND_3 = [(64, 64, 4, 3, False), (64, 64, 4, 3, True), (64, 64, 4, 2, True), (64, 32, 4, 3, True),
            (128, 128, 4, 3, False), (128, 128, 4, 3, True), (128, 64, 4, 3, True)]
 
-# Round 10: the warp-specialized kernel (one key loop, 2-D descriptors; notes/kernel.md) in the
-# shapes that compile without spilling on sm_90, beside the shipped TMA shapes at both head dims.
-ROUND_10 = [(128, 128, 4, 3, True), (128, 128, 8, 3, True), (64, 64, 4, 3, True)] + [
-    (bm, bn, 4, stages, True, True)
-    for bm, bn, stages in ((128, 128, 2), (128, 64, 2), (128, 64, 3))
-]
-
 # Rounds 4-7 (notes/kernel.md, tune_v4..v7) searched kernel variants that did not pay and were then
 # removed from the kernel: half the exponentials by polynomial, lazy rescaling, split query tiles,
 # the next tile's scores issued before this tile's softmax. Commit 9a6423c runs rounds 4-7 (its
 # round 4 without lazy rescaling, which commit e03734b has). Round 8 (tune_v8): tensor descriptors
 # made on the device, with and without warp specialization; commit e810fe4 runs it
 # (`--round 8 --graph`). Round 9 (tune_v9): a persistent grid; commit 415c377 runs it
-# (`--round 9 --graph`).
+# (`--round 9 --graph`). Round 10 (tune_v10): a warp-specialized kernel (one key loop, 2-D
+# descriptors, Q's made on the device); commit cc3997d runs it (`--round 10 --graph`).
 
 
 def candidate_configs(round_: int = 2):
@@ -60,8 +54,6 @@ def candidate_configs(round_: int = 2):
         return [FwdConfig(*c) for c in ROUND_1]
     if round_ == 3:
         return [FwdConfig(*c) for c in ROUND_3]
-    if round_ == 10:
-        return [FwdConfig(*c) for c in ROUND_10]
     return [FwdConfig(bm, bn, w, s, True, ws) for bm, bn, w, s in ROUND_2_SHAPES
             for ws in (False, True)]
 
@@ -152,9 +144,8 @@ def main(argv=None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", required=True, type=Path, help="folder for tune.csv")
     add_grid_arguments(parser, n=(1024, 4096, 16384))
-    parser.add_argument("--round", type=int, default=2, choices=(1, 2, 3, 10),
-                        help="candidate set; 3 times the seed grid (B=2, H=4, d=64) with naive too; "
-                             "10 the warp-specialized kernel")
+    parser.add_argument("--round", type=int, default=2, choices=(1, 2, 3),
+                        help="candidate set; 3 times the seed grid (B=2, H=4, d=64) with naive too")
     parser.add_argument("--graph", action="store_true",
                         help="time GPU time per call over CUDA-graph replays, not eager calls")
     args = parser.parse_args(argv)

@@ -21,8 +21,7 @@ class FwdConfig:
 
     TMA: load tiles through Hopper's tensor-memory accelerator (host-side tensor descriptors)
     instead of per-thread pointer loads; needs compute capability >= 9 and 16-byte aligned strides.
-    WARP_SPECIALIZE (with TMA): let Triton split the key loop into a producer warp and consumer
-    warpgroups (`flash._flash_fwd_kernel_ws`; inputs it cannot take run the default config).
+    WARP_SPECIALIZE: let Triton split the unmasked key loop into producer and consumer warps.
     """
 
     BLOCK_M: int
@@ -31,11 +30,6 @@ class FwdConfig:
     num_stages: int
     TMA: bool = False
     WARP_SPECIALIZE: bool = False
-
-    def __post_init__(self):
-        if self.WARP_SPECIALIZE and not self.TMA:
-            raise ValueError("WARP_SPECIALIZE needs TMA=True: the warp-specialized kernel loads "
-                             "its tiles through tensor descriptors")
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -78,7 +72,7 @@ def portable_config(head_dim: int) -> FwdConfig:
 
 def get_fwd_config(head_dim: int, causal: bool, device_type: str, n: int | None = None,
                    batch_heads: int | None = None, sm_count: int | None = None,
-                   arch: int = HOPPER, warp_specialize: bool = True) -> FwdConfig:
+                   arch: int = HOPPER) -> FwdConfig:
     """The tile configuration for a head dim, causality and problem size on a device.
 
     On Hopper (`arch` 90): the winners of the H200 search in notes/kernel.md, through TMA.

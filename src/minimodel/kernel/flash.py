@@ -15,7 +15,6 @@ Runs on a CUDA device, or on CPU tensors under Triton's interpreter, which the p
 
 from __future__ import annotations
 
-import contextvars
 import math
 
 import torch
@@ -122,7 +121,7 @@ def _flash_fwd_kernel(
     stride_ob, stride_oh, stride_on, stride_od,
     H, N, GROUP,
     HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    IS_CAUSAL: tl.constexpr, STORE_LSE: tl.constexpr,
+    IS_CAUSAL: tl.constexpr, STORE_LSE: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
 ):
     """Pointer loads with real strides: any layout, any device Triton runs on.
 
@@ -146,7 +145,7 @@ def _flash_fwd_kernel(
 
     m_i, l_i, acc = _online_softmax_state(BLOCK_M, HEAD_DIM)
     lo, hi = _kv_range(pid_m, N, BLOCK_M, BLOCK_N, IS_CAUSAL)
-    for start_n in range(0, lo, BLOCK_N):
+    for start_n in tl.range(0, lo, BLOCK_N, warp_specialize=WARP_SPECIALIZE):
         start_n = tl.multiple_of(start_n, BLOCK_N)
         row = tl.cast(start_n, tl.int64)
         kt = tl.load(kt_ptrs + row * stride_kn)
@@ -173,7 +172,7 @@ def _flash_fwd_kernel(
 def _flash_fwd_kernel_tma(
     desc_q, desc_k, desc_v, desc_o, LSE, qk_scale, H, N, GROUP,
     HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    IS_CAUSAL: tl.constexpr, STORE_LSE: tl.constexpr,
+    IS_CAUSAL: tl.constexpr, STORE_LSE: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
 ):
     """The same algorithm with tiles moved by TMA (4-D descriptors; out-of-range rows read as 0).
 
@@ -189,7 +188,7 @@ def _flash_fwd_kernel_tma(
 
     m_i, l_i, acc = _online_softmax_state(BLOCK_M, HEAD_DIM)
     lo, hi = _kv_range(pid_m, N, BLOCK_M, BLOCK_N, IS_CAUSAL)
-    for start_n in range(0, lo, BLOCK_N):
+    for start_n in tl.range(0, lo, BLOCK_N, warp_specialize=WARP_SPECIALIZE):
         start_n = tl.multiple_of(start_n, BLOCK_N)
         kt = desc_k.load([b, h_kv, start_n, 0]).reshape(BLOCK_N, HEAD_DIM).T
         v = desc_v.load([b, h_kv, start_n, 0]).reshape(BLOCK_N, HEAD_DIM)
@@ -208,81 +207,19 @@ def _flash_fwd_kernel_tma(
         _store_lse(LSE, pid_bh, offs_m, m_i, l_i, N, qk_scale)
 
 
-@triton.jit
-def _flash_fwd_kernel_ws(
-    Q, stride_q, q_rows, desc_k, desc_v, O, LSE, qk_scale, H, N, GROUP,
-    HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    IS_CAUSAL: tl.constexpr, STORE_LSE: tl.constexpr,
-):
-    """The TMA kernel with its key loop warp-specialized: Triton gives the loop a producer warp
-    that issues the loads and two consumer warpgroups, each with half the query tile (Hopper).
-
-    Triton 3.6 compiles that split only for a kernel with one key loop, tiles read through 2-D
-    descriptors and the output stored through pointers. So Q, K, V are read as the rows of
-    (B·H·N, d) matrices, N is a multiple of BLOCK_N (no key tile reaches into the next head),
-    and when causal every tile is masked, not only the diagonal band (`ws_eligible`).
-    """
-    pid_m, pid_bh = _program_ids(N, BLOCK_M, IS_CAUSAL)
-    q_row = pid_bh * N  # < 2³¹: B·H·N rows, checked by ws_eligible
-    kv_row = ((pid_bh // H) * (H // GROUP) + (pid_bh % H) // GROUP) * N
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_n = tl.arange(0, BLOCK_N)
-    # Q's descriptor is made here, not on the host: each consumer warpgroup loads its half of the
-    # query tile, and Triton re-blocks only a descriptor it builds (a host one keeps BLOCK_M rows
-    # and overfills the half-tile buffer)
-    desc_q = tl.make_tensor_descriptor(Q, [q_rows, HEAD_DIM], [stride_q, 1], [BLOCK_M, HEAD_DIM])
-    q = desc_q.load([q_row + pid_m * BLOCK_M, 0])
-
-    m_i, l_i, acc = _online_softmax_state(BLOCK_M, HEAD_DIM)
-    if IS_CAUSAL:
-        hi = tl.minimum((pid_m + 1) * BLOCK_M, N)
-    else:
-        hi = N
-    for start_n in tl.range(0, hi, BLOCK_N, warp_specialize=True):
-        start_n = tl.multiple_of(start_n, BLOCK_N)
-        kt = desc_k.load([kv_row + start_n, 0]).T
-        v = desc_v.load([kv_row + start_n, 0])
-        acc, l_i, m_i = _softmax_step(acc, l_i, m_i, q, kt, v, start_n + offs_n, offs_m, N,
-                                      qk_scale, IS_CAUSAL, IS_CAUSAL)
-
-    acc = acc / l_i[:, None]
-    rows = q_row.to(tl.int64) + offs_m  # O is contiguous (B, H, N, d), allocated by the caller
-    o_ptrs = O + rows[:, None] * HEAD_DIM + tl.arange(0, HEAD_DIM)[None, :]
-    tl.store(o_ptrs, acc.to(O.dtype.element_ty), mask=offs_m[:, None] < N)
-    if STORE_LSE:
-        _store_lse(LSE, pid_bh, offs_m, m_i, l_i, N, qk_scale)
-
-
-def _rows(t: torch.Tensor) -> torch.Tensor | None:
-    """(B, H, N, d) as the rows of a (B·H·N, d) matrix without a copy, or None where no view is."""
-    try:
-        return t.view(-1, t.shape[-1])
-    except RuntimeError:  # heads or batches not spaced N rows apart (e.g. a (B, N, H, d) transpose)
-        return None
-
-
-def ws_eligible(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, config: FwdConfig) -> bool:
-    """Whether `_flash_fwd_kernel_ws` can run this call: TMA-readable rows of one matrix per
-    tensor, fewer than 2³¹ of them (32-bit tile coordinates), and N a multiple of BLOCK_N."""
-    N = Q.shape[2]
-    rows = [_rows(t) for t in (Q, K, V)]
-    return (N % config.BLOCK_N == 0 and all(r is not None and r.shape[0] < 2**31 for r in rows)
-            and _tma_ok(*rows))
-
-
 def _tma_ok(*tensors) -> bool:
     """TMA needs unit stride on d and every other stride a multiple of 16 bytes."""
     return all(t.stride(-1) == 1 and all((s * t.element_size()) % 16 == 0 for s in t.stride()[:-1])
                and t.data_ptr() % 16 == 0 for t in tensors)
 
 
-def default_config(Q: torch.Tensor, causal: bool, warp_specialize: bool = True) -> FwdConfig:
+def default_config(Q: torch.Tensor, causal: bool) -> FwdConfig:
     """The configuration `flash_attn_forward` chooses for Q of shape (B, H, N, d) when none is given."""
     B, H, N, d = Q.shape
     if Q.device.type != "cuda":
         return get_fwd_config(d, causal, Q.device.type)
     return get_fwd_config(d, causal, "cuda", N, B * H, sm_count(Q.device.index or 0),
-                          device_arch(Q.device), warp_specialize)
+                          device_arch(Q.device))
 
 
 def launch_config(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, causal: bool,
@@ -296,11 +233,7 @@ def launch_config(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, causal: boo
     if not cfg.TMA:
         return cfg
     tma_hardware = Q.device.type == "cpu" or device_arch(Q.device) >= HOPPER  # the interpreter has it
-    if not (tma_hardware and _tma_ok(Q, K, V)):
-        return portable_config(Q.shape[-1])
-    if cfg.WARP_SPECIALIZE and not ws_eligible(Q, K, V, cfg):
-        return default_config(Q, causal, warp_specialize=False)
-    return cfg
+    return cfg if tma_hardware and _tma_ok(Q, K, V) else portable_config(Q.shape[-1])
 
 
 def _validate(Q, K, V) -> None:
@@ -341,19 +274,6 @@ def _validate(Q, K, V) -> None:
                          "pass): call it under torch.no_grad() or pass detached tensors")
 
 
-def _with_scratch(device: torch.device, launch) -> None:
-    """Run `launch` with an allocator for the global scratch a kernel's own tensor descriptors
-    live in, in a copy of the context: a caller's `triton.set_allocator` is left as it was."""
-    def allocate(size: int, alignment: int, stream):
-        return torch.empty(size, dtype=torch.int8, device=device)
-
-    def run():
-        triton.set_allocator(allocate)
-        launch()
-
-    contextvars.copy_context().run(run)
-
-
 def _grid(N: int, batch_heads: int, block_m: int) -> tuple[int]:
     """One program per (query tile, batch·head), all on the grid's x axis (see `_program_ids`)."""
     programs = triton.cdiv(N, block_m) * batch_heads
@@ -392,24 +312,18 @@ def flash_attn_forward(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, causal
     cfg = launch_config(Q, K, V, causal, config)
     grid = _grid(N, B * H, cfg.BLOCK_M)
     common = dict(HEAD_DIM=d, BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, IS_CAUSAL=bool(causal),
-                  STORE_LSE=bool(return_lse), num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+                  STORE_LSE=bool(return_lse), WARP_SPECIALIZE=cfg.WARP_SPECIALIZE,
+                  num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     if cfg.TMA:
         from triton.tools.tensor_descriptor import TensorDescriptor
 
         def desc(t, rows):
-            return TensorDescriptor(t, list(t.shape), list(t.stride()), [*[1] * (t.dim() - 2), rows, d])
+            return TensorDescriptor(t, list(t.shape), list(t.stride()), [1, 1, rows, d])
 
-        if cfg.WARP_SPECIALIZE:  # launch_config checked ws_eligible
-            q = _rows(Q)
-            _with_scratch(Q.device, lambda: _flash_fwd_kernel_ws[grid](
-                q, q.stride(0), q.shape[0], desc(_rows(K), cfg.BLOCK_N), desc(_rows(V), cfg.BLOCK_N),
-                O, LSE, scale * LOG2E, H, N, H // K.shape[1], **common,
-            ))
-        else:
-            _flash_fwd_kernel_tma[grid](
-                desc(Q, cfg.BLOCK_M), desc(K, cfg.BLOCK_N), desc(V, cfg.BLOCK_N), desc(O, cfg.BLOCK_M),
-                LSE, scale * LOG2E, H, N, H // K.shape[1], **common,
-            )
+        _flash_fwd_kernel_tma[grid](
+            desc(Q, cfg.BLOCK_M), desc(K, cfg.BLOCK_N), desc(V, cfg.BLOCK_N), desc(O, cfg.BLOCK_M),
+            LSE, scale * LOG2E, H, N, H // K.shape[1], **common,
+        )
     else:
         _flash_fwd_kernel[grid](
             Q, K, V, O, LSE, scale * LOG2E,
