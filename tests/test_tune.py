@@ -5,8 +5,9 @@ import tune
 
 
 def test_candidates_keep_the_causal_band_whole():
-    for round_ in (1, 2, 3):
-        configs = tune.candidate_configs(round_)
+    rounds = [tune.candidate_configs(r) for r in (1, 2, 3)]
+    rounds += [tune.candidate_configs(11, d) for d in (64, 128)]
+    for configs in rounds:
         assert configs and all(c.BLOCK_M % c.BLOCK_N == 0 for c in configs)
         assert len(set(configs)) == len(configs)
 

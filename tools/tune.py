@@ -37,6 +37,15 @@ ROUND_2_SHAPES = [(128, 128, 4, 3), (128, 64, 8, 3), (128, 128, 8, 3), (128, 64,
 ROUND_3 = [(64, 64, 4, 3, False), (64, 64, 4, 3, True), (64, 64, 4, 2, True), (64, 32, 4, 3, True),
            (128, 128, 4, 3, False), (128, 128, 4, 3, True), (128, 64, 4, 3, True)]
 
+# Round 11: registers capped at 128 per thread so that two 8-warp programs share a multiprocessor
+# (the shipped d = 128 and d = 64 shapes keep one: 188 and 253 registers), per head dim.
+ROUND_11 = {
+    128: [(128, 128, 8, 3, True), (64, 64, 4, 3, True), (128, 64, 8, 2, True, False, 128),
+          (128, 64, 8, 2, True)],
+    64: [(128, 128, 4, 3, True), (64, 64, 4, 3, True), (128, 128, 8, 2, True, False, 128),
+         (128, 64, 8, 3, True, False, 128), (128, 128, 8, 2, True)],
+}
+
 # Rounds 4-7 (notes/kernel.md, tune_v4..v7) searched kernel variants that did not pay and were then
 # removed from the kernel: half the exponentials by polynomial, lazy rescaling, split query tiles,
 # the next tile's scores issued before this tile's softmax. Commit 9a6423c runs rounds 4-7 (its
@@ -47,9 +56,12 @@ ROUND_3 = [(64, 64, 4, 3, False), (64, 64, 4, 3, True), (64, 64, 4, 2, True), (6
 # descriptors, Q's made on the device); commit cc3997d runs it (`--round 10 --graph`).
 
 
-def candidate_configs(round_: int = 2):
+def candidate_configs(round_: int = 2, head_dim: int | None = None):
+    """The candidate set of a round; round 11's depends on the head dim."""
     from minimodel.kernel import FwdConfig
 
+    if round_ == 11:
+        return [FwdConfig(*c) for c in ROUND_11[head_dim]]
     if round_ == 1:
         return [FwdConfig(*c) for c in ROUND_1]
     if round_ == 3:
@@ -117,7 +129,7 @@ def summarize(frame):
     tri = frame[frame.impl == "triton"].dropna(subset=["tflops"])
     best = tri.loc[tri.groupby(key)["tflops"].idxmax()].set_index(key)
     ref = frame[frame.impl != "triton"].pivot_table(index=key, columns="impl", values="tflops")
-    options = [c for c in ("TMA", "WARP_SPECIALIZE") if c in best]
+    options = [c for c in ("TMA", "WARP_SPECIALIZE", "MAXNREG") if c in best]
     out = best[["BLOCK_M", "BLOCK_N", "num_warps", "num_stages", *options, "tflops"]].join(ref)
     out["vs_cudnn"] = out.tflops / out.sdpa_cudnn
     out["vs_fa2"] = out.tflops / out.sdpa_flash
@@ -144,8 +156,9 @@ def main(argv=None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", required=True, type=Path, help="folder for tune.csv")
     add_grid_arguments(parser, n=(1024, 4096, 16384))
-    parser.add_argument("--round", type=int, default=2, choices=(1, 2, 3),
-                        help="candidate set; 3 times the seed grid (B=2, H=4, d=64) with naive too")
+    parser.add_argument("--round", type=int, default=2, choices=(1, 2, 3, 11),
+                        help="candidate set; 3 times the seed grid (B=2, H=4, d=64) with naive too; "
+                             "11 register-capped shapes (d = 64 and 128 only)")
     parser.add_argument("--graph", action="store_true",
                         help="time GPU time per call over CUDA-graph replays, not eager calls")
     args = parser.parse_args(argv)
@@ -169,8 +182,17 @@ def main(argv=None) -> int:
     def save(rows):  # after every point, so a run cut short keeps what it measured
         write_csv(args.out / "tune.csv", pd.DataFrame(rows))
 
-    frame = pd.DataFrame(run(points, candidate_configs(args.round), baselines=baselines,
-                             on_point=save, graph=args.graph))
+    if args.round == 11:
+        rows = []
+        for d in args.d:
+            def save_d(new, done=rows):
+                save(done + new)
+            rows += run([p for p in points if p[3] == d], candidate_configs(11, d),
+                        baselines=baselines, on_point=save_d, graph=args.graph)
+    else:
+        rows = run(points, candidate_configs(args.round), baselines=baselines, on_point=save,
+                   graph=args.graph)
+    frame = pd.DataFrame(rows)
     with pd.option_context("display.width", 200, "display.max_columns", 20):
         print(summarize(frame).round(3).to_string())
     return 0

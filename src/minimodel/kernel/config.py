@@ -22,6 +22,8 @@ class FwdConfig:
     TMA: load tiles through Hopper's tensor-memory accelerator (host-side tensor descriptors)
     instead of per-thread pointer loads; needs compute capability >= 9 and 16-byte aligned strides.
     WARP_SPECIALIZE: let Triton split the unmasked key loop into producer and consumer warps.
+    MAXNREG: cap on registers per thread (None: the compiler's choice); a cap lets more programs
+    share a multiprocessor, e.g. two 8-warp programs at 128 registers.
     """
 
     BLOCK_M: int
@@ -30,6 +32,7 @@ class FwdConfig:
     num_stages: int
     TMA: bool = False
     WARP_SPECIALIZE: bool = False
+    MAXNREG: int | None = None
 
     def as_dict(self) -> dict:
         return asdict(self)

@@ -314,6 +314,8 @@ def flash_attn_forward(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, causal
     common = dict(HEAD_DIM=d, BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, IS_CAUSAL=bool(causal),
                   STORE_LSE=bool(return_lse), WARP_SPECIALIZE=cfg.WARP_SPECIALIZE,
                   num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+    if cfg.MAXNREG:
+        common["maxnreg"] = cfg.MAXNREG
     if cfg.TMA:
         from triton.tools.tensor_descriptor import TensorDescriptor
 
