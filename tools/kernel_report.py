@@ -88,8 +88,10 @@ def compile_cubin(config, shape, causal: bool, arch: int = 90):
     kernel, args = kernel_args(config, shape, causal)
     signature, constants, attrs = _signature(kernel, args)
     source = ASTSource(kernel, signature, constants, attrs)
-    return triton.compile(source, target=GPUTarget("cuda", arch, 32),
-                          options={"num_warps": config.num_warps, "num_stages": config.num_stages})
+    options = {"num_warps": config.num_warps, "num_stages": config.num_stages}
+    if config.MAXNREG:
+        options["maxnreg"] = config.MAXNREG
+    return triton.compile(source, target=GPUTarget("cuda", arch, 32), options=options)
 
 
 def _cuobjdump(cubin: bytes, flag: str) -> str:

@@ -102,7 +102,11 @@ def get_fwd_config(head_dim: int, causal: bool, device_type: str, n: int | None 
         # short causal rows: small tiles, more programs (d = 128, N = 1024: 0.85x cuDNN against
         # 0.80x with 128 x 128, tune round 8)
         return FwdConfig(64, 64, 4, 3, TMA=True)
-    if head_dim <= 64:
+    if head_dim == 64:
+        # capped at 128 registers two 8-warp programs share a multiprocessor: 0.92-0.95x cuDNN
+        # against 0.91-0.92x for one 4-warp program at 253 registers (tune round 11)
+        return FwdConfig(128, 128, 8, 2, TMA=True, MAXNREG=128)
+    if head_dim < 64:
         return FwdConfig(128, 128, 4, 3, TMA=True)
     # 128 x 64 with 4 warps was 2-5 % faster up to N = 2048 but spills 72-104 bytes; with 8 warps
     # it does not spill and ran at 0.58-0.63x cuDNN (notes/kernel.md)
