@@ -52,6 +52,16 @@ def test_shipped_configs_compile_for_hopper_and_fit(tmp_path):
     assert (frame["instructions"] > frame[["mufu", "ffma", "fmul", "fadd", "hgmma"]].sum(axis=1)).all()
 
 
+def test_a_register_cap_is_compiled_in(tmp_path):
+    # 128 x 128, 8 warps at d = 64 takes 155 registers uncapped; two programs per multiprocessor
+    # need at most 128 (65,536 registers for 512 threads)
+    args = ("--d", "64", "--n", "4096", "--config", "128", "128", "8", "2", "--tma")
+    free = run_report(tmp_path, *args)
+    capped = run_report(tmp_path, *args, "--maxnreg", "128")
+    assert (free["registers"] > 128).all()
+    assert (capped["registers"] <= 128).all() and (capped["spill_stack_bytes"] == 0).all()
+
+
 def test_a_config_over_the_shared_memory_limit_is_reported(tmp_path):
     frame = run_report(tmp_path, "--d", "128", "--n", "4096", "--config", "128", "128", "8", "4", "--tma")
     assert not frame["fits_shared"].any()

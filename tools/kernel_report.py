@@ -2,6 +2,7 @@
 
     python tools/kernel_report.py                          # the configs shipped for FlashAttention's grid
     python tools/kernel_report.py --d 128 --config 128 128 8 4 --tma   # one config of your own
+    python tools/kernel_report.py --d 64 --config 128 128 8 2 --tma --maxnreg 128
     python tools/kernel_report.py --policy --arch 80       # every config the policy can pick on sm_80
 
 Each kernel of `minimodel.kernel.flash` is compiled for sm_90 (the H100/H200) exactly as a
@@ -163,6 +164,7 @@ def main(argv=None) -> int:
     parser.add_argument("--config", type=int, nargs=4, metavar=("BLOCK_M", "BLOCK_N", "WARPS", "STAGES"),
                         help="report this configuration instead of the shipped ones")
     parser.add_argument("--tma", action="store_true", help="with --config: load through TMA")
+    parser.add_argument("--maxnreg", type=int, help="with --config: cap registers per thread")
     parser.add_argument("--arch", type=int, default=90, choices=sorted(SMS),
                         help="compute capability to compile for (80 A100, 86/89 Ampere/Ada consumer and "
                              "L40S, 90 H100/H200)")
@@ -181,7 +183,7 @@ def main(argv=None) -> int:
         for causal in (False, True):
             for n in args.n:
                 shape = grid_shape(n, d, args)
-                cfg = (FwdConfig(*args.config, TMA=args.tma) if args.config else
+                cfg = (FwdConfig(*args.config, TMA=args.tma, MAXNREG=args.maxnreg) if args.config else
                        get_fwd_config(d, causal, "cuda", n, shape[0] * shape[1], args.sms, args.arch))
                 key = (cfg, d, causal)
                 if key not in seen:  # the same kernel serves many N: compile it once
