@@ -57,7 +57,7 @@ ROUND_11 = {
 
 
 def candidate_configs(round_: int = 2, head_dim: int | None = None):
-    """The candidate set of a round; round 11's depends on the head dim."""
+    """The candidate set of a round at a head dim (only round 11's depends on it)."""
     from minimodel.kernel import FwdConfig
 
     if round_ == 11:
@@ -108,12 +108,13 @@ def tune_point(B, H, N, d, causal, configs, warmup_ms=25, rep_ms=100,
     return rows
 
 
-def run(points, configs, warmup_ms=25, rep_ms=100, progress=sys.stderr,
+def run(points, configs_for, warmup_ms=25, rep_ms=100, progress=sys.stderr,
         baselines=("sdpa_cudnn", "sdpa_flash"), on_point=None, graph=False) -> list[dict]:
-    """Every point in turn; `on_point(rows)` sees the rows so far after each (to save them)."""
+    """Every point (B, H, N, d, causal) in turn with the configs `configs_for(d)`;
+    `on_point(rows)` sees the rows so far after each (to save them)."""
     rows = []
     for point in points:
-        rows += tune_point(*point, configs, warmup_ms, rep_ms, baselines, graph)
+        rows += tune_point(*point, configs_for(point[3]), warmup_ms, rep_ms, baselines, graph)
         torch.cuda.empty_cache()
         print(f"done B,H,N,d,causal = {point}", file=progress, flush=True)
         if on_point:
@@ -162,6 +163,8 @@ def main(argv=None) -> int:
     parser.add_argument("--graph", action="store_true",
                         help="time GPU time per call over CUDA-graph replays, not eager calls")
     args = parser.parse_args(argv)
+    if args.round == 11 and set(args.d) - set(ROUND_11):
+        parser.error(f"round 11 has candidates for --d {sorted(ROUND_11)} only, got {args.d}")
     if not torch.cuda.is_available():
         print("tuning needs a CUDA device", file=sys.stderr)
         return 2
@@ -182,17 +185,8 @@ def main(argv=None) -> int:
     def save(rows):  # after every point, so a run cut short keeps what it measured
         write_csv(args.out / "tune.csv", pd.DataFrame(rows))
 
-    if args.round == 11:
-        rows = []
-        for d in args.d:
-            def save_d(new, done=rows):
-                save(done + new)
-            rows += run([p for p in points if p[3] == d], candidate_configs(11, d),
-                        baselines=baselines, on_point=save_d, graph=args.graph)
-    else:
-        rows = run(points, candidate_configs(args.round), baselines=baselines, on_point=save,
-                   graph=args.graph)
-    frame = pd.DataFrame(rows)
+    frame = pd.DataFrame(run(points, lambda d: candidate_configs(args.round, d),
+                             baselines=baselines, on_point=save, graph=args.graph))
     with pd.option_context("display.width", 200, "display.max_columns", 20):
         print(summarize(frame).round(3).to_string())
     return 0
