@@ -24,6 +24,9 @@ class FwdConfig:
     WARP_SPECIALIZE: let Triton split the unmasked key loop into producer and consumer warps.
     MAXNREG: cap on registers per thread (None: the compiler's choice); a cap lets more programs
     share a multiprocessor, e.g. two 8-warp programs at 128 registers.
+    GLUON: run the Gluon kernel for Hopper (`minimodel.kernel.hopper`) instead of the tl kernel:
+    a producer warp and CONSUMERS warpgroups, each owning BLOCK_M // CONSUMERS query rows, with
+    num_stages K/V buffers; PINGPONG makes the consumers take turns on the tensor cores.
     """
 
     BLOCK_M: int
@@ -33,6 +36,14 @@ class FwdConfig:
     TMA: bool = False
     WARP_SPECIALIZE: bool = False
     MAXNREG: int | None = None
+    GLUON: bool = False
+    CONSUMERS: int = 1
+    PINGPONG: bool = False
+
+    @property
+    def path(self) -> str:
+        """Which kernel runs: "gluon" (Hopper only) or "tl" (every device, and the interpreter)."""
+        return "gluon" if self.GLUON else "tl"
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -73,10 +84,34 @@ def portable_config(head_dim: int) -> FwdConfig:
     return FwdConfig(64, 32, 8, 2)
 
 
+# Head dims the Gluon kernel (minimodel.kernel.hopper) is built and checked for.
+GLUON_HEAD_DIMS = (64, 128)
+
+
+def gluon_config(head_dim: int, causal: bool) -> FwdConfig:
+    """The Gluon kernel's configuration on Hopper: two consumer warpgroups of 64 query rows each,
+    128-key tiles, two K/V stages, taking turns on the tensor cores."""
+    return FwdConfig(128, 128, 4, 2, TMA=True, GLUON=True, CONSUMERS=2, PINGPONG=True)
+
+
 def get_fwd_config(head_dim: int, causal: bool, device_type: str, n: int | None = None,
                    batch_heads: int | None = None, sm_count: int | None = None,
                    arch: int = HOPPER) -> FwdConfig:
-    """The tile configuration for a head dim, causality and problem size on a device.
+    """The configuration for a head dim, causality and problem size on a device.
+
+    On Hopper, the Gluon kernel for the head dims it is built for (`gluon_config`); everything
+    else, the interpreter included, takes the tl kernel (`tl_config`). `launch_config` falls
+    back to the tl kernel's choice where the inputs are ones the Gluon kernel cannot read.
+    """
+    if device_type == "cuda" and arch == HOPPER and head_dim in GLUON_HEAD_DIMS:
+        return gluon_config(head_dim, causal)
+    return tl_config(head_dim, causal, device_type, n, batch_heads, sm_count, arch)
+
+
+def tl_config(head_dim: int, causal: bool, device_type: str, n: int | None = None,
+                   batch_heads: int | None = None, sm_count: int | None = None,
+                   arch: int = HOPPER) -> FwdConfig:
+    """The tl kernel's tile configuration for a head dim, causality and problem size on a device.
 
     On Hopper (`arch` 90): the winners of the H200 search in notes/kernel.md, through TMA.
     When causal 128-row query tiles would give fewer than two programs per multiprocessor (the

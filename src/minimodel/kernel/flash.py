@@ -28,6 +28,7 @@ from minimodel.kernel.config import (
     get_fwd_config,
     portable_config,
     sm_count,
+    tl_config,
 )
 
 SUPPORTED_HEAD_DIMS = (16, 32, 64, 128, 256)
@@ -213,13 +214,25 @@ def _tma_ok(*tensors) -> bool:
                and t.data_ptr() % 16 == 0 for t in tensors)
 
 
-def default_config(Q: torch.Tensor, causal: bool) -> FwdConfig:
-    """The configuration `flash_attn_forward` chooses for Q of shape (B, H, N, d) when none is given."""
+def _policy_args(Q: torch.Tensor, causal: bool) -> tuple:
     B, H, N, d = Q.shape
     if Q.device.type != "cuda":
-        return get_fwd_config(d, causal, Q.device.type)
-    return get_fwd_config(d, causal, "cuda", N, B * H, sm_count(Q.device.index or 0),
-                          device_arch(Q.device))
+        return d, causal, Q.device.type
+    return d, causal, "cuda", N, B * H, sm_count(Q.device.index or 0), device_arch(Q.device)
+
+
+def default_config(Q: torch.Tensor, causal: bool) -> FwdConfig:
+    """The configuration `flash_attn_forward` chooses for Q of shape (B, H, N, d) when none is given."""
+    return get_fwd_config(*_policy_args(Q, causal))
+
+
+def _gluon_ok(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor) -> bool:
+    """The Gluon kernel runs compiled on Hopper only (it has no interpreter), on inputs it can read."""
+    if INTERPRETED or Q.device.type != "cuda" or device_arch(Q.device) != HOPPER:
+        return False
+    from minimodel.kernel import hopper  # Gluon is imported only where it can run
+
+    return hopper.supports(Q, K, V)
 
 
 def launch_config(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, causal: bool,
@@ -227,9 +240,13 @@ def launch_config(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, causal: boo
     """The configuration a call really runs: `config` or the default, with TMA only where it can be.
 
     TMA needs compute capability 9 and 16-byte aligned strides and base addresses; without them a
-    TMA configuration runs as `portable_config`. Recorded with every correctness and timing row.
+    TMA configuration runs as `portable_config`. A Gluon configuration needs Hopper, compiled,
+    and inputs `hopper.supports`; elsewhere the tl kernel's choice runs (`tl_config`).
+    Recorded with every correctness and timing row (`path` says which kernel).
     """
     cfg = config or default_config(Q, causal)
+    if cfg.GLUON:
+        return cfg if _gluon_ok(Q, K, V) else launch_config(Q, K, V, causal, tl_config(*_policy_args(Q, causal)))
     if not cfg.TMA:
         return cfg
     tma_hardware = Q.device.type == "cpu" or device_arch(Q.device) >= HOPPER  # the interpreter has it
@@ -314,6 +331,11 @@ def flash_attn_forward(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, causal
     common = dict(HEAD_DIM=d, BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, IS_CAUSAL=bool(causal),
                   STORE_LSE=bool(return_lse), WARP_SPECIALIZE=cfg.WARP_SPECIALIZE,
                   num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+    if cfg.GLUON:
+        from minimodel.kernel import hopper
+
+        hopper.launch(Q, K, V, O, LSE, scale * LOG2E, cfg, causal, return_lse)
+        return (O, LSE) if return_lse else O
     if cfg.MAXNREG:
         common["maxnreg"] = cfg.MAXNREG
     if cfg.TMA:
