@@ -24,6 +24,7 @@ import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
     mbarrier,
     tma,
     warpgroup_mma,
@@ -49,7 +50,7 @@ def _kv_tiles(pid_m, N, BLOCK_Q: gl.constexpr, BLOCK_N: gl.constexpr, IS_CAUSAL:
 
 
 @gluon.jit
-def _load(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, k_ready, v_ready, kv_empty,
+def _load(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, k_ready, v_ready, k_empty, v_empty,
           b, h, h_kv, pid_m, N, CONSUMERS: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
           IS_CAUSAL: gl.constexpr):
     """Producer: each consumer's Q rows once, then K and V of each key tile into stage
@@ -67,9 +68,11 @@ def _load(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, k_ready, v_re
     _, total = _kv_tiles(pid_m, N, BLOCK_Q, BLOCK_N, IS_CAUSAL)
     for j in range(total):
         s = j % STAGES
-        mbarrier.wait(kv_empty.index(s), ((j // STAGES) & 1) ^ 1)  # first pass: free already
+        free = ((j // STAGES) & 1) ^ 1  # on the first pass the fresh barriers count as free
+        mbarrier.wait(k_empty.index(s), free)
         mbarrier.expect(k_ready.index(s), k_desc.block_type.nbytes)
         tma.async_copy_global_to_shared(k_desc, [b, h_kv, j * BLOCK_N, 0], k_ready.index(s), k_smem.index(s))
+        mbarrier.wait(v_empty.index(s), free)
         mbarrier.expect(v_ready.index(s), v_desc.block_type.nbytes)
         tma.async_copy_global_to_shared(v_desc, [b, h_kv, j * BLOCK_N, 0], v_ready.index(s), v_smem.index(s))
 
@@ -105,8 +108,8 @@ def _pass_turn(turns, WG: gl.constexpr, CONSUMERS: gl.constexpr, PINGPONG: gl.co
 
 
 @gluon.jit
-def _consume(q_smem, k_smem, v_smem, q_ready, k_ready, v_ready, kv_empty, turns, o_ptr, lse_ptr,
-             pid_m, pid_bh, N, qk_scale, WG: gl.constexpr, CONSUMERS: gl.constexpr,
+def _consume(q_smem, k_smem, v_smem, q_ready, k_ready, v_ready, k_empty, v_empty, turns, o_desc, lse_ptr,
+             b, h, pid_m, pid_bh, N, qk_scale, WG: gl.constexpr, CONSUMERS: gl.constexpr,
              BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr,
              IS_CAUSAL: gl.constexpr, PINGPONG: gl.constexpr, STORE_LSE: gl.constexpr):
     """Consumer warpgroup WG: rows [WG·BLOCK_M, (WG+1)·BLOCK_M) of the query tile.
@@ -125,19 +128,21 @@ def _consume(q_smem, k_smem, v_smem, q_ready, k_ready, v_ready, kv_empty, turns,
     full, total = _kv_tiles(pid_m, N, BLOCK_Q, BLOCK_N, IS_CAUSAL)
     rows = pid_m * BLOCK_Q + WG * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, s_layout))
     q = q_smem.index(WG)
-    zeros = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout)
     mbarrier.wait(q_ready, 0)
 
     # step 0: QKᵀ of the first key tile alone (every row sees key 0: its maximum is finite)
     mbarrier.wait(k_ready.index(0), 0)
     _wait_turn(turns, 0, WG, PINGPONG)
-    s = warpgroup_mma(q, k_smem.index(0).permute((1, 0)), zeros, use_acc=False, is_async=True)
+    s = warpgroup_mma(q, k_smem.index(0).permute((1, 0)), gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout),
+                      use_acc=False, is_async=True)
     _pass_turn(turns, WG, CONSUMERS, PINGPONG)
     s = warpgroup_mma_wait(0, deps=[s])
+    mbarrier.arrive(k_empty.index(0), count=1)
     s = _mask(s, 0, full, rows, N, BLOCK_N, IS_CAUSAL)
     m_i = gl.max(s, 1)
     p = gl.exp2((s - gl.expand_dims(m_i, 1)) * qk_scale)
     l_i = gl.sum(p, 1)
+    alpha = gl.full([BLOCK_M], 1.0, gl.float32, gl.SliceLayout(1, s_layout))
     acc = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, o_layout)
 
     for j in range(1, total):
@@ -146,11 +151,15 @@ def _consume(q_smem, k_smem, v_smem, q_ready, k_ready, v_ready, kv_empty, turns,
         p16 = gl.convert_layout(p.to(dtype), p_layout)
         mbarrier.wait(k_ready.index(st), (j // STAGES) & 1)
         _wait_turn(turns, j, WG, PINGPONG)
-        s = warpgroup_mma(q, k_smem.index(st).permute((1, 0)), zeros, use_acc=False, is_async=True)
+        s = warpgroup_mma(q, k_smem.index(st).permute((1, 0)), gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout),
+                          use_acc=False, is_async=True)
+        # while QKᵀ runs: bring O to the maximum that P of tile j − 1 was taken under
+        acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
         mbarrier.wait(v_ready.index(prev), ((j - 1) // STAGES) & 1)
         acc = warpgroup_mma(p16, v_smem.index(prev), acc, is_async=True)
         _pass_turn(turns, WG, CONSUMERS, PINGPONG)
         s = warpgroup_mma_wait(1, deps=[s])  # QKᵀ done; PV may still run
+        mbarrier.arrive(k_empty.index(st), count=1)
         s = _mask(s, j, full, rows, N, BLOCK_N, IS_CAUSAL)
         m_new = gl.maximum(m_i, gl.max(s, 1))
         alpha = gl.exp2((m_i - m_new) * qk_scale)  # rescales what was summed under the old maximum
@@ -158,22 +167,23 @@ def _consume(q_smem, k_smem, v_smem, q_ready, k_ready, v_ready, kv_empty, turns,
         l_i = l_i * alpha + gl.sum(p, 1)
         m_i = m_new
         acc, p16 = warpgroup_mma_wait(0, deps=[acc, p16])
-        mbarrier.arrive(kv_empty.index(prev), count=1)
-        acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
+        mbarrier.arrive(v_empty.index(prev), count=1)
 
     last = (total - 1) % STAGES
     p16 = gl.convert_layout(p.to(dtype), p_layout)
+    acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
     mbarrier.wait(v_ready.index(last), ((total - 1) // STAGES) & 1)
     acc = warpgroup_mma(p16, v_smem.index(last), acc, is_async=True)
     acc, p16 = warpgroup_mma_wait(0, deps=[acc, p16])
-    mbarrier.arrive(kv_empty.index(last), count=1)
+    mbarrier.arrive(v_empty.index(last), count=1)
 
     acc = acc / gl.expand_dims(gl.convert_layout(l_i, gl.SliceLayout(1, o_layout)), 1)
-    o_rows = pid_m * BLOCK_Q + WG * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, o_layout))
-    offs_d = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, o_layout))
-    row_off = (pid_bh.to(gl.int64) * N + o_rows) * HEAD_DIM  # O is contiguous (B, H, N, d)
-    o_ptrs = o_ptr + gl.expand_dims(row_off, 1) + gl.expand_dims(offs_d, 0)
-    gl.store(o_ptrs, acc.to(dtype), mask=gl.expand_dims(o_rows < N, 1))
+    # O leaves through TMA from this consumer's Q buffer, free since its last QKᵀ completed;
+    # the 4-D descriptor drops rows past N
+    q.store(acc.to(dtype))
+    fence_async_shared()
+    tma.async_copy_shared_to_global(o_desc, [b, h, pid_m * BLOCK_Q + WG * BLOCK_M, 0], q)
+    tma.store_wait(0)
     if STORE_LSE:
         # natural-log log-sum-exp per row, what a backward pass needs (m_i is the raw maximum)
         lse = (m_i * qk_scale + gl.log2(l_i)) * 0.6931471805599453
@@ -181,18 +191,7 @@ def _consume(q_smem, k_smem, v_smem, q_ready, k_ready, v_ready, kv_empty, turns,
 
 
 @gluon.jit
-def _consume_worker(q_smem, k_smem, v_smem, q_ready, k_ready, v_ready, kv_empty, turns, o_ptr,
-                    lse_ptr, pid_m, pid_bh, N, qk_scale, WG: gl.constexpr, CONSUMERS: gl.constexpr,
-                    BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
-                    STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, PINGPONG: gl.constexpr,
-                    STORE_LSE: gl.constexpr):
-    _consume(q_smem, k_smem, v_smem, q_ready, k_ready, v_ready, kv_empty, turns, o_ptr, lse_ptr,
-             pid_m, pid_bh, N, qk_scale, WG, CONSUMERS, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES,
-             IS_CAUSAL, PINGPONG, STORE_LSE)
-
-
-@gluon.jit
-def _flash_fwd_hopper(q_desc, k_desc, v_desc, o_ptr, lse_ptr, qk_scale, H, N, GROUP,
+def _flash_fwd_hopper(q_desc, k_desc, v_desc, o_desc, lse_ptr, qk_scale, H, N, GROUP,
                       HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                       CONSUMERS: gl.constexpr, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr,
                       PINGPONG: gl.constexpr, STORE_LSE: gl.constexpr, CONSUMER_REGS: gl.constexpr):
@@ -201,8 +200,8 @@ def _flash_fwd_hopper(q_desc, k_desc, v_desc, o_ptr, lse_ptr, qk_scale, H, N, GR
     Barriers (all in shared memory, initialised here):
     - q_ready: the producer's TMA completes it when Q has landed; every consumer waits once;
     - k_ready[s], v_ready[s]: TMA completes them when stage s holds K (V) of a key tile;
-    - kv_empty[s]: each consumer arrives when done with stage s (count CONSUMERS); the producer
-      waits on it before reusing the stage;
+    - k_empty[s], v_empty[s]: each consumer arrives when its QKᵀ (PV) of stage s has completed
+      (count CONSUMERS); the producer waits on them before reusing the stage's K (V) buffer;
     - turns[i]: consumer i − 1 arrives after issuing its GEMMs; consumer i waits before its own.
     """
     BLOCK_Q: gl.constexpr = BLOCK_M * CONSUMERS
@@ -225,41 +224,43 @@ def _flash_fwd_hopper(q_desc, k_desc, v_desc, o_ptr, lse_ptr, qk_scale, H, N, GR
     q_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    kv_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     turns = gl.allocate_shared_memory(gl.int64, [CONSUMERS, 1], mbarrier.MBarrierLayout())
     mbarrier.init(q_ready, count=1)
     for i in gl.static_range(STAGES):
         mbarrier.init(k_ready.index(i), count=1)
         mbarrier.init(v_ready.index(i), count=1)
-        mbarrier.init(kv_empty.index(i), count=CONSUMERS)
+        mbarrier.init(k_empty.index(i), count=CONSUMERS)
+        mbarrier.init(v_empty.index(i), count=CONSUMERS)
     for i in gl.static_range(CONSUMERS):
         mbarrier.init(turns.index(i), count=1)
 
     if CONSUMERS == 2:
         gl.warp_specialize([
-            (_consume, (q_smem, k_smem, v_smem, q_ready, k_ready, v_ready, kv_empty, turns, o_ptr, lse_ptr,
-                        pid_m, pid_bh, N, qk_scale, 0, CONSUMERS, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES,
-                        IS_CAUSAL, PINGPONG, STORE_LSE)),
-            (_load, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, k_ready, v_ready, kv_empty,
+            (_load, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, k_ready, v_ready, k_empty, v_empty,
                      b, h, h_kv, pid_m, N, CONSUMERS, BLOCK_N, STAGES, IS_CAUSAL)),
-            (_consume_worker, (q_smem, k_smem, v_smem, q_ready, k_ready, v_ready, kv_empty, turns, o_ptr,
-                               lse_ptr, pid_m, pid_bh, N, qk_scale, 1, CONSUMERS, BLOCK_M, BLOCK_N,
-                               HEAD_DIM, STAGES, IS_CAUSAL, PINGPONG, STORE_LSE)),
-        ], [1, 4], [PRODUCER_REGS, CONSUMER_REGS])
+            (_consume, (q_smem, k_smem, v_smem, q_ready, k_ready, v_ready, k_empty, v_empty, turns, o_desc, lse_ptr,
+                        b, h, pid_m, pid_bh, N, qk_scale, 0, CONSUMERS, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES,
+                        IS_CAUSAL, PINGPONG, STORE_LSE)),
+            (_consume, (q_smem, k_smem, v_smem, q_ready, k_ready, v_ready, k_empty, v_empty, turns, o_desc,
+                        lse_ptr, b, h, pid_m, pid_bh, N, qk_scale, 1, CONSUMERS, BLOCK_M, BLOCK_N,
+                        HEAD_DIM, STAGES, IS_CAUSAL, PINGPONG, STORE_LSE)),
+        ], [4, 4], [CONSUMER_REGS, CONSUMER_REGS])
     else:
         gl.warp_specialize([
-            (_consume, (q_smem, k_smem, v_smem, q_ready, k_ready, v_ready, kv_empty, turns, o_ptr, lse_ptr,
-                        pid_m, pid_bh, N, qk_scale, 0, CONSUMERS, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES,
-                        IS_CAUSAL, PINGPONG, STORE_LSE)),
-            (_load, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, k_ready, v_ready, kv_empty,
+            (_load, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, k_ready, v_ready, k_empty, v_empty,
                      b, h, h_kv, pid_m, N, CONSUMERS, BLOCK_N, STAGES, IS_CAUSAL)),
-            (_consume_worker, (q_smem, k_smem, v_smem, q_ready, k_ready, v_ready, kv_empty, turns, o_ptr,
-                               lse_ptr, pid_m, pid_bh, N, qk_scale, 1, CONSUMERS, BLOCK_M, BLOCK_N,
-                               HEAD_DIM, STAGES, IS_CAUSAL, PINGPONG, STORE_LSE)),
-            (_consume_worker, (q_smem, k_smem, v_smem, q_ready, k_ready, v_ready, kv_empty, turns, o_ptr,
-                               lse_ptr, pid_m, pid_bh, N, qk_scale, 2, CONSUMERS, BLOCK_M, BLOCK_N,
-                               HEAD_DIM, STAGES, IS_CAUSAL, PINGPONG, STORE_LSE)),
-        ], [1, 4, 4], [PRODUCER_REGS, CONSUMER_REGS, CONSUMER_REGS])
+            (_consume, (q_smem, k_smem, v_smem, q_ready, k_ready, v_ready, k_empty, v_empty, turns, o_desc, lse_ptr,
+                        b, h, pid_m, pid_bh, N, qk_scale, 0, CONSUMERS, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES,
+                        IS_CAUSAL, PINGPONG, STORE_LSE)),
+            (_consume, (q_smem, k_smem, v_smem, q_ready, k_ready, v_ready, k_empty, v_empty, turns, o_desc,
+                        lse_ptr, b, h, pid_m, pid_bh, N, qk_scale, 1, CONSUMERS, BLOCK_M, BLOCK_N,
+                        HEAD_DIM, STAGES, IS_CAUSAL, PINGPONG, STORE_LSE)),
+            (_consume, (q_smem, k_smem, v_smem, q_ready, k_ready, v_ready, k_empty, v_empty, turns, o_desc,
+                        lse_ptr, b, h, pid_m, pid_bh, N, qk_scale, 2, CONSUMERS, BLOCK_M, BLOCK_N,
+                        HEAD_DIM, STAGES, IS_CAUSAL, PINGPONG, STORE_LSE)),
+        ], [4, 4, 4], [CONSUMER_REGS, CONSUMER_REGS, CONSUMER_REGS])
 
 
 _GL_DTYPES = {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16}
@@ -297,7 +298,7 @@ def launch(Q, K, V, O, LSE, qk_scale: float, cfg, causal: bool, store_lse: bool)
     grid = (triton.cdiv(N, cfg.BLOCK_M) * B * H,)
     _flash_fwd_hopper[grid](
         _descriptor(Q, cfg.BLOCK_M // cfg.CONSUMERS), _descriptor(K, cfg.BLOCK_N), _descriptor(V, cfg.BLOCK_N),
-        O, LSE, qk_scale, H, N, H // K.shape[1],
+        _descriptor(O, cfg.BLOCK_M // cfg.CONSUMERS), LSE, qk_scale, H, N, H // K.shape[1],
         HEAD_DIM=d, BLOCK_M=cfg.BLOCK_M // cfg.CONSUMERS, BLOCK_N=cfg.BLOCK_N,
         CONSUMERS=cfg.CONSUMERS, STAGES=cfg.num_stages, IS_CAUSAL=bool(causal),
         PINGPONG=cfg.PINGPONG, STORE_LSE=bool(store_lse),
