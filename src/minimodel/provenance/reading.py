@@ -170,6 +170,14 @@ def _locate(folder: Path, manifest_path: Path, manifest: dict, default: Path):
     return where
 
 
+def _owner(path: Path, folder: Path) -> Path | None:
+    """The manifest that vouches for `path`: itself, or the nearest one above it inside the run."""
+    if path.name == MANIFEST_NAME:
+        return path
+    return next((d / MANIFEST_NAME for d in path.parents
+                 if d.is_relative_to(folder) and (d / MANIFEST_NAME).is_file()), None)
+
+
 def run_problems(folder: str | os.PathLike, paths, default_root: str | os.PathLike = ".") -> list[str]:
     """Problems with the files `paths` (relative to the run folder `folder`) that a reader takes
     from a run: each must be a manifest, or an output of the nearest manifest above it in the
@@ -180,9 +188,7 @@ def run_problems(folder: str | os.PathLike, paths, default_root: str | os.PathLi
     problems = []
     for name in paths:
         path = folder / name
-        owner = path if path.name == MANIFEST_NAME else next(
-            (d / MANIFEST_NAME for d in path.parents if d.is_relative_to(folder)
-             and (d / MANIFEST_NAME).is_file()), None)
+        owner = _owner(path, folder)
         if owner is None:
             problems.append(f"{name}: no manifest in the run vouches for it (its rule never completed)")
             continue
@@ -200,12 +206,12 @@ def run_problems(folder: str | os.PathLike, paths, default_root: str | os.PathLi
             for entry in manifest["outputs"]:
                 now = where(entry["path"])
                 checked[owner].add(now)
+                shown = now.relative_to(folder) if now.is_relative_to(folder) else now
                 if not now.is_file():
-                    problems.append(f"{rel}: output {entry['path']} is missing")
+                    problems.append(f"{shown}: missing, though {rel} records it as an output")
                 elif (now.stat().st_size != entry.get("size", now.stat().st_size)
                       or sha256_file(now) != entry["sha256"]):
-                    problems.append(f"{now.relative_to(folder) if now.is_relative_to(folder) else now}: "
-                                    f"bytes changed since rule {manifest['rule']} wrote it")
+                    problems.append(f"{shown}: bytes changed since rule {manifest['rule']} wrote it")
         if owner != path and checked[owner] and path not in checked[owner]:
             problems.append(f"{name}: not among the outputs that {owner.relative_to(folder)} records")
     return problems
