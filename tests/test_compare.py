@@ -150,8 +150,8 @@ def test_a_reference_edited_since_its_manifest_is_refused(cpu_only, tmp_path, ca
     assert compare.main([str(cpu_only), str(reference), "--out", str(tmp_path / "again")]) == 2
     err = capsys.readouterr().err
     assert err == (f"compare: refusing the reference {reference}: gpu/correctness/correctness.csv: bytes "
-                   "changed since rule gpu_correctness wrote it; a comparison reads only what the run's "
-                   "manifests vouch for\n")
+                   "changed since rule gpu_correctness wrote it; a comparison reads only what the "
+                   "reference's own manifests vouch for\n")
     assert not (tmp_path / "again").exists()
 
 

@@ -65,7 +65,7 @@ def check_run(folder: str | os.PathLike, side: str) -> Path:
     if problems:
         more = f" (and {len(problems) - 1} more problems)" if len(problems) > 1 else ""
         raise RunError(f"refusing the {side} {folder}: {problems[0]}{more}; a comparison reads only "
-                       "what the run's manifests vouch for")
+                       f"what the {side}'s own manifests vouch for")
     return resolved
 
 
