@@ -7,6 +7,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from minimodel.provenance import io, manifest
 from minimodel.report import compare
 
 REFERENCE = Path(__file__).resolve().parents[1] / "results" / "reference" / "nvidia-h200"
@@ -20,10 +21,25 @@ def run(tmp_path):
     return folder
 
 
-def edit_csv(path: Path, edit) -> None:
+def vouch(path: Path) -> None:
+    """Make the manifest that owns `path` vouch for its bytes now, as a rule that wrote them would:
+    another run differs from the reference with manifests of its own, not by tampering."""
+    owner = path if path.name == "manifest.json" else next(
+        d / "manifest.json" for d in path.parents if (d / "manifest.json").is_file())
+    m = json.loads(owner.read_text())
+    for entry in m["outputs"]:
+        if owner.parent / Path(entry["path"]).name == path:
+            entry.update(sha256=io.sha256_file(path), size=path.stat().st_size)
+    m[manifest.SELF_HASH] = manifest.content_hash(m)
+    owner.write_text(json.dumps(m, indent=2))
+
+
+def edit_csv(path: Path, edit, vouched: bool = True) -> None:
     frame = pd.read_csv(path)
     edit(frame)
     frame.to_csv(path, index=False)
+    if vouched:
+        vouch(path)
 
 
 def test_a_run_agrees_with_itself(run, tmp_path):
@@ -73,12 +89,14 @@ def test_another_gpu_or_none_is_not_comparable_and_not_a_failure(run):
     summary = json.loads((run / "gpu/timing/timing.json").read_text())
     summary["device"] = "NVIDIA A100-SXM4-80GB"
     (run / "gpu/timing/timing.json").write_text(json.dumps(summary))
+    vouch(run / "gpu/timing/timing.json")
     table, verdict = compare.compare_runs(run, REFERENCE)
     assert verdict["verdict"] == "agree"
     assert verdict["not_comparable"]["timing"] == ["different GPU models: speed ratios do not travel "
                                                    "between them"]
     summary["device"] = None
     (run / "gpu/timing/timing.json").write_text(json.dumps(summary))
+    vouch(run / "gpu/timing/timing.json")
     edit_csv(run / "gpu/correctness/correctness.csv", lambda f: f.__setitem__("backend", "interpreter"))
     _, verdict = compare.compare_runs(run, REFERENCE)
     assert verdict["verdict"] == "agree"
@@ -98,6 +116,7 @@ def test_inputs_that_differ_are_listed(run):
     m["environment"]["torch"] = "9.9.9"
     next(e for e in m["inputs"] if e["path"] == "src/minimodel/symbolic.py")["sha256"] = "0" * 64
     (run / "symbolic/manifest.json").write_text(json.dumps(m))
+    vouch(run / "symbolic/manifest.json")
     _, verdict = compare.compare_runs(run, REFERENCE)
     assert verdict["verdict"] == "agree"  # why numbers could move, never a failure by itself
     assert "symbolic: src/minimodel/symbolic.py (changed)" in verdict["inputs_that_differ"]
@@ -108,3 +127,126 @@ def test_the_cli_never_writes_into_a_committed_reference(monkeypatch, capsys):
     monkeypatch.chdir(REFERENCE.parents[2])
     assert compare.main([str(REFERENCE.relative_to(REFERENCE.parents[2]))]) == 2
     assert "read, never written" in capsys.readouterr().err
+
+
+@pytest.fixture
+def cpu_only(run):
+    """The copy as a run on a machine without a GPU sees it: correctness under the interpreter (not
+    comparable with CUDA's) and no timing, so a tampered GPU table is never looked at row by row."""
+    edit_csv(run / "gpu/correctness/correctness.csv", lambda f: f.__setitem__("backend", "interpreter"))
+    summary = json.loads((run / "gpu/timing/timing.json").read_text())
+    (run / "gpu/timing/timing.json").write_text(json.dumps({**summary, "device": None}))
+    vouch(run / "gpu/timing/timing.json")
+    return run
+
+
+def test_a_reference_edited_since_its_manifest_is_refused(cpu_only, tmp_path, capsys):
+    reference = tmp_path / "reference"
+    shutil.copytree(REFERENCE, reference)
+    assert compare.main([str(cpu_only), str(reference), "--out", str(tmp_path / "out")]) == 0
+    edit_csv(reference / "gpu/correctness/correctness.csv",
+             lambda f: f.loc.__setitem__((0, "passed"), False), vouched=False)
+    capsys.readouterr()
+    assert compare.main([str(cpu_only), str(reference), "--out", str(tmp_path / "again")]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"compare: refusing the reference {reference}: gpu/correctness/correctness.csv: bytes "
+                   "changed since rule gpu_correctness wrote it; a comparison reads only what the "
+                   "reference's own manifests vouch for\n")
+    assert not (tmp_path / "again").exists()
+
+
+def test_a_run_or_reference_manifest_edited_or_missing_an_output_is_refused(run, tmp_path):
+    m = json.loads((run / "gpu/timing/manifest.json").read_text())
+    m["outputs"][0]["sha256"] = "0" * 64  # the manifest now vouches for other bytes, its own hash stale
+    (run / "gpu/timing/manifest.json").write_text(json.dumps(m))
+    with pytest.raises(compare.RunError, match=r"refusing the run .*: gpu/timing/manifest.json: the "
+                                               "manifest was edited after rule gpu_timing wrote it"):
+        compare.compare_runs(run, REFERENCE)
+    reference = tmp_path / "reference"
+    shutil.copytree(REFERENCE, reference)
+    (reference / "gpu/bytes/bytes.csv").unlink()
+    with pytest.raises(compare.RunError, match=r"refusing the reference .*: gpu/bytes/bytes.csv: missing, "
+                                               "though gpu/bytes/manifest.json records it as an output"):
+        compare.compare_runs(REFERENCE, reference)
+
+
+def test_a_table_no_manifest_vouches_for_is_refused(run):
+    (run / "gpu/timing/manifest.json").unlink()  # the rule never completed
+    with pytest.raises(compare.RunError, match="gpu/timing/timing.csv: no manifest in the run vouches"):
+        compare.compare_runs(run, REFERENCE)
+
+
+def test_the_code_that_made_a_reference_is_not_asked_about(run):
+    """A reference was made by older code: a later change to this checkout must not break a
+    comparison against it. Only the bytes its manifests vouch for are checked."""
+    for name in compare.MANIFESTS:
+        m = json.loads((run / name).read_text())
+        for entry in m["inputs"]:
+            entry["sha256"] = "0" * 64
+        (run / name).write_text(json.dumps(m))
+        vouch(run / name)
+    assert compare.compare_runs(REFERENCE, run)[1]["verdict"] == "agree"
+
+
+def test_nothing_compared_is_not_agreement(tmp_path, capsys):
+    (tmp_path / "empty" / "symbolic").mkdir(parents=True)
+    table, verdict = compare.compare_runs(tmp_path / "empty", REFERENCE)
+    assert verdict["verdict"] == "nothing compared" and verdict["compared"] == 0
+    assert set(table["verdict"]) == {"not comparable"}
+    assert compare.main([str(tmp_path / "empty")]) == 1
+    out = capsys.readouterr().out
+    assert out.splitlines()[0] == f"{tmp_path / 'empty'} against {compare.REFERENCE}: nothing compared"
+
+
+def test_a_run_with_only_the_cpu_parts_still_agrees(cpu_only):
+    for name in ("gpu/bytes", "gpu/timing", "gpu/correctness"):
+        shutil.rmtree(cpu_only / name)
+    table, verdict = compare.compare_runs(cpu_only, REFERENCE)
+    assert verdict["verdict"] == "agree" and verdict["compared"] > 0
+    assert set(table.loc[table["verdict"] == "agree", "part"]) == {"symbolic", "cpu bytes", "cpu profiler"}
+    assert verdict["not_comparable"]["timing"] == ["the run had no GPU timing"]
+
+
+@pytest.fixture
+def reference_untouched():
+    """Fails the test, and removes it, when something was written into the committed reference."""
+    before = {p for p in REFERENCE.rglob("*")}
+    yield
+    written = {p for p in REFERENCE.rglob("*")} - before
+    for path in sorted(written, reverse=True):  # files before their folders
+        path.rmdir() if path.is_dir() else path.unlink()
+    assert not written, f"written into the committed reference: {sorted(map(str, written))}"
+
+
+def test_the_cli_never_writes_into_a_committed_reference_from_any_folder(reference_untouched, tmp_path,
+                                                                         monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert compare.main([str(REFERENCE), str(REFERENCE)]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err == [f"compare: refusing to write into {REFERENCE / 'compare'}: it is inside the committed "
+                   f"reference runs ({REFERENCE.parent}), which are read, never written; pass --out with "
+                   "a folder of its own"]
+    (tmp_path / "link").symlink_to(REFERENCE)  # a symlink, followed before the check
+    assert compare.main([str(REFERENCE), "--out", "link/cmp"]) == 2
+    assert f"refusing to write into {REFERENCE / 'cmp'}" in capsys.readouterr().err
+
+
+def test_the_default_reference_is_found_from_any_folder(run, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert compare.main([str(run), "--out", "out"]) == 0
+    assert json.loads((tmp_path / "out/verdict.json").read_text())["reference"] == str(REFERENCE)
+
+
+@pytest.mark.parametrize("vouched, named", [
+    (False, "refusing the run {run}: cpu/bytes.csv: bytes changed since rule cpu_bytes wrote it"),
+    (True, "{run}/cpu/bytes.csv: lacks the columns bytes_read, bytes_written, o_write_bytes, "
+           "bytes_profiler, which the comparison reads"),
+])
+def test_a_truncated_table_is_one_line_naming_it(run, tmp_path, capsys, vouched, named):
+    table = run / "cpu/bytes.csv"
+    table.write_bytes(table.read_bytes()[:100])  # cut inside the header, as a full disk would
+    if vouched:  # made so by its rule (another version), not edited since
+        vouch(table)
+    assert compare.main([str(run), str(REFERENCE), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("compare: " + named.format(run=run)) and err.count("\n") == 1

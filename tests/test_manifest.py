@@ -286,3 +286,18 @@ def test_a_module_imported_but_not_listed_as_code_is_refused(tmp_path, monkeypat
     with pytest.raises(SystemExit, match="which its code inputs .* do not list"), \
             manifest.stage(smk, root=tmp_path):
         io.write_text(smk.output.result, "x")
+
+
+@pytest.mark.parametrize("edit, named", [
+    ({"outputs": [1, 2]}, "outputs[0] is 1, not an object with path, sha256 as strings"),
+    ({"inputs": {"a": 1}}, "inputs is {'a': 1}, not a list"),
+    ({"rule": ["demo"]}, "rule is ['demo'], not a string"),
+    ({"manifest": 7}, "manifest (its own path) is 7, not a string"),
+])
+def test_a_manifest_of_the_wrong_shape_is_one_line_naming_it(tmp_path, monkeypatch, capsys, edit, named):
+    smk = run_stage(tmp_path, monkeypatch)
+    path = Path(smk.output.manifest)
+    path.write_text(json.dumps({**json.loads(path.read_text()), **edit}))
+    assert manifest.main(["verify", str(tmp_path / "out")]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert out == [f"out/manifest.json: {path} is not a manifest: {named}"]

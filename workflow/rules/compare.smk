@@ -1,7 +1,8 @@
 rule compare:
     """This run against a reference run: the numbers that should travel between machines agree."""
     input:
-        run=[out(name) for name in COMPARED],
+        # the tables and the manifests the comparison reads of this run: it runs after their rules
+        run=[out(name) for name in COMPARED + REFERENCE_MANIFESTS],
         # what the reference holds: one made by an older version may lack a stage, which the
         # comparison then reports as not comparable
         reference=(

@@ -21,7 +21,8 @@ manifest (the nearest `manifest.json` at or above the input's folder) and refuse
 stale input, naming it and the rule that made it. It then removes that manifest, which no
 longer vouches for its outputs, so the next `snakemake` re-runs the rule that owns it.
 
-Outputs are written through `minimodel.provenance.io`: complete or not at all.
+Outputs are written through `minimodel.provenance.io`: complete or not at all. Reading a manifest
+(its shape, its own hash) and `verify`'s checks are in `minimodel.provenance.reading`.
 """
 
 from __future__ import annotations
@@ -30,8 +31,6 @@ import argparse
 import ast
 import contextlib
 import datetime as dt
-import hashlib
-import json
 import logging
 import os
 import subprocess
@@ -39,19 +38,27 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+from minimodel.provenance import reading
 from minimodel.provenance.io import remove_stale_temporaries, sha256_file, write_json
 from minimodel.provenance.machine import NoUsableGPU, environment
 from minimodel.provenance.project import ConfigTooLarge
+from minimodel.provenance.reading import (
+    MANIFEST_NAME,
+    SELF_HASH,
+    ProvenanceError,
+    _rel,
+    content_hash,
+    load_manifest,
+    manifest_root,
+    verify,
+    verify_manifest,
+)
 
-MANIFEST_NAME = "manifest.json"
 PACKAGE = "minimodel"
-SELF_HASH = "manifest_sha256"
+# Reading and verifying manifests lives in `reading`; scripts and tests reach it through here too.
+find_manifests, verify_manifests = reading.find_manifests, reading.verify_manifests
 
 log = logging.getLogger(__name__)
-
-
-class ProvenanceError(RuntimeError):
-    """An input that its manifest does not vouch for, or a manifest that cannot be read."""
 
 
 def _imports(path: Path, src: Path) -> set[Path]:
@@ -132,14 +139,6 @@ def _now() -> str:
     return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
 
 
-def _rel(path: str | os.PathLike, root: Path) -> str:
-    p = Path(path).resolve()
-    try:
-        return p.relative_to(root).as_posix()
-    except ValueError:
-        return p.as_posix()
-
-
 def _entry(path: str | os.PathLike, root: Path, kind: str) -> dict:
     p = Path(path)
     return {"path": _rel(p, root), "kind": kind, "sha256": sha256_file(p), "size": p.stat().st_size}
@@ -154,12 +153,6 @@ def _plain(value):
     if hasattr(value, "item") and not isinstance(value, str | bytes):
         return value.item()
     return value
-
-
-def content_hash(manifest: dict) -> str:
-    """sha256 of a manifest's content, its own hash left out (key order and spacing do not count)."""
-    body = {k: v for k, v in manifest.items() if k != SELF_HASH}
-    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
 def build_manifest(*, rule: str, command: str, outputs, inputs, script, params: dict,
@@ -311,76 +304,6 @@ def _data_inputs(smk, exempt: bool = False) -> list[str]:
     return [p for p in smk.input if p not in skip]
 
 
-def find_manifests(folder: str | os.PathLike) -> list[Path]:
-    """Every manifest of the run in `folder`; the committed reference runs under its `reference/`
-    are runs of their own (`verify results/reference/<machine>` checks one)."""
-    folder = Path(folder)
-    return sorted(p for p in folder.rglob(MANIFEST_NAME)
-                  if "reference" not in p.relative_to(folder).parts[:-1])
-
-
-def load_manifest(path: str | os.PathLike) -> dict:
-    """A manifest's content, or a ProvenanceError naming the file when it cannot be one."""
-    try:
-        manifest = json.loads(Path(path).read_text())
-    except (OSError, UnicodeDecodeError, ValueError) as err:
-        raise ProvenanceError(f"{path} is not a readable manifest ({type(err).__name__}: {err})") from None
-    if not isinstance(manifest, dict) or not {"rule", "outputs", "inputs"} <= manifest.keys():
-        raise ProvenanceError(f"{path} is not a manifest: it lacks rule, outputs or inputs")
-    return manifest
-
-
-def manifest_root(path: str | os.PathLike, manifest: dict, default: str | os.PathLike = ".") -> Path:
-    """The folder a manifest's paths are relative to, found from the path it records for itself.
-
-    So a run is verified from any directory, and in a moved or copied checkout. A manifest
-    without that record (older runs) is read against `default`.
-    """
-    recorded = Path(manifest.get("manifest") or "")
-    here = Path(path).resolve()
-    parts = recorded.parts
-    if parts and not recorded.is_absolute() and here.parts[-len(parts):] == parts:
-        return Path(*here.parts[:-len(parts)])
-    return Path(default).resolve()
-
-
-def verify_manifest(manifest_path: str | os.PathLike, root: str | os.PathLike | None = None,
-                    outputs_only: bool = False) -> list[str]:
-    """Problems with one manifest: its own content, each changed or missing output, each changed input.
-
-    `outputs_only` leaves the inputs out: whether the outputs are still what the rule wrote, not
-    whether they are stale (a committed reference run was made by older code, on purpose).
-    """
-    try:
-        manifest = load_manifest(manifest_path)
-    except ProvenanceError as err:
-        return [str(err)]
-    root = manifest_root(manifest_path, manifest, root or ".")
-    problems = []
-    if SELF_HASH in manifest and content_hash(manifest) != manifest[SELF_HASH]:
-        problems.append(f"the manifest was edited after rule {manifest['rule']} wrote it")
-    elif SELF_HASH not in manifest and "manifest" in manifest:
-        problems.append("the manifest lacks its own hash")
-    changed_inputs = []
-    for entry in [] if outputs_only else manifest["inputs"]:
-        p = root / entry["path"]
-        if not p.exists():
-            changed_inputs.append(f"{entry['path']} ({entry['kind']}, missing)")
-        elif sha256_file(p) != entry["sha256"]:
-            changed_inputs.append(f"{entry['path']} ({entry['kind']}, changed)")
-    for entry in manifest["outputs"]:
-        p = root / entry["path"]
-        if not p.exists():
-            problems.append(f"{entry['path']}: output missing")
-            continue
-        if sha256_file(p) != entry["sha256"]:
-            problems.append(f"{entry['path']}: output bytes changed since rule "
-                            f"{manifest['rule']} wrote it")
-        for changed in changed_inputs:
-            problems.append(f"{entry['path']}: made from an input that changed: {changed}")
-    return problems
-
-
 def owning_manifest(path: str | os.PathLike, root: str | os.PathLike = ".") -> Path | None:
     """The nearest manifest.json at or above `path`'s folder, up to `root`: the rule that made it."""
     root = Path(root).resolve()
@@ -439,20 +362,6 @@ def check_inputs(paths, root: str | os.PathLike = ".",
                 f"refusing input {rel}, made by rule {manifest['rule']}: " + "; ".join(problems)
                 + f". Its manifest {owner} was removed, so the next `snakemake` re-runs rule "
                 f"{manifest['rule']} (or run `snakemake --forcerun {manifest['rule']}`)")
-
-
-def verify(folder: str | os.PathLike, root: str | os.PathLike | None = None) -> tuple[int, list[str]]:
-    """(number of manifests checked, problems) for every manifest under `folder`."""
-    manifests = find_manifests(folder)
-    return len(manifests), verify_manifests(manifests, root)
-
-
-def verify_manifests(manifests, root: str | os.PathLike | None = None) -> list[str]:
-    """Problems of each manifest, each line prefixed with the manifest's path."""
-    problems = []
-    for m in manifests:
-        problems += [f"{_rel(m, Path(root or '.').resolve())}: {p}" for p in verify_manifest(m, root)]
-    return problems
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -16,8 +16,13 @@ Each part is judged by what should travel between machines:
   so that a reader sees why numbers moved. Informational, never a failure.
 The machine's own ceilings (the roofline) are not compared.
 
-Writes `comparison.csv` (one row per judged number), `verdict.json` and `comparison.png`; exits 1
-when something that should agree does not, 0 otherwise (not comparable is not a failure).
+Both folders are first checked against their own manifests (`minimodel.report.runs`): a table
+edited since its rule wrote it is refused, in the run as in the reference.
+
+Writes `comparison.csv` (one row per judged number), `verdict.json` and `comparison.png`. The
+verdict is "agree" (exit 0: not comparable is not a failure), "disagree" when something that
+should agree does not, or "nothing compared" when no number could be compared at all (exit 1
+for both); a folder that cannot be compared, or an --out inside a committed reference, exits 2.
 """
 
 from __future__ import annotations
@@ -29,15 +34,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from minimodel.provenance import io, manifest, project
+from minimodel.provenance import io
+from minimodel.report import runs
+from minimodel.report.runs import MANIFESTS, REFERENCE, TABLES, RunError
 
-REFERENCE = Path("results/reference/nvidia-h200")
-# What a comparison reads of each run, relative to its results folder.
-TABLES = ("symbolic/bytes.csv", "symbolic/formulas.csv", "symbolic/lab_table.txt", "cpu/bytes.csv",
-          "gpu/correctness/correctness.csv", "gpu/timing/timing.csv", "gpu/timing/timing.json",
-          "gpu/bytes/bytes.csv", "gpu/bytes/bytes.json")
-MANIFESTS = tuple(f"{folder}/manifest.json" for folder in
-                  ("symbolic", "cpu", "cpu/roofline", "gpu/correctness", "gpu/timing", "gpu/bytes"))
+# TABLES and MANIFESTS are what the workflow's compare rule lists as inputs (common.smk reads them here).
+__all__ = ["MANIFESTS", "REFERENCE", "TABLES", "RunError", "compare_runs", "main", "write", "summary_text"]
 PROFILER_TOLERANCE = 0.05
 # DRAM reads and the bytes stored into the L2, same GPU model: naive's reads follow the model within
 # 0.1 %, flash's depend on which programs share the L2 at a time, which the scheduler decides.
@@ -47,6 +49,7 @@ GPU_BYTES_METRICS = ("dram_read_bytes", "l2_write_bytes")
 RATIOS = {"kernel/cudnn": "sdpa_cudnn", "kernel/fa2": "sdpa_flash", "kernel/naive": "naive"}
 COLUMNS = ["part", "item", "metric", "run", "reference", "difference", "tolerance", "verdict", "reason"]
 AGREE, DISAGREE, NOT_COMPARABLE, DIFFERS = "agree", "disagree", "not comparable", "differs"
+NOTHING = "nothing compared"  # the verdict when every part was not comparable: no agreement shown
 ENVIRONMENT_KEYS = ("python", "torch", "triton", "numpy", "snakemake", "packages_sha256", "device", "cpu")
 GPU_KEYS = ("name", "capability", "driver", "cuda_runtime", "cudnn")
 
@@ -74,9 +77,9 @@ def _relative(a: float, b: float) -> float:
     return abs(a - b) / max(abs(a), abs(b))
 
 
-def _read(folder: Path, name: str, reader=pd.read_csv):
-    path = folder / name
-    return reader(path) if path.exists() else None
+def _missing(part: str, name: str, run: pd.DataFrame | None) -> list[dict]:
+    return [_row(part, name, "table", None, None, verdict=NOT_COMPARABLE,
+                 reason=f"{name} missing in the {'run' if run is None else 'reference'}")]
 
 
 def _only_in(part: str, run_keys: set, ref_keys: set) -> list[dict]:
@@ -92,8 +95,7 @@ def _exact(part: str, run: pd.DataFrame | None, ref: pd.DataFrame | None, keys: 
            metrics: list[str], name: str) -> list[dict]:
     """One row per point of a table that must be identical in both runs."""
     if run is None or ref is None:
-        return [_row(part, name, "table", None, None, verdict=NOT_COMPARABLE,
-                     reason=f"{name} missing in the {'run' if run is None else 'reference'}")]
+        return _missing(part, name, run)
     run_idx, ref_idx = run.set_index(keys), ref.set_index(keys)
     common = run_idx.index.intersection(ref_idx.index)
     rows = _only_in(part, set(run_idx.index), set(ref_idx.index))
@@ -114,10 +116,10 @@ def _exact(part: str, run: pd.DataFrame | None, ref: pd.DataFrame | None, keys: 
 def compare_symbolic(run: Path, ref: Path) -> list[dict]:
     keys = ["scheme", "convention", "N", "d", "B_r", "B_c", "dtype"]
     metrics = ["bytes", "flops", "flops_with_softmax", "intensity", "intensity_with_softmax"]
-    rows = _exact("symbolic", _read(run, "symbolic/bytes.csv"), _read(ref, "symbolic/bytes.csv"),
-                  keys, metrics, "symbolic/bytes.csv")
+    a, b = (runs.table(folder, "symbolic/bytes.csv", keys + metrics) for folder in (run, ref))
+    rows = _exact("symbolic", a, b, keys, metrics, "symbolic/bytes.csv")
     for name in ("symbolic/formulas.csv", "symbolic/lab_table.txt"):
-        a, b = (_read(folder, name, lambda p: p.read_text()) for folder in (run, ref))
+        a, b = (runs.text(folder, name) for folder in (run, ref))
         if a is None or b is None:
             rows.append(_row("symbolic", name, "text", None, None, verdict=NOT_COMPARABLE,
                              reason="missing in one run"))
@@ -130,7 +132,7 @@ def compare_symbolic(run: Path, ref: Path) -> list[dict]:
 def compare_cpu_bytes(run: Path, ref: Path) -> list[dict]:
     keys = ["scheme", "N", "d", "dtype", "B_r", "B_c", "sram_bytes"]
     counted = ["bytes_model", "bytes_instrumented", "bytes_read", "bytes_written", "o_write_bytes"]
-    a, b = _read(run, "cpu/bytes.csv"), _read(ref, "cpu/bytes.csv")
+    a, b = (runs.table(folder, "cpu/bytes.csv", keys + counted + ["bytes_profiler"]) for folder in (run, ref))
     rows = _exact("cpu bytes", a, b, keys, counted, "cpu/bytes.csv")
     if a is None or b is None:
         return rows
@@ -145,7 +147,9 @@ def compare_cpu_bytes(run: Path, ref: Path) -> list[dict]:
 
 
 def compare_correctness(run: Path, ref: Path) -> list[dict]:
-    a, b = _read(run, "gpu/correctness/correctness.csv"), _read(ref, "gpu/correctness/correctness.csv")
+    keys = ["B", "H", "N", "d", "causal", "dtype"]
+    columns = keys + ["backend", "skipped", "reason", "passed", "err_kernel_vs_fp64"]
+    a, b = (runs.table(folder, "gpu/correctness/correctness.csv", columns) for folder in (run, ref))
     if a is None or b is None:
         return [_row("correctness", "gpu/correctness/correctness.csv", "table", None, None,
                      verdict=NOT_COMPARABLE, reason="missing in one run")]
@@ -154,7 +158,6 @@ def compare_correctness(run: Path, ref: Path) -> list[dict]:
         return [_row("correctness", "every case", "backend", ", ".join(backends[0]), ", ".join(backends[1]),
                      verdict=NOT_COMPARABLE, reason="one ran under Triton's interpreter, the other on "
                      "CUDA: different grids and arithmetic")]
-    keys = ["B", "H", "N", "d", "causal", "dtype"]
     rows = _only_in("correctness", set(map(tuple, a[keys].values)), set(map(tuple, b[keys].values)))
     for _, r in a.merge(b, on=keys, suffixes=("_run", "_ref")).iterrows():
         label = ", ".join(f"{k}={r[k]}" for k in keys)
@@ -190,7 +193,7 @@ def _device_mismatch(part: str, run: Path, ref: Path, summary: str, measured_key
     """
     devices = []
     for folder in (run, ref):
-        data = _read(folder, summary, lambda p: json.loads(p.read_text())) or {}
+        data = runs.summary(folder, summary)
         devices.append(data.get("device") if data.get(measured_key) else None)
     if None in devices:
         side = "run" if devices[0] is None else "reference"
@@ -209,8 +212,12 @@ def compare_timing(run: Path, ref: Path) -> list[dict]:
                                 "different GPU models: speed ratios do not travel between them")
     if mismatch:
         return mismatch
-    a, b = (_ratios(pd.read_csv(folder / "gpu/timing/timing.csv")) for folder in (run, ref))
     point = ["grid", "B", "H", "N", "d", "causal", "metric"]
+    a, b = (runs.table(folder, "gpu/timing/timing.csv", point[:-1] + ["impl", "ms", "status"])
+            for folder in (run, ref))
+    if a is None or b is None:
+        return _missing("timing", "gpu/timing/timing.csv", a)
+    a, b = _ratios(a), _ratios(b)
     rows = []
     for _, r in a.merge(b, on=point, suffixes=("_run", "_ref")).iterrows():
         band = timing_band(r["grid"], int(r["N"]))
@@ -229,7 +236,10 @@ def compare_gpu_bytes(run: Path, ref: Path) -> list[dict]:
     if mismatch:
         return mismatch
     point = ["regime", "B", "H", "N", "d", "causal", "impl"]
-    a, b = (pd.read_csv(folder / "gpu/bytes/bytes.csv") for folder in (run, ref))
+    a, b = (runs.table(folder, "gpu/bytes/bytes.csv", point + ["status", *GPU_BYTES_METRICS])
+            for folder in (run, ref))
+    if a is None or b is None:
+        return _missing("gpu bytes", "gpu/bytes/bytes.csv", a)
     a, b = (t[t["status"] == "measured"].set_index(point) for t in (a, b))
     rows = _only_in("gpu bytes", set(a.index), set(b.index))
     for key in a.index.intersection(b.index):
@@ -242,24 +252,10 @@ def compare_gpu_bytes(run: Path, ref: Path) -> list[dict]:
     return rows
 
 
-def _manifests(folder: Path) -> dict[str, dict]:
-    found = {}
-    for name in MANIFESTS:
-        path = folder / name
-        if not path.exists():
-            continue
-        try:
-            m = manifest.load_manifest(path)
-        except manifest.ProvenanceError:
-            continue
-        found[str(path.parent.relative_to(folder))] = m
-    return found
-
-
 def input_differences(run: Path, ref: Path) -> list[dict]:
     """Per rule: code, parameters and environment that differ between the two runs' manifests."""
     rows = []
-    a, b = _manifests(run), _manifests(ref)
+    a, b = runs.manifests(run), runs.manifests(ref)
     for folder in sorted(set(a) & set(b)):
         ma, mb = a[folder], b[folder]
         rule = ma["rule"]
@@ -291,20 +287,21 @@ def _input_line(r: dict) -> str:
 
 
 def compare_runs(run: str | Path, reference: str | Path = REFERENCE) -> tuple[pd.DataFrame, dict]:
-    """(the comparison table, the verdict) of `run` against `reference`."""
-    run, reference = Path(run), Path(reference)
-    for folder in (run, reference):
-        if not (folder / "symbolic").is_dir():
-            raise FileNotFoundError(f"{folder} is not a run of this workflow (no symbolic/ in it)")
+    """(the comparison table, the verdict) of `run` against `reference`; a RunError when either is
+    not a run, or holds a file that its manifests do not vouch for."""
+    shown = {"run": str(Path(run)), "reference": str(Path(reference))}  # as the caller named them
+    run, reference = runs.check_run(run, "run"), runs.check_run(reference, "reference")
     rows = (compare_symbolic(run, reference) + compare_cpu_bytes(run, reference)
             + compare_correctness(run, reference) + compare_timing(run, reference)
             + compare_gpu_bytes(run, reference) + input_differences(run, reference))
     table = pd.DataFrame(rows, columns=COLUMNS)
     counts = {part: g["verdict"].value_counts().to_dict() for part, g in table.groupby("part", sort=False)}
     disagree = table[table["verdict"] == DISAGREE]
+    compared = table["verdict"].isin([AGREE, DISAGREE]) & (table["part"] != "inputs")
     verdict = {
-        "run": str(run), "reference": str(reference),
-        "verdict": DISAGREE if len(disagree) else AGREE,
+        **shown,
+        "verdict": DISAGREE if len(disagree) else AGREE if compared.any() else NOTHING,
+        "compared": int(compared.sum()),
         "parts": counts,
         "not_comparable": {part: sorted(set(g["reason"])) for part, g in
                            table[table["verdict"] == NOT_COMPARABLE].groupby("part")},
@@ -365,6 +362,9 @@ def write(table: pd.DataFrame, verdict: dict, out: str | Path) -> None:
 
 def summary_text(verdict: dict) -> str:
     lines = [f"{verdict['run']} against {verdict['reference']}: {verdict['verdict']}"]
+    if verdict["verdict"] == NOTHING:
+        lines.append("  no number could be compared, so nothing says the runs agree: every part below "
+                     "is not comparable")
     for part, counts in verdict["parts"].items():
         lines.append(f"  {part}: " + ", ".join(f"{n} {v}" for v, n in counts.items()))
     for part, reasons in verdict["not_comparable"].items():
@@ -383,19 +383,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", help="where to write comparison.csv, verdict.json, comparison.png "
                                       "(default: RUN/compare)")
     args = parser.parse_args(argv)
-    out = Path(args.out or Path(args.run) / "compare")
-    if project.inside(out.resolve(), project.REFERENCE.resolve()):
-        print(f"{out} is inside a committed reference run ({project.REFERENCE}), which is read, never "
-              "written: pass --out with a folder of its own", file=sys.stderr)
-        return 2
     try:
+        # resolved before anything is read: a relative --out, `..` or a symlink cannot slip in
+        out = runs.check_writable(args.out or Path(args.run) / "compare")
         table, verdict = compare_runs(args.run, args.reference)
-    except FileNotFoundError as err:
-        print(err, file=sys.stderr)
+    except RunError as err:
+        print(f"compare: {err}", file=sys.stderr)
         return 2
     write(table, verdict, out)
     print(summary_text(verdict))
-    return 1 if verdict["verdict"] == DISAGREE else 0
+    return 0 if verdict["verdict"] == AGREE else 1
 
 
 if __name__ == "__main__":
