@@ -163,14 +163,52 @@ def a_reference(workdir):
 @pytest.mark.parametrize("results_dir, says", [
     (".", "holds the project itself"),
     ("..", "holds the project itself"),
-    ("src/minimodel", "inside the project's src/"),
-    ("config", "inside the project's config/"),
+    ("src/minimodel", "is src/minimodel/ in the project, outside results/"),
+    ("config", "is config/ in the project, outside results/"),
     ("results/reference/machine", "holds a committed reference run"),
 ])
 def test_results_dir_over_the_project_or_a_reference_is_refused(workdir, a_reference, results_dir,
                                                                  says):
     proc = snakemake(workdir, "-n", "--config", f"results_dir={results_dir}", check=False)
     assert proc.returncode != 0 and says in proc.stdout + proc.stderr
+
+
+@pytest.fixture(scope="module")
+def unrun(tmp_path_factory):
+    """A copy of the project that has run nothing: enough for runs that stop before any job."""
+    return copy_project(tmp_path_factory.mktemp("unrun"))
+
+
+def refusal(proc, starts):
+    """The one line of a refused run that starts with `starts`: it alone says what is wrong."""
+    said = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "Job stats" not in said, said
+    lines = [line for line in said.splitlines() if line.startswith(starts)]
+    assert len(lines) == 1, said
+    return lines[0]
+
+
+@pytest.mark.parametrize("results_dir, says", [
+    ("results/reference/nvidia-h200/extra",
+     "is results/reference/nvidia-h200/extra/, which holds a committed reference run"),
+    ("results/../notes", "is notes/ in the project, outside results/"),
+    ("results/../notes/tuning", "is notes/tuning/ in the project, outside results/"),
+])
+def test_results_dir_is_resolved_then_refused_outside_results(unrun, results_dir, says):
+    proc = snakemake(unrun, "-n", "--config", f"results_dir={results_dir}", check=False)
+    line = refusal(proc, f"results_dir {results_dir!r}")
+    assert says in line and "accepted: results, a folder under results/" in line
+
+
+def test_a_results_dir_whose_symbolic_links_into_src_is_refused(unrun, tmp_path):
+    src = unrun / "src" / "minimodel"
+    before = sorted(src.iterdir())
+    (tmp_path / "symbolic").symlink_to(src)
+    proc = snakemake(unrun, "--config", f"results_dir={tmp_path}", "--until", "symbolic",
+                     check=False)
+    line = refusal(proc, f"results_dir {str(tmp_path)!r}")
+    assert "its folder symbolic/ resolves to src/minimodel/ in the project" in line
+    assert sorted(src.iterdir()) == before
 
 
 def test_a_reference_is_a_target_only_when_asked(workdir, a_reference):
