@@ -43,8 +43,8 @@ def _written_folders(rules):
     leads the write elsewhere; a folder made later is made inside a checked one.
     """
     folders = set()
-    for rule in rules:
-        for product in rule.products():
+    for each in rules:
+        for product in each.products():
             if not contains_wildcard(product):
                 folders.add(Path(product).parent)
                 continue
