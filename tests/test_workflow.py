@@ -211,6 +211,41 @@ def test_a_results_dir_whose_symbolic_links_into_src_is_refused(unrun, tmp_path)
     assert sorted(src.iterdir()) == before
 
 
+def test_a_misspelled_key_is_one_line_with_the_closest_key(unrun):
+    proc = snakemake(unrun, "-n", "--config", "resuts_dir=x", check=False)
+    line = refusal(proc, "config: ")
+    assert line.startswith("config: unknown key 'resuts_dir' (did you mean 'results_dir'?); "
+                           "the top-level keys are results_dir, ")
+    assert len((proc.stdout + proc.stderr).splitlines()) <= 15
+
+
+@pytest.mark.parametrize("text, says", [
+    ("gpu:\n  correctness:\n    n: [64.0]\n",
+     "config: gpu.correctness.n[0] is 64.0; accepted: an integer from 1 to 1048576"),
+    (f"random_seed: {2**64}\n",
+     f"config: random_seed is {2**64}; accepted: an integer from 0 to {2**63 - 1}"),
+])
+def test_a_value_the_code_cannot_take_is_refused_before_any_job(unrun, tmp_path, text, says):
+    (tmp_path / "bad.yaml").write_text(text)
+    proc = snakemake(unrun, "-n", "--configfile", str(tmp_path / "bad.yaml"), check=False)
+    assert refusal(proc, "config: ") == says
+    assert len((proc.stdout + proc.stderr).splitlines()) <= 15
+
+
+def test_a_yaml_error_in_config_yaml_names_the_file_and_the_line(unrun):
+    path = unrun / "config" / "config.yaml"
+    text = path.read_text()
+    path.write_text(text.replace("head_dims: [64, 128]", "head_dims: [64, 128", 1))
+    try:
+        proc = snakemake(unrun, "-n", check=False)
+    finally:
+        path.write_text(text)
+    line = next(n for n, s in enumerate(text.splitlines(), 1) if "head_dims: [64, 128]" in s)
+    assert refusal(proc, "config/config.yaml, ").startswith(
+        f"config/config.yaml, line {line + 2}, column 3: not valid YAML: expected ',' or ']'")
+    assert f"(while parsing a flow sequence, line {line})" in proc.stdout + proc.stderr
+
+
 def test_a_reference_is_a_target_only_when_asked(workdir, a_reference):
     proc = snakemake(workdir, "-n", "--config", "results_dir=results/reference/machine",
                      "overwrite_reference=True")
