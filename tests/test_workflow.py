@@ -163,14 +163,97 @@ def a_reference(workdir):
 @pytest.mark.parametrize("results_dir, says", [
     (".", "holds the project itself"),
     ("..", "holds the project itself"),
-    ("src/minimodel", "inside the project's src/"),
-    ("config", "inside the project's config/"),
+    ("src/minimodel", "is src/minimodel/ in the project, outside results/"),
+    ("config", "is config/ in the project, outside results/"),
     ("results/reference/machine", "holds a committed reference run"),
 ])
 def test_results_dir_over_the_project_or_a_reference_is_refused(workdir, a_reference, results_dir,
                                                                  says):
     proc = snakemake(workdir, "-n", "--config", f"results_dir={results_dir}", check=False)
     assert proc.returncode != 0 and says in proc.stdout + proc.stderr
+
+
+@pytest.fixture(scope="module")
+def unrun(tmp_path_factory):
+    """A copy of the project that has run nothing: enough for runs that stop before any job."""
+    return copy_project(tmp_path_factory.mktemp("unrun"))
+
+
+def refusal(proc, starts):
+    """The one line of a refused run that starts with `starts`: it alone says what is wrong."""
+    said = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "Job stats" not in said, said
+    lines = [line for line in said.splitlines() if line.startswith(starts)]
+    assert len(lines) == 1, said
+    return lines[0]
+
+
+@pytest.mark.parametrize("results_dir, says", [
+    ("results/reference/nvidia-h200/extra",
+     "is results/reference/nvidia-h200/extra/, which holds a committed reference run"),
+    ("results/../notes", "is notes/ in the project, outside results/"),
+    ("results/../notes/tuning", "is notes/tuning/ in the project, outside results/"),
+])
+def test_results_dir_is_resolved_then_refused_outside_results(unrun, results_dir, says):
+    proc = snakemake(unrun, "-n", "--config", f"results_dir={results_dir}", check=False)
+    line = refusal(proc, f"results_dir {results_dir!r}")
+    assert says in line and "accepted: results, a folder under results/" in line
+
+
+def test_a_results_dir_whose_symbolic_links_into_src_is_refused(unrun, tmp_path):
+    src = unrun / "src" / "minimodel"
+    before = sorted(src.iterdir())
+    (tmp_path / "symbolic").symlink_to(src)
+    proc = snakemake(unrun, "--config", f"results_dir={tmp_path}", "--until", "symbolic",
+                     check=False)
+    line = refusal(proc, f"results_dir {str(tmp_path)!r}")
+    assert "its folder symbolic/ resolves to src/minimodel/ in the project" in line
+    assert sorted(src.iterdir()) == before
+
+
+def test_a_misspelled_key_is_one_line_with_the_closest_key(unrun):
+    proc = snakemake(unrun, "-n", "--config", "resuts_dir=x", check=False)
+    line = refusal(proc, "config: ")
+    assert line.startswith("config: unknown key 'resuts_dir' (did you mean 'results_dir'?); "
+                           "the top-level keys are results_dir, ")
+    assert len((proc.stdout + proc.stderr).splitlines()) <= 15
+
+
+@pytest.mark.parametrize("text, says", [
+    ("gpu:\n  correctness:\n    n: [64.0]\n",
+     "config: gpu.correctness.n[0] is 64.0; accepted: an integer from 1 to 1048576"),
+    (f"random_seed: {2**64}\n",
+     f"config: random_seed is {2**64}; accepted: an integer from 0 to {2**63 - 1}"),
+])
+def test_a_value_the_code_cannot_take_is_refused_before_any_job(unrun, tmp_path, text, says):
+    (tmp_path / "bad.yaml").write_text(text)
+    proc = snakemake(unrun, "-n", "--configfile", str(tmp_path / "bad.yaml"), check=False)
+    assert refusal(proc, "config: ") == says
+    assert len((proc.stdout + proc.stderr).splitlines()) <= 15
+
+
+def test_a_yaml_error_in_config_yaml_names_the_file_and_the_line(unrun):
+    path = unrun / "config" / "config.yaml"
+    text = path.read_text()
+    path.write_text(text.replace("head_dims: [64, 128]", "head_dims: [64, 128", 1))
+    try:
+        proc = snakemake(unrun, "-n", check=False)
+    finally:
+        path.write_text(text)
+    line = next(n for n, s in enumerate(text.splitlines(), 1) if "head_dims: [64, 128]" in s)
+    assert refusal(proc, "config/config.yaml, ").startswith(
+        f"config/config.yaml, line {line + 2}, column 3: not valid YAML: expected ',' or ']'")
+    assert f"(while parsing a flow sequence, line {line})" in proc.stdout + proc.stderr
+
+
+@pytest.mark.xfail(strict=True, reason="Snakemake's CLI reads a --configfile before the Snakefile "
+                   "runs and drops the YAML error's mark (snakemake/common/configfile.py); the "
+                   "README points to python -m minimodel.provenance.configcheck. Passes, and so "
+                   "fails here, once Snakemake names the file")
+def test_a_yaml_error_in_a_configfile_names_the_file(unrun, tmp_path):
+    (tmp_path / "bad.yaml").write_text("cpu:\n  n: [256\n  threads: 1\n")
+    proc = snakemake(unrun, "-n", "--configfile", str(tmp_path / "bad.yaml"), check=False)
+    assert proc.returncode != 0 and "bad.yaml" in proc.stdout + proc.stderr
 
 
 def test_a_reference_is_a_target_only_when_asked(workdir, a_reference):

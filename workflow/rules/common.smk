@@ -2,10 +2,16 @@ import os
 from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
+from snakemake.io import contains_wildcard
 
 from minimodel.report import compare as comparison
 from minimodel.provenance.manifest import code_closure
-from minimodel.provenance.project import UnsafeResultsDir, check_results_dir, inside
+from minimodel.provenance.project import (
+    UnsafeResultsDir,
+    check_results_dir,
+    check_written_folders,
+    inside,
+)
 
 SRC = Path("src/minimodel")
 
@@ -27,6 +33,43 @@ def _results_dir():
 
 
 RESULTS = _results_dir()
+
+
+def _written_folders(rules):
+    """The folder of every output, log and benchmark of `rules`, as the rules name them.
+
+    A path with a wildcard (cpu/bytes/{dtype}/bytes.csv) is written in folders only the DAG
+    knows: its constant folder (cpu/bytes) and what already lies in it, since a link there
+    leads the write elsewhere; a folder made later is made inside a checked one.
+    """
+    folders = set()
+    for each in rules:
+        for product in each.products():
+            if not contains_wildcard(product):
+                folders.add(Path(product).parent)
+                continue
+            base = PROJECT / os.path.dirname(product.constant_prefix())
+            folders.add(base)
+            if base.is_dir():
+                folders.update(
+                    e for e in base.iterdir() if e.is_dir() or e.is_symlink()
+                )
+    return sorted(folders)
+
+
+def check_rule_folders(rules):
+    """Refuse the run when a folder a rule writes resolves (through `..` or a symlink) to a
+    place results_dir may not be: checking results_dir alone misses a linked results/x/symbolic.
+    """
+    try:
+        check_written_folders(
+            _written_folders(rules),
+            config["results_dir"],
+            PROJECT,
+            config["overwrite_reference"],
+        )
+    except UnsafeResultsDir as err:
+        raise WorkflowError(str(err))
 
 
 def _compare_reference():

@@ -1,8 +1,9 @@
 """Where a run may write, and whether this machine can hold what the config asks for.
 
-`check_results_dir` is called by the workflow before it plans anything
-(`workflow/rules/common.smk`): results go to a folder of their own, never over the project's
-code, config or tests, and never into a committed reference run unless the user says so
+`check_results_dir` and `check_written_folders` are called by the workflow before it plans
+anything (`workflow/rules/common.smk`, `workflow/Snakefile`): inside the project a run goes to
+results/ or a folder under it, never over the project's code, config, notes or tests, and never
+into a committed reference run under results/reference/ unless the user asks for that run
 (`overwrite_reference: true`). `check_memory` is called by a stage before it allocates: a size
 in the config that this machine cannot hold stops the stage with the config key named.
 """
@@ -10,12 +11,16 @@ in the config that this machine cannot hold stops the stage with the config key 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from pathlib import Path
 
-# Folders of the project that hold code, config or tests: no results inside them.
-PROTECTED = ("src", "workflow", "scripts", "tests", "config", ".git", ".snakemake", ".ci")
+# Inside the project, runs live here and nowhere else: every other folder holds tracked files.
+RESULTS = Path("results")
 # Committed reference runs: read, compared against, never a target by default.
-REFERENCE = Path("results") / "reference"
+REFERENCE = RESULTS / "reference"
+ACCEPTED = ("accepted: results, a folder under results/ outside results/reference/, or a folder "
+            "outside the project (and results/reference/<name> itself with "
+            "--config overwrite_reference=True)")
 
 
 class UnsafeResultsDir(ValueError):
@@ -31,28 +36,67 @@ def inside(path: Path, folder: Path) -> bool:
     return path == folder or folder in path.parents
 
 
+def _refusal(folder: Path, project: Path, asked_reference: Path | None) -> str | None:
+    """Why resolved `folder` may not be written by a run, or None when it may.
+
+    `asked_reference` is the one reference run overwrite_reference asked for (or None). Both
+    results/ and its references are resolved too: a project whose results/ links elsewhere still
+    keeps its references.
+    """
+    references = (project / REFERENCE).resolve()
+    if inside(project, folder):
+        return f"{folder}, which holds the project itself"
+    if inside(folder, references) and not (asked_reference and inside(folder, asked_reference)):
+        shown = Path(os.path.relpath(folder, project)) if inside(folder, project) else folder
+        return f"{shown}/, which holds a committed reference run"
+    if inside(folder, project) and not (inside(folder, project / RESULTS)
+                                        or inside(folder, (project / RESULTS).resolve())):
+        return f"{folder.relative_to(project)}/ in the project, outside results/"
+    return None
+
+
 def check_results_dir(results_dir: str | os.PathLike, project: str | os.PathLike,
                       overwrite_reference: bool = False) -> Path:
-    """The resolved results folder, or UnsafeResultsDir saying why it is refused and what is accepted."""
+    """The resolved results folder, or UnsafeResultsDir saying why it is refused and what is accepted.
+
+    `..` and symlinks are resolved first: results/../notes is notes/.
+    """
     project = Path(project).resolve()
     results = (project / Path(results_dir).expanduser()).resolve()
-    accepted = ("accepted: a folder of its own, such as results or results/<run>, "
-                "or any folder outside the project")
-    if inside(project, results):
-        raise UnsafeResultsDir(f"results_dir {str(results_dir)!r} is {results}, which holds the project "
-                               f"itself: a run would write over its files; {accepted}")
-    for name in PROTECTED:
-        if inside(results, project / name):
-            raise UnsafeResultsDir(f"results_dir {str(results_dir)!r} is inside the project's {name}/; "
-                                   f"{accepted}")
-    reference = project / REFERENCE
-    if inside(results, reference) and not overwrite_reference:
-        if results == reference or any(results.rglob("manifest.json")):
-            raise UnsafeResultsDir(
-                f"results_dir {str(results_dir)!r} holds a committed reference run ({results}); a run "
-                "there would overwrite it. Write a new run to a fresh folder and compare it "
-                "(see the README), or pass --config overwrite_reference=True to replace it")
+    why = _refusal(results, project, _asked_reference(results, project, overwrite_reference))
+    if why:
+        raise UnsafeResultsDir(f"results_dir {str(results_dir)!r} is {why}: a run there would write "
+                               f"over it; {ACCEPTED}")
     return results
+
+
+def _asked_reference(results: Path, project: Path, overwrite_reference: bool) -> Path | None:
+    """The reference run that overwrite_reference asks for: results_dir when it is one, as a whole."""
+    if overwrite_reference and results.parent == (project / REFERENCE).resolve():
+        return results
+    return None
+
+
+def check_written_folders(folders: Iterable[str | os.PathLike], results_dir: str | os.PathLike,
+                          project: str | os.PathLike, overwrite_reference: bool = False) -> None:
+    """Check each folder a rule writes (relative ones against the project), after resolving it.
+
+    results_dir passing check_results_dir is not enough: a subfolder of it (symbolic/, say) may
+    be a symlink into src/ or into a reference run.
+    """
+    project = Path(project).resolve()
+    results = check_results_dir(results_dir, project, overwrite_reference)
+    asked = _asked_reference(results, project, overwrite_reference)
+    for folder in folders:
+        written = project / Path(folder).expanduser()
+        why = _refusal(written.resolve(), project, asked)
+        if why:
+            try:
+                shown = written.relative_to(project / Path(results_dir).expanduser())
+            except ValueError:
+                shown = written
+            raise UnsafeResultsDir(f"results_dir {str(results_dir)!r}: its folder {shown}/ resolves "
+                                   f"to {why}: a run would write there; {ACCEPTED}")
 
 
 def physical_memory() -> int:
