@@ -270,11 +270,11 @@ def test_inputs_that_require_grad_are_refused_while_autograd_is_on(gen):
 
 @requires_gpu
 @pytest.mark.gpu
-@pytest.mark.parametrize("d, misalign", [(256, False), (128, True)])
+@pytest.mark.parametrize("d, misalign", [(256, False), (128, True), (128, False)])
 def test_long_transposed_sequence_past_2_31_elements_on_the_gpu(gen, d, misalign):
     # (B, N, H, d) = (1, 600000, 16, d) read as (B, H, N, d): row n of a head starts at n·H·d,
-    # past 2³¹ from n = 524,288 at d = 256 (and 1,048,576 / H·d at d = 128, misaligned so
-    # that the pointer-load kernel runs)
+    # past 2³¹ from n = 524,288 at d = 256 (and 1,048,576 / H·d at d = 128: misaligned, the
+    # pointer-load kernel runs; aligned, on Hopper, the Gluon kernel)
     N, H = 600_000 if d == 256 else 1_100_000, 16
     base = torch.empty(N * H * d * 3 + int(misalign), dtype=torch.float16, device="cuda")
     q, k, v = (base[int(misalign) + i * N * H * d:][:N * H * d].view(1, N, H, d).transpose(1, 2)
@@ -299,3 +299,90 @@ def test_batch_heads_past_65535_on_the_gpu(gen):
     out = flash_attn_forward(q, k, v, causal=True)
     exact = reference_attn(q, k, v, causal=True, upcast=True)
     assert (out.double() - exact).abs().max().item() < 2e-3
+
+
+def test_the_policy_takes_the_gluon_kernel_on_hopper_at_d128_only():
+    from minimodel.kernel.config import gluon_config, tl_config
+
+    big = dict(device_type="cuda", n=4096, batch_heads=64, sm_count=132)
+    for causal in (False, True):
+        assert get_fwd_config(128, causal, arch=90, **big) == gluon_config(128, causal)
+        assert get_fwd_config(128, causal, arch=90, **big).path == "gluon"
+        assert get_fwd_config(64, causal, arch=90, **big) == tl_config(64, causal, arch=90, **big)
+        assert get_fwd_config(128, causal, arch=80, **big).path == "tl"  # no Gluon off Hopper
+        # launch-bound sizes stay on the light pointer path
+        assert get_fwd_config(128, causal, "cuda", 64, 1, 132, 90) == portable_config(128)
+        assert get_fwd_config(128, causal, "cpu").path == "tl"
+
+
+@pytest.mark.skipif(HAS_CUDA, reason="checks the CPU")
+def test_a_gluon_config_runs_the_tl_kernel_where_gluon_cannot_run(gen):
+    # Gluon has no interpreter: on the CPU the tl kernel's own choice runs, and says so
+    from minimodel.kernel import launch_config
+    from minimodel.kernel.config import gluon_config
+
+    q, k, v = (torch.randn(1, 2, 77, 128, generator=gen).half() for _ in range(3))
+    used = launch_config(q, k, v, True, gluon_config(128, True))
+    assert used.path == "tl" and not used.GLUON
+    out = flash_attn_forward(q, k, v, causal=True, config=gluon_config(128, True))
+    exact = reference_attn(q, k, v, causal=True, upcast=True)
+    assert (out.double() - exact).abs().max() < 2e-3
+
+
+def _hopper():
+    return HAS_CUDA and torch.cuda.get_device_capability() == (9, 0)
+
+
+requires_hopper = pytest.mark.skipif(not _hopper(), reason="the Gluon kernel runs on Hopper (sm_90) only")
+
+
+@requires_hopper
+@pytest.mark.gpu
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("n, h_kv, layout", [(1, 2, "contiguous"), (77, 1, "contiguous"),
+                                             (1000, 2, "bnhd"), (4096, 4, "contiguous")])
+def test_the_gluon_kernel_matches_float64(gen, d, causal, dtype, n, h_kv, layout):
+    from minimodel.kernel import launch_config
+    from minimodel.kernel.config import gluon_config
+
+    cfg = gluon_config(d, causal)
+    tdtype = getattr(torch, dtype)
+
+    def rand(heads):
+        if layout == "bnhd":
+            return torch.randn(2, n, heads, d, generator=gen).to("cuda", tdtype).transpose(1, 2)
+        return torch.randn(2, heads, n, d, generator=gen).to("cuda", tdtype)
+
+    q, k, v = rand(4), rand(h_kv), rand(h_kv)
+    assert launch_config(q, k, v, causal, cfg).path == "gluon"
+    poison = torch.full((2, 4, n, d), float("nan"), dtype=tdtype, device="cuda")
+    del poison  # the output reuses the NaN-filled block: an unwritten element shows as NaN
+    out, lse = flash_attn_forward(q, k, v, causal=causal, config=cfg, return_lse=True)
+    exact = reference_attn(q, k, v, causal=causal, upcast=True)
+    torch_err = (reference_attn(q, k, v, causal=causal).double() - exact).abs().max().item()
+    err = (out.double() - exact).abs().max().item()
+    print(f"gluon d={d} causal={causal} {dtype} N={n} H_kv={h_kv} {layout}: {err:.2e} torch {torch_err:.2e}")
+    assert not torch.isnan(out).any() and err <= correctness.tolerance(torch_err)
+    tl_out, tl_lse = flash_attn_forward(q, k, v, causal=causal, return_lse=True,
+                                        config=FwdConfig(64, 64, 4, 2))
+    torch.testing.assert_close(lse, tl_lse, atol=1e-4, rtol=1e-5)
+
+
+@requires_hopper
+@pytest.mark.gpu
+def test_the_gluon_kernel_takes_a_huge_sm_scale_and_many_programs(gen):
+    from minimodel.kernel.config import gluon_config
+
+    q, k, v = (torch.randn(1, 3, 300, 128, generator=gen).half().cuda() for _ in range(3))
+    for scale in (1e-3, 1e6, 1e37):
+        out = flash_attn_forward(q, k, v, causal=True, sm_scale=scale, config=gluon_config(128, True))
+        s = (q.double() @ k.double().transpose(-1, -2)) * scale
+        s = s.masked_fill(torch.ones(300, 300, dtype=torch.bool, device="cuda").triu(1), float("-inf"))
+        exact = torch.softmax(s - s.amax(-1, keepdim=True), -1) @ v.double()
+        assert not torch.isnan(out).any() and (out.double() - exact).abs().max() < 2e-3, scale
+    # B·H past the grid's y axis
+    q, k, v = (torch.randn(2, 35_000, 40, 128, generator=gen).half().cuda() for _ in range(3))
+    out = flash_attn_forward(q, k, v, causal=False, config=gluon_config(128, False))
+    assert (out.double() - reference_attn(q, k, v, causal=False, upcast=True)).abs().max() < 2e-3

@@ -3,6 +3,7 @@
     python tools/kernel_report.py                          # the configs shipped for FlashAttention's grid
     python tools/kernel_report.py --d 128 --config 128 128 8 4 --tma   # one config of your own
     python tools/kernel_report.py --d 64 --config 128 128 8 2 --tma --maxnreg 128
+    python tools/kernel_report.py --d 64 --config 128 128 4 3 --gluon 2   # the Gluon kernel, 2 consumers
     python tools/kernel_report.py --policy --arch 80       # every config the policy can pick on sm_80
 
 Each kernel of `minimodel.kernel.flash` is compiled for sm_90 (the H100/H200) exactly as a
@@ -55,9 +56,27 @@ def _signature(kernel, args: dict) -> tuple[dict, dict, dict]:
     return signature, constants, attrs
 
 
+def _gluon_kernel_args(config, shape: tuple[int, int, int, int], causal: bool):
+    """The Gluon kernel and its arguments as types, from the launch's own `hopper.arguments`."""
+    import torch
+    from triton.runtime.jit import mangle_type
+
+    from minimodel.kernel import hopper
+
+    t = torch.empty(shape, dtype=torch.float16)  # CPU tensors: only shapes, strides and dtype are read
+    _, args, options = hopper.arguments(t, t, t, t, torch.empty(1), 0.125, config, causal, False)
+    typed = {name: (mangle_type(v) if isinstance(v, hopper.TensorDescriptor) else
+                    f"*{'fp16' if v.dtype == torch.float16 else 'fp32'}" if isinstance(v, torch.Tensor) else v)
+             for name, v in args.items()}
+    return hopper._flash_fwd_hopper, typed, options
+
+
 def kernel_args(config, shape: tuple[int, int, int, int], causal: bool):
     """The kernel `flash_attn_forward` launches for `config` and the arguments it passes."""
     from minimodel.kernel import flash as af
+
+    if config.GLUON:
+        return _gluon_kernel_args(config, shape, causal)[:2]
 
     B, H, N, d = shape
     common = dict(HEAD_DIM=d, BLOCK_M=config.BLOCK_M, BLOCK_N=config.BLOCK_N, IS_CAUSAL=causal,
@@ -88,6 +107,11 @@ def compile_cubin(config, shape, causal: bool, arch: int = 90):
         raise RuntimeError("kernel_report compiles the real kernels: run it without TRITON_INTERPRET=1")
     kernel, args = kernel_args(config, shape, causal)
     signature, constants, attrs = _signature(kernel, args)
+    if config.GLUON:  # layouts, stages and warps are in the source: only num_warps is an option
+        from triton.experimental.gluon._runtime import GluonASTSource
+
+        return triton.compile(GluonASTSource(kernel, signature, constants, attrs),
+                              target=GPUTarget("cuda", arch, 32), options=_gluon_kernel_args(config, shape, causal)[2])
     source = ASTSource(kernel, signature, constants, attrs)
     options = {"num_warps": config.num_warps, "num_stages": config.num_stages}
     if config.MAXNREG:
@@ -130,14 +154,20 @@ def report(config, shape=(1, 1, 4096, 64), causal: bool = False, arch: int = 90)
 def policy_configs(arch: int) -> list[tuple]:
     """Every (config, d, causal) the tile policy can pick on `arch`, each TMA one with its fallback."""
     from minimodel.kernel import SUPPORTED_HEAD_DIMS, get_fwd_config, portable_config
+    from minimodel.kernel.config import tl_config
 
     found = []
     for d in SUPPORTED_HEAD_DIMS:
         for causal in (False, True):
             for n in POLICY_N:
                 for bh in POLICY_BATCH_HEADS:
-                    cfg = get_fwd_config(d, causal, "cuda", n, bh, SMS[arch], arch)
-                    for c in (cfg, portable_config(d)) if cfg.TMA else (cfg,):
+                    args = (d, causal, "cuda", n, bh, SMS[arch], arch)
+                    chain = [get_fwd_config(*args)]
+                    if chain[-1].GLUON:  # where the Gluon kernel cannot read the inputs
+                        chain.append(tl_config(*args))
+                    if chain[-1].TMA:  # where TMA cannot
+                        chain.append(portable_config(d))
+                    for c in chain:
                         if (c, d, causal) not in found:
                             found.append((c, d, causal))
     return found
@@ -165,6 +195,9 @@ def main(argv=None) -> int:
                         help="report this configuration instead of the shipped ones")
     parser.add_argument("--tma", action="store_true", help="with --config: load through TMA")
     parser.add_argument("--maxnreg", type=int, help="with --config: cap registers per thread")
+    parser.add_argument("--gluon", type=int, metavar="CONSUMERS", choices=(2, 3),
+                        help="with --config: the Gluon kernel for Hopper with this many consumer warpgroups "
+                             "taking turns (BLOCK_M rows split among them, STAGES K/V buffers)")
     parser.add_argument("--arch", type=int, default=90, choices=sorted(SMS),
                         help="compute capability to compile for (80 A100, 86/89 Ampere/Ada consumer and "
                              "L40S, 90 H100/H200)")
@@ -183,7 +216,9 @@ def main(argv=None) -> int:
         for causal in (False, True):
             for n in args.n:
                 shape = grid_shape(n, d, args)
-                cfg = (FwdConfig(*args.config, TMA=args.tma, MAXNREG=args.maxnreg) if args.config else
+                cfg = (FwdConfig(*args.config, TMA=args.tma or bool(args.gluon), MAXNREG=args.maxnreg,
+                                 GLUON=bool(args.gluon), CONSUMERS=args.gluon or 1, PINGPONG=bool(args.gluon))
+                       if args.config else
                        get_fwd_config(d, causal, "cuda", n, shape[0] * shape[1], args.sms, args.arch))
                 key = (cfg, d, causal)
                 if key not in seen:  # the same kernel serves many N: compile it once

@@ -83,7 +83,7 @@ def check_case(B: int, H: int, N: int, d: int, causal: bool, dtype: str = "float
         "tolerance": tol, "err_vs_torch_fp16": err_literal,
         "seed_literal_pass": err_literal < ABS_FLOOR,
         "has_nan": has_nan, "passed": (not has_nan) and err_kernel <= tol,
-        "skipped": False, "reason": "",
+        "skipped": False, "reason": "", "path": cfg.path,
         "BLOCK_M": cfg.BLOCK_M, "BLOCK_N": cfg.BLOCK_N,
         "num_warps": cfg.num_warps, "num_stages": cfg.num_stages, "TMA": cfg.TMA,
     }

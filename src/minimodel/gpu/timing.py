@@ -140,8 +140,8 @@ def time_point(grid: str, B: int, H: int, N: int, d: int, causal: bool, impl_nam
         row = {"grid": grid, "B": B, "H": H, "N": N, "d": d, "causal": causal, "impl": name,
                "dtype": "float16", "flops": flops, "status": "ok", "checked": None,
                "err_vs_fp64": None, "ms": None, "eager_ms": None, "timing": None}
-        if name == "triton":
-            row.update({f"cfg_{key}": val for key, val in cfg.as_dict().items()})
+        if name == "triton":  # which kernel flash_attn_forward chose, and its configuration
+            row.update({"path": cfg.path, **{f"cfg_{key}": val for key, val in cfg.as_dict().items()}})
         try:
             if exact is not None:
                 ok, err = checked_run(fn, qs, ks, vs, exact, err_torch)

@@ -90,7 +90,7 @@ GLUON_HEAD_DIMS = (64, 128)
 
 def gluon_config(head_dim: int, causal: bool) -> FwdConfig:
     """The Gluon kernel's configuration on Hopper: two consumer warpgroups of 64 query rows each,
-    128-key tiles, two K/V stages, taking turns on the tensor cores."""
+    128-key tiles, two K/V stages, taking turns on the tensor cores (notes/kernel.md)."""
     return FwdConfig(128, 128, 4, 2, TMA=True, GLUON=True, CONSUMERS=2, PINGPONG=True)
 
 
@@ -99,13 +99,16 @@ def get_fwd_config(head_dim: int, causal: bool, device_type: str, n: int | None 
                    arch: int = HOPPER) -> FwdConfig:
     """The configuration for a head dim, causality and problem size on a device.
 
-    On Hopper, the Gluon kernel for the head dims it is built for (`gluon_config`); everything
-    else, the interpreter included, takes the tl kernel (`tl_config`). `launch_config` falls
-    back to the tl kernel's choice where the inputs are ones the Gluon kernel cannot read.
+    On Hopper at d = 128, past the launch-bound sizes, the Gluon kernel (`gluon_config`): it
+    overlaps softmax and tensor cores where the tl kernel cannot. At d = 64 the tl kernel's two
+    8-warp programs per multiprocessor still win on the H200, so d = 64 stays on it, as does
+    everything else, the interpreter included (`tl_config`). `launch_config` falls back to the
+    tl kernel's choice where the inputs are ones the Gluon kernel cannot read.
     """
-    if device_type == "cuda" and arch == HOPPER and head_dim in GLUON_HEAD_DIMS:
+    cfg = tl_config(head_dim, causal, device_type, n, batch_heads, sm_count, arch)
+    if device_type == "cuda" and arch == HOPPER and head_dim == 128 and cfg.TMA:
         return gluon_config(head_dim, causal)
-    return tl_config(head_dim, causal, device_type, n, batch_heads, sm_count, arch)
+    return cfg
 
 
 def tl_config(head_dim: int, causal: bool, device_type: str, n: int | None = None,

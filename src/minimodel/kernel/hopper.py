@@ -19,6 +19,8 @@ capability 9.0 will run it, or by tools that compile it for sm_90 on the CPU.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import triton
 from triton.experimental import gluon
@@ -283,24 +285,38 @@ def supports(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor) -> bool:
     return True
 
 
+@functools.cache
+def _shared_layout(rows: int, d: int, dtype: torch.dtype):
+    return gl.NVMMASharedLayout.get_default_for([1, 1, rows, d], _GL_DTYPES[dtype])
+
+
 def _descriptor(t: torch.Tensor, rows: int) -> TensorDescriptor:
-    """A 4-D (B, H, N, d) descriptor: rows past N of a head read as zeros, never the next head's."""
-    block = [1, 1, rows, t.shape[-1]]
-    strides = [s if n > 1 else t.shape[-1] * t.shape[-2] for n, s in zip(t.shape, t.stride(), strict=True)]
+    """A 4-D (B, H, N, d) descriptor: rows past N of a head read as zeros, never the next head's.
+
+    A size-1 dimension's stride is never stepped along; it is given one TMA accepts.
+    """
+    d = t.shape[-1]
+    strides = [s if n > 1 else d * t.shape[-2] for n, s in zip(t.shape, t.stride(), strict=True)]
     strides[-1] = 1
-    layout = gl.NVMMASharedLayout.get_default_for(block, _GL_DTYPES[t.dtype])
-    return TensorDescriptor(t, list(t.shape), strides, block, layout)
+    return TensorDescriptor(t, list(t.shape), strides, [1, 1, rows, d], _shared_layout(rows, d, t.dtype))
+
+
+def arguments(Q, K, V, O, LSE, qk_scale: float, cfg, causal: bool, store_lse: bool):
+    """(grid, kernel arguments, launch options) of one call: what `launch` passes, and what
+    tools/kernel_report.py compiles for sm_90 without a GPU."""
+    B, H, N, d = Q.shape
+    rows = cfg.BLOCK_M // cfg.CONSUMERS
+    args = dict(
+        q_desc=_descriptor(Q, rows), k_desc=_descriptor(K, cfg.BLOCK_N), v_desc=_descriptor(V, cfg.BLOCK_N),
+        o_desc=_descriptor(O, rows), lse_ptr=LSE, qk_scale=qk_scale, H=H, N=N, GROUP=H // K.shape[1],
+        HEAD_DIM=d, BLOCK_M=rows, BLOCK_N=cfg.BLOCK_N, CONSUMERS=cfg.CONSUMERS, STAGES=cfg.num_stages,
+        IS_CAUSAL=bool(causal), PINGPONG=cfg.PINGPONG, STORE_LSE=bool(store_lse),
+        CONSUMER_REGS=CONSUMER_REGS[cfg.CONSUMERS],
+    )
+    return (triton.cdiv(N, cfg.BLOCK_M) * B * H,), args, {"num_warps": 4}
 
 
 def launch(Q, K, V, O, LSE, qk_scale: float, cfg, causal: bool, store_lse: bool) -> None:
     """Run the kernel for `cfg` (a GLUON FwdConfig) on inputs `supports` accepted; O contiguous."""
-    B, H, N, d = Q.shape
-    grid = (triton.cdiv(N, cfg.BLOCK_M) * B * H,)
-    _flash_fwd_hopper[grid](
-        _descriptor(Q, cfg.BLOCK_M // cfg.CONSUMERS), _descriptor(K, cfg.BLOCK_N), _descriptor(V, cfg.BLOCK_N),
-        _descriptor(O, cfg.BLOCK_M // cfg.CONSUMERS), LSE, qk_scale, H, N, H // K.shape[1],
-        HEAD_DIM=d, BLOCK_M=cfg.BLOCK_M // cfg.CONSUMERS, BLOCK_N=cfg.BLOCK_N,
-        CONSUMERS=cfg.CONSUMERS, STAGES=cfg.num_stages, IS_CAUSAL=bool(causal),
-        PINGPONG=cfg.PINGPONG, STORE_LSE=bool(store_lse),
-        CONSUMER_REGS=CONSUMER_REGS[cfg.CONSUMERS], num_warps=4,
-    )
+    grid, args, options = arguments(Q, K, V, O, LSE, qk_scale, cfg, causal, store_lse)
+    _flash_fwd_hopper[grid](**args, **options)
