@@ -3,7 +3,7 @@
     python tools/kernel_report.py                          # the configs shipped for FlashAttention's grid
     python tools/kernel_report.py --d 128 --config 128 128 8 4 --tma   # one config of your own
     python tools/kernel_report.py --d 64 --config 128 128 8 2 --tma --maxnreg 128
-    python tools/kernel_report.py --d 64 --config 128 128 4 3 --gluon 2   # the Gluon kernel, 2 consumers
+    python tools/kernel_report.py --d 64 --config 128 128 4 3 --gluon   # the Gluon kernel
     python tools/kernel_report.py --policy --arch 80       # every config the policy can pick on sm_80
 
 Each kernel of `minimodel.kernel.flash` is compiled for sm_90 (the H100/H200) exactly as a
@@ -65,9 +65,12 @@ def _gluon_kernel_args(config, shape: tuple[int, int, int, int], causal: bool):
 
     t = torch.empty(shape, dtype=torch.float16)  # CPU tensors: only shapes, strides and dtype are read
     _, args, options = hopper.arguments(t, t, t, t, torch.empty(1), 0.125, config, causal, False)
-    typed = {name: (mangle_type(v) if isinstance(v, hopper.TensorDescriptor) else
-                    f"*{'fp16' if v.dtype == torch.float16 else 'fp32'}" if isinstance(v, torch.Tensor) else v)
-             for name, v in args.items()}
+    def as_type(v):
+        if isinstance(v, hopper.TensorDescriptor):
+            return mangle_type(v)
+        return f"*{'fp16' if v.dtype == torch.float16 else 'fp32'}" if isinstance(v, torch.Tensor) else v
+
+    typed = {name: as_type(v) for name, v in args.items()}
     return hopper._flash_fwd_hopper, typed, options
 
 
@@ -110,8 +113,9 @@ def compile_cubin(config, shape, causal: bool, arch: int = 90):
     if config.GLUON:  # layouts, stages and warps are in the source: only num_warps is an option
         from triton.experimental.gluon._runtime import GluonASTSource
 
+        options = _gluon_kernel_args(config, shape, causal)[2]
         return triton.compile(GluonASTSource(kernel, signature, constants, attrs),
-                              target=GPUTarget("cuda", arch, 32), options=_gluon_kernel_args(config, shape, causal)[2])
+                              target=GPUTarget("cuda", arch, 32), options=options)
     source = ASTSource(kernel, signature, constants, attrs)
     options = {"num_warps": config.num_warps, "num_stages": config.num_stages}
     if config.MAXNREG:
@@ -195,9 +199,9 @@ def main(argv=None) -> int:
                         help="report this configuration instead of the shipped ones")
     parser.add_argument("--tma", action="store_true", help="with --config: load through TMA")
     parser.add_argument("--maxnreg", type=int, help="with --config: cap registers per thread")
-    parser.add_argument("--gluon", type=int, metavar="CONSUMERS", choices=(2, 3),
-                        help="with --config: the Gluon kernel for Hopper with this many consumer warpgroups "
-                             "taking turns (BLOCK_M rows split among them, STAGES K/V buffers)")
+    parser.add_argument("--gluon", action="store_true",
+                        help="with --config: the Gluon kernel for Hopper (two consumer warpgroups taking "
+                             "turns, BLOCK_M rows split between them, STAGES K/V buffers)")
     parser.add_argument("--arch", type=int, default=90, choices=sorted(SMS),
                         help="compute capability to compile for (80 A100, 86/89 Ampere/Ada consumer and "
                              "L40S, 90 H100/H200)")
@@ -216,8 +220,8 @@ def main(argv=None) -> int:
         for causal in (False, True):
             for n in args.n:
                 shape = grid_shape(n, d, args)
-                cfg = (FwdConfig(*args.config, TMA=args.tma or bool(args.gluon), MAXNREG=args.maxnreg,
-                                 GLUON=bool(args.gluon), CONSUMERS=args.gluon or 1, PINGPONG=bool(args.gluon))
+                cfg = (FwdConfig(*args.config, TMA=args.tma or args.gluon, MAXNREG=args.maxnreg,
+                                 GLUON=args.gluon, CONSUMERS=2 if args.gluon else 1, PINGPONG=args.gluon)
                        if args.config else
                        get_fwd_config(d, causal, "cuda", n, shape[0] * shape[1], args.sms, args.arch))
                 key = (cfg, d, causal)

@@ -246,7 +246,9 @@ def launch_config(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, causal: boo
     """
     cfg = config or default_config(Q, causal)
     if cfg.GLUON:
-        return cfg if _gluon_ok(Q, K, V) else launch_config(Q, K, V, causal, tl_config(*_policy_args(Q, causal)))
+        if _gluon_ok(Q, K, V):
+            return cfg
+        return launch_config(Q, K, V, causal, tl_config(*_policy_args(Q, causal)))
     if not cfg.TMA:
         return cfg
     tma_hardware = Q.device.type == "cpu" or device_arch(Q.device) >= HOPPER  # the interpreter has it

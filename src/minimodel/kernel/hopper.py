@@ -1,8 +1,8 @@
 """Flash-attention forward for Hopper (sm_90) in Gluon, scheduled like FlashAttention-3.
 
 One program per (query tile, batch·head). Inside it, warp specialization:
-- `_load`, one producer warp with few registers: Q once, then every K and V tile through TMA
-  into a ring of shared-memory stages;
+- `_load`, the producer (the default partition; its registers go to the consumers): Q once,
+  then every K and V tile through TMA into a ring of shared-memory stages;
 - `_consume`, CONSUMERS warpgroups with many registers, each owning BLOCK_M rows of the query
   tile. Every key tile is read by all of them from the same stage.
 Two overlaps hide the softmax behind the tensor cores:
@@ -36,8 +36,6 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from minimodel.kernel.config import GLUON_HEAD_DIMS
 
-PRODUCER_REGS = gl.constexpr(24)  # setmaxnreg of the producer warp: it only issues TMA copies
-
 
 @gluon.jit
 def _kv_tiles(pid_m, N, BLOCK_Q: gl.constexpr, BLOCK_N: gl.constexpr, IS_CAUSAL: gl.constexpr):
@@ -52,15 +50,16 @@ def _kv_tiles(pid_m, N, BLOCK_Q: gl.constexpr, BLOCK_N: gl.constexpr, IS_CAUSAL:
 
 
 @gluon.jit
-def _load(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, k_ready, v_ready, k_empty, v_empty,
-          b, h, h_kv, pid_m, N, CONSUMERS: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-          IS_CAUSAL: gl.constexpr):
+def _load(q_desc, k_desc, v_desc, smem, bars, b, h, h_kv, pid_m, N, CONSUMERS: gl.constexpr,
+          BLOCK_N: gl.constexpr, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr):
     """Producer: each consumer's Q rows once, then K and V of each key tile into stage
     j % STAGES once it is free.
 
     K and V have their own barriers, so QKᵀ may start while V is still in flight. Rows past N
     (a ragged tail) arrive as zeros: the descriptors are 4-D, bounded per head.
     """
+    q_smem, k_smem, v_smem = smem
+    q_ready, k_ready, v_ready, k_empty, v_empty, _ = bars
     BLOCK_M: gl.constexpr = q_desc.block_type.shape[2]
     BLOCK_Q: gl.constexpr = BLOCK_M * CONSUMERS
     mbarrier.expect(q_ready, CONSUMERS * q_desc.block_type.nbytes)
@@ -110,8 +109,8 @@ def _pass_turn(turns, WG: gl.constexpr, CONSUMERS: gl.constexpr, PINGPONG: gl.co
 
 
 @gluon.jit
-def _consume(q_smem, k_smem, v_smem, q_ready, k_ready, v_ready, k_empty, v_empty, turns, o_desc, lse_ptr,
-             b, h, pid_m, pid_bh, N, qk_scale, WG: gl.constexpr, CONSUMERS: gl.constexpr,
+def _consume(smem, bars, o_desc, lse_ptr, b, h, pid_m, pid_bh, N, qk_scale, WG: gl.constexpr,
+             CONSUMERS: gl.constexpr,
              BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr,
              IS_CAUSAL: gl.constexpr, PINGPONG: gl.constexpr, STORE_LSE: gl.constexpr):
     """Consumer warpgroup WG: rows [WG·BLOCK_M, (WG+1)·BLOCK_M) of the query tile.
@@ -119,6 +118,8 @@ def _consume(q_smem, k_smem, v_smem, q_ready, k_ready, v_ready, k_empty, v_empty
     Step j issues QKᵀ of tile j and PV of tile j − 1 back to back, then computes the softmax of
     tile j while PV runs, so the tensor cores and the exponentials overlap within the warpgroup.
     """
+    q_smem, k_smem, v_smem = smem
+    q_ready, k_ready, v_ready, k_empty, v_empty, turns = bars
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, BLOCK_N, 16])
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -153,8 +154,8 @@ def _consume(q_smem, k_smem, v_smem, q_ready, k_ready, v_ready, k_empty, v_empty
         p16 = gl.convert_layout(p.to(dtype), p_layout)
         mbarrier.wait(k_ready.index(st), (j // STAGES) & 1)
         _wait_turn(turns, j, WG, PINGPONG)
-        s = warpgroup_mma(q, k_smem.index(st).permute((1, 0)), gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout),
-                          use_acc=False, is_async=True)
+        s = warpgroup_mma(q, k_smem.index(st).permute((1, 0)),
+                          gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout), use_acc=False, is_async=True)
         # while QKᵀ runs: bring O to the maximum that P of tile j − 1 was taken under
         acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
         mbarrier.wait(v_ready.index(prev), ((j - 1) // STAGES) & 1)
@@ -238,36 +239,24 @@ def _flash_fwd_hopper(q_desc, k_desc, v_desc, o_desc, lse_ptr, qk_scale, H, N, G
     for i in gl.static_range(CONSUMERS):
         mbarrier.init(turns.index(i), count=1)
 
-    if CONSUMERS == 2:
-        gl.warp_specialize([
-            (_load, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, k_ready, v_ready, k_empty, v_empty,
-                     b, h, h_kv, pid_m, N, CONSUMERS, BLOCK_N, STAGES, IS_CAUSAL)),
-            (_consume, (q_smem, k_smem, v_smem, q_ready, k_ready, v_ready, k_empty, v_empty, turns, o_desc, lse_ptr,
-                        b, h, pid_m, pid_bh, N, qk_scale, 0, CONSUMERS, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES,
-                        IS_CAUSAL, PINGPONG, STORE_LSE)),
-            (_consume, (q_smem, k_smem, v_smem, q_ready, k_ready, v_ready, k_empty, v_empty, turns, o_desc,
-                        lse_ptr, b, h, pid_m, pid_bh, N, qk_scale, 1, CONSUMERS, BLOCK_M, BLOCK_N,
-                        HEAD_DIM, STAGES, IS_CAUSAL, PINGPONG, STORE_LSE)),
-        ], [4, 4], [CONSUMER_REGS, CONSUMER_REGS])
-    else:
-        gl.warp_specialize([
-            (_load, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, k_ready, v_ready, k_empty, v_empty,
-                     b, h, h_kv, pid_m, N, CONSUMERS, BLOCK_N, STAGES, IS_CAUSAL)),
-            (_consume, (q_smem, k_smem, v_smem, q_ready, k_ready, v_ready, k_empty, v_empty, turns, o_desc, lse_ptr,
-                        b, h, pid_m, pid_bh, N, qk_scale, 0, CONSUMERS, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES,
-                        IS_CAUSAL, PINGPONG, STORE_LSE)),
-            (_consume, (q_smem, k_smem, v_smem, q_ready, k_ready, v_ready, k_empty, v_empty, turns, o_desc,
-                        lse_ptr, b, h, pid_m, pid_bh, N, qk_scale, 1, CONSUMERS, BLOCK_M, BLOCK_N,
-                        HEAD_DIM, STAGES, IS_CAUSAL, PINGPONG, STORE_LSE)),
-            (_consume, (q_smem, k_smem, v_smem, q_ready, k_ready, v_ready, k_empty, v_empty, turns, o_desc,
-                        lse_ptr, b, h, pid_m, pid_bh, N, qk_scale, 2, CONSUMERS, BLOCK_M, BLOCK_N,
-                        HEAD_DIM, STAGES, IS_CAUSAL, PINGPONG, STORE_LSE)),
-        ], [4, 4, 4], [CONSUMER_REGS, CONSUMER_REGS, CONSUMER_REGS])
+    smem = (q_smem, k_smem, v_smem)
+    bars = (q_ready, k_ready, v_ready, k_empty, v_empty, turns)
+    gl.static_assert(CONSUMERS == 2, "the kernel is written for two consumer warpgroups")
+    gl.warp_specialize([
+        (_load, (q_desc, k_desc, v_desc, smem, bars, b, h, h_kv, pid_m, N, CONSUMERS, BLOCK_N, STAGES,
+                 IS_CAUSAL)),
+        (_consume, (smem, bars, o_desc, lse_ptr, b, h, pid_m, pid_bh, N, qk_scale, 0, CONSUMERS, BLOCK_M,
+                    BLOCK_N, HEAD_DIM, STAGES, IS_CAUSAL, PINGPONG, STORE_LSE)),
+        (_consume, (smem, bars, o_desc, lse_ptr, b, h, pid_m, pid_bh, N, qk_scale, 1, CONSUMERS, BLOCK_M,
+                    BLOCK_N, HEAD_DIM, STAGES, IS_CAUSAL, PINGPONG, STORE_LSE)),
+    ], [4, 4], [CONSUMER_REGS, CONSUMER_REGS])
+
 
 
 _GL_DTYPES = {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16}
-# registers per consumer thread after setmaxnreg: the producer warp's group gives its share away
-CONSUMER_REGS = {2: 240, 3: 160}
+# registers per consumer thread after setmaxnreg (the producer's warpgroup gives its share away):
+# 2 · 128 · 240 + 128 · 24 fits the multiprocessor's 65,536
+CONSUMER_REGS = 240
 
 
 def supports(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor) -> bool:
@@ -311,7 +300,7 @@ def arguments(Q, K, V, O, LSE, qk_scale: float, cfg, causal: bool, store_lse: bo
         o_desc=_descriptor(O, rows), lse_ptr=LSE, qk_scale=qk_scale, H=H, N=N, GROUP=H // K.shape[1],
         HEAD_DIM=d, BLOCK_M=rows, BLOCK_N=cfg.BLOCK_N, CONSUMERS=cfg.CONSUMERS, STAGES=cfg.num_stages,
         IS_CAUSAL=bool(causal), PINGPONG=cfg.PINGPONG, STORE_LSE=bool(store_lse),
-        CONSUMER_REGS=CONSUMER_REGS[cfg.CONSUMERS],
+        CONSUMER_REGS=CONSUMER_REGS,
     )
     return (triton.cdiv(N, cfg.BLOCK_M) * B * H,), args, {"num_warps": 4}
 
