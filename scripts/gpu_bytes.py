@@ -31,6 +31,9 @@ with stage(snakemake) as st:
     table = pd.DataFrame(rows)
     summary = hbm.summary(table, ncu, l2_bytes)
     st.extra.update(status=summary["status"], ncu=summary["ncu"])
+    if not summary["measured"]:  # said on the console where it happens, not only in the log
+        print(f"gpu_bytes: {summary['status']}; {snakemake.output.table} lists the {len(table)} "
+              "planned points", file=st.progress)
     write_csv(snakemake.output.table, table)
     write_csv(snakemake.output.kernels, kernels)
     write_json(snakemake.output.summary, summary)

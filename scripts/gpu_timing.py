@@ -25,5 +25,8 @@ with stage(snakemake) as st:
         result = {"device": None, "status": timing.NO_GPU_REASON,
                   "lab01_prediction_from_cpu_ceilings": cpu_prediction}
         st.extra.update(backend="none", status=timing.NO_GPU_REASON)
+        # said on the console where it happens, not only in the log and the compare summary at the end
+        print(f"gpu_timing: no CUDA device; {snakemake.output.table} lists the {len(rows)} planned "
+              "points as not run", file=st.progress)
     write_csv(snakemake.output.table, pd.DataFrame(rows))
     write_json(snakemake.output.summary, result)

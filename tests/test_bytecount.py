@@ -1,5 +1,12 @@
+import contextlib
+import io
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
+from conftest import copy_project
 
 from minimodel import symbolic
 from minimodel.cpu import bytecount
@@ -116,3 +123,41 @@ def test_an_on_chip_result_owns_no_slow_memory_write():
 def test_the_naive_counts_repeat_from_run_to_run():
     first = [bytecount.measure("naive", 256, 64, "float16")["bytes_instrumented"] for _ in range(10)]
     assert set(first) == {symbolic.model_bytes("naive_fp32_softmax", 256, 64, 64, 64, 2, "consistent")}
+
+
+def test_native_stderr_goes_where_python_stderr_goes(capfd):
+    log = io.StringIO()  # the rule's log, as stage() redirects sys.stderr
+    with contextlib.redirect_stderr(log), bytecount.native_stderr_to_python():
+        os.write(2, b"written by C++ on fd 2\n")
+    assert capfd.readouterr().err == ""
+    assert log.getvalue() == "written by C++ on fd 2\n"
+
+
+def test_the_profilers_usdt_lines_stay_off_the_terminal(capfd):
+    log = io.StringIO()
+    with contextlib.redirect_stderr(log):
+        bytecount.measure("flash", 64, 16, "float32", with_profiler=True)
+    assert "USDT" not in capfd.readouterr().err
+
+
+def test_the_progress_bar_names_its_dtype():
+    bar = io.StringIO()
+    bytecount.sweep([64], [16], ["bfloat16"], progress=bar)
+    assert "cpu bytes bfloat16" in bar.getvalue()
+
+
+@pytest.mark.workflow
+def test_cpu_bytes_part_jobs_keep_the_console_clean(tmp_path):
+    """The two cpu_bytes_part jobs of the tiny config, each running the profiler, as a user runs them."""
+    root = copy_project(tmp_path)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "snakemake", "--cores", "2", "--configfile", "config/tiny.yaml",
+         "--until", "cpu_bytes_part"], cwd=root, env=env, capture_output=True, text=True)
+    said = proc.stdout + proc.stderr
+    assert proc.returncode == 0, said[-3000:]
+    assert "USDT" not in said
+    for dtype in ("float32", "float16"):
+        assert f"cpu bytes {dtype}" in said
+        # what the profiler wrote is kept in the rule's log (tiny config: profiler_max_n 256)
+        assert "USDT" in (root / "results" / "logs" / f"cpu_bytes_part_{dtype}.log").read_text()

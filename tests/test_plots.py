@@ -113,3 +113,21 @@ def test_gpu_figures_from_the_reference_timing_table():
     fig, data = plots.ratio_to_backends(rows, t["device"])
     assert set(data["impl"]) == {"sdpa_cudnn", "sdpa_flash", "sdpa_efficient"}
     plt.close(fig)
+
+
+def test_correctness_ylabel_fits_beside_the_axes_below_the_title():
+    # the committed H200 table: 44 cases, as wide as a real run draws it
+    rows = pd.read_csv(REF / "gpu" / "correctness" / "correctness.csv")
+    fig, _ = plots.correctness(rows, "NVIDIA H200")
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    ax = fig.axes[0]
+    label = ax.yaxis.label.get_window_extent(renderer)
+    plot_area = ax.get_window_extent(renderer)
+    title = ax.title.get_window_extent(renderer)
+    # the rotated label spans no more than the plot area's height, so it neither reaches the
+    # title's line nor leaves the figure at the top
+    assert plot_area.y0 <= label.y0 and label.y1 <= plot_area.y1, (label, plot_area)
+    assert label.y1 < title.y0
+    assert label.y1 <= fig.bbox.y1
+    plt.close(fig)

@@ -18,9 +18,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import itertools
 import logging
+import os
+import sys
+import tempfile
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 
@@ -226,12 +230,36 @@ def count_bytes(fn: Callable[..., torch.Tensor], inputs: Iterable[torch.Tensor],
     }
 
 
+@contextlib.contextmanager
+def native_stderr_to_python():
+    """Send what native code writes to file descriptor 2 inside the block to `sys.stderr`.
+
+    torch.profiler's C++ (Kineto) writes "STAGE:" and "USDT: ... SyncActivityProfilerHandler"
+    lines straight to fd 2 at every start and stop, past Python's `sys.stderr`. Inside a rule,
+    `stage()` points `sys.stderr` at the rule's log: the lines belong there, not on the terminal.
+    Lowering KINETO_LOG_LEVEL far enough to drop them would drop Kineto's errors too.
+    """
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as captured:
+        os.dup2(captured.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            captured.seek(0)
+            text = captured.read().decode(errors="replace")
+            if text:
+                sys.stderr.write(text)
+
+
 def profiler_bytes(fn: Callable[[], torch.Tensor]) -> dict:
     """What torch.profiler sees of the same run: bytes allocated by ops, bytes of op inputs."""
     from torch.profiler import ProfilerActivity, profile
 
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True,
-                 record_shapes=True) as prof:
+    with native_stderr_to_python(), profile(activities=[ProfilerActivity.CPU], profile_memory=True,
+                                            record_shapes=True) as prof:
         fn()
     allocated = 0
     input_bytes = 0
@@ -309,7 +337,9 @@ def sweep(n_values, head_dims, dtypes, block_r=64, block_c=64, sram_bytes=THEORY
     """Every (scheme, N, d, dtype) of the CPU stage, as a list of rows."""
     points = list(itertools.product(("naive", "flash"), dtypes, head_dims, n_values))
     rows = []
-    for scheme, dtype, d, n in tqdm(points, desc="cpu bytes", file=progress, mininterval=2):
+    # the dtypes in the label: the workflow runs one sweep per dtype side by side on one terminal
+    label = f"cpu bytes {', '.join(dtypes)}"
+    for scheme, dtype, d, n in tqdm(points, desc=label, file=progress, mininterval=2):
         rows.append(measure(scheme, n, d, dtype, block_r, block_c, sram_bytes,
                             with_profiler=n <= profiler_max_n, random_seed=random_seed))
         log.info("%s N=%d d=%d %s: deviation %.3g", scheme, n, d, dtype, rows[-1]["deviation"])

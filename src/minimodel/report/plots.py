@@ -232,7 +232,8 @@ def correctness(rows: pd.DataFrame, machine: str):
     ax.axhline(1e-3, color="tab:red", ls="--", label="1e-3 (the seed's threshold)")
     ax.set_xticks(x, data["case"], rotation=60, ha="right", fontsize=8)
     ax.set(yscale="log", ylim=(ERROR_FLOOR / 2, None),
-           ylabel=f"max |error| vs float64 (log; 0 drawn at {ERROR_FLOOR:g})",
+           # two lines: on one, the rotated label is taller than the plot and runs into the title
+           ylabel=f"max |error| vs float64\n(log; 0 drawn at {ERROR_FLOOR:g})",
            title=f"Correctness per case: {passed} of {len(data)} pass — {machine} "
                  f"({data['backend'].iloc[0]})")
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
