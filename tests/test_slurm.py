@@ -1,17 +1,22 @@
 """The workflow submitted through workflow/profiles/slurm to a real one-node SLURM cluster.
 
-The fixture starts munge, slurmctld and slurmd from Debian's packages (`.ci/run` installs them)
-with a one-node configuration for this host: a `cpu` partition (the default) and a `gpu`
-partition, the node carrying one fake GPU (a character device: SLURM hands it out, torch finds
-no CUDA behind it). The node's size is taken from the configuration (`config_overrides`), so the
-profile's requests fit as written. No accounting database: status comes from squeue, which keeps
-finished jobs for MinJobAge seconds. Without SLURM or root the test skips, except under CI,
-where a skip is a failure.
+The fixture starts a munged, slurmctld and slurmd of its own from Debian's packages (`.ci/run`
+installs them), everything under a temporary folder: the configuration (SLURM_CONF points the
+daemons and every client at it), the state, spool, pid and log files, munged's key and socket,
+on TCP ports free at the time. Two runs on one host do not touch each other, nor a real SLURM
+or munge installation. The configuration is one node for this host: a `cpu` partition (the
+default) and a `gpu` partition, the node carrying one fake GPU (a character device: SLURM hands
+it out, torch finds no CUDA behind it). The node's size is taken from the configuration
+(`config_overrides`), so the profile's requests fit as written. No accounting database: status
+comes from squeue, which keeps finished jobs for MinJobAge seconds. Without SLURM or root the
+test skips, except under CI, where a skip is a failure.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
 import shutil
 import signal
 import socket
@@ -26,10 +31,10 @@ from conftest import copy_project
 
 from minimodel.provenance import manifest
 
-MARK = "# minimodel test cluster (tests/test_slurm.py)"
-SLURM_DIR = Path("/etc/slurm")
 DAEMONS = ("slurmctld", "slurmd")
-TOOLS = ("munged", "munge", "slurmctld", "slurmd", "sbatch", "squeue", "scontrol", "sinfo")
+TOOLS = ("munged", "mungekey", "munge", "unmunge", "slurmctld", "slurmd", "sbatch", "srun",
+         "squeue", "scontrol", "sinfo")
+GPU_MODEL = "testgpu"  # the fake GPU's model, as gres.conf names it
 LOCAL_RULES = ("symbolic", "cpu_bytes", "plots", "readme", "verify")
 pytestmark = pytest.mark.workflow
 
@@ -40,9 +45,6 @@ def _unavailable() -> str | None:
         return f"SLURM is not installed (missing {', '.join(missing)}; .ci/run installs it)"
     if os.geteuid() != 0:
         return "starting SLURM's daemons needs root"
-    conf = SLURM_DIR / "slurm.conf"
-    if conf.exists() and MARK not in conf.read_text():
-        return f"{conf} belongs to a real SLURM installation; the test would replace it"
     return None
 
 
@@ -59,10 +61,22 @@ def _wait(what: str, ready, timeout: float = 60):
     raise TimeoutError(f"{what} not ready after {timeout:.0f} s")
 
 
-def _munge_works() -> bool:
+def _free_ports(count: int) -> list[int]:
+    """Ports no one listens on now: bound together (so they differ), then let go for the daemons."""
+    sockets = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(count)]
     try:
-        encoded = _run("munge", "-n", check=False, timeout=10).stdout
-        return _run("unmunge", input=encoded, check=False, timeout=10).returncode == 0
+        for s in sockets:
+            s.bind(("", 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+def _munge_works(sock: Path) -> bool:
+    try:
+        encoded = _run("munge", "-S", str(sock), "-n", check=False, timeout=10).stdout
+        return _run("unmunge", "-S", str(sock), input=encoded, check=False, timeout=10).returncode == 0
     except (OSError, subprocess.SubprocessError):
         return False
 
@@ -86,15 +100,16 @@ def _stop(pidfile: Path) -> None:
             time.sleep(0.2)
 
 
-def _slurm_conf(state: Path, host: str, gpu_device: Path) -> str:
-    return f"""{MARK}
+def _slurm_conf(state: Path, host: str, ports: list[int], munge_socket: Path) -> str:
+    return f"""# minimodel test cluster (tests/test_slurm.py), in {state}
 ClusterName=minimodel-test
 SlurmctldHost={host}
 SlurmUser=root
 SlurmdUser=root
-SlurmctldPort=16817
-SlurmdPort=16818
+SlurmctldPort={ports[0]}
+SlurmdPort={ports[1]}
 AuthType=auth/munge
+AuthInfo=socket={munge_socket}
 StateSaveLocation={state}/ctld
 SlurmdSpoolDir={state}/spool
 SlurmctldPidFile={state}/slurmctld.pid
@@ -113,78 +128,110 @@ MpiDefault=none
 ReturnToService=2
 MinJobAge=300
 GresTypes=gpu
-NodeName={host} CPUs=16 RealMemory=64000 Gres=gpu:1 State=UNKNOWN
+NodeName={host} CPUs=16 RealMemory=64000 Gres=gpu:{GPU_MODEL}:1 State=UNKNOWN
 PartitionName=cpu Nodes={host} Default=YES MaxTime=INFINITE State=UP
 PartitionName=gpu Nodes={host} MaxTime=INFINITE State=UP
 """
 
 
+def _start_munged(folder: Path) -> Path:
+    """A munged of this cluster's own: its key, socket, pid and log in `folder`.
+
+    Root runs everything here; --force lets munged serve a socket that only root can reach.
+    """
+    folder.mkdir(mode=0o700)
+    key, sock = folder / "munge.key", folder / "munge.socket"
+    _run("mungekey", "--create", f"--keyfile={key}")
+    _run("munged", "--force", f"--socket={sock}", f"--key-file={key}", f"--pid-file={folder}/munged.pid",
+         f"--log-file={folder}/munged.log", f"--seed-file={folder}/munged.seed")
+    _wait("munged", lambda: _munge_works(sock), 20)
+    return sock
+
+
+@contextlib.contextmanager
+def cluster(state: Path):
+    """A running one-node SLURM cluster in the folder `state`, as the environment that reaches it
+    (SLURM_CONF); its daemons are stopped by their pid files afterwards."""
+    host = socket.gethostname().split(".")[0]
+    gpu_device = state / "fake-gpu0"
+    _run("mknod", str(gpu_device), "c", "1", "3")  # a copy of /dev/null: gres needs a device
+    conf = state / "slurm.conf"
+    # The plugin's job step runs the rule through `srun`, but first drops every SLURM_* variable
+    # but a few (snakemake-executor-plugin-slurm-jobstep 0.6.1), SLURM_CONF too: a real cluster's
+    # srun finds /etc/slurm/slurm.conf, this one's is told by a wrapper first on PATH.
+    wrappers = state / "bin"
+    wrappers.mkdir()
+    (wrappers / "srun").write_text(f'#!/bin/sh\nSLURM_CONF={conf} exec {shutil.which("srun")} "$@"\n')
+    (wrappers / "srun").chmod(0o755)
+    env = {**os.environ, "SLURM_CONF": str(conf),  # gres.conf is read beside slurm.conf
+           "PATH": f"{wrappers}{os.pathsep}{os.environ['PATH']}"}
+    try:
+        munge_socket = _start_munged(state / "munge")
+        conf.write_text(_slurm_conf(state, host, _free_ports(2), munge_socket))
+        (state / "gres.conf").write_text(f"Name=gpu Type={GPU_MODEL} File={gpu_device}\n")
+        for daemon in DAEMONS:
+            _run(daemon, "-f", str(conf), env=env)
+        _wait("the node", lambda: _run("sinfo", "-h", "-o", "%T", check=False, env=env).stdout.split()
+              [:1] == ["idle"], 60)
+        yield env
+    finally:
+        for daemon in reversed(DAEMONS):
+            _stop(state / f"{daemon}.pid")
+        _stop(state / "munge" / "munged.pid")
+
+
 @pytest.fixture(scope="module")
 def slurm_cluster(tmp_path_factory):
-    """A running one-node SLURM cluster; its daemons are stopped by their pid files afterwards."""
+    """The test's cluster, in a temporary folder: nothing outside it changes."""
     reason = _unavailable()
     if reason:
         if os.environ.get("CI") == "true":
             pytest.fail(f"the SLURM test must run under CI: {reason}")
         pytest.skip(reason)
-    state = tmp_path_factory.mktemp("slurm")
-    host = socket.gethostname().split(".")[0]
-    gpu_device = state / "fake-gpu0"
-    _run("mknod", str(gpu_device), "c", "1", "3")  # a copy of /dev/null: gres needs a device
-    started_munge = False
-    if not _munge_works():
-        Path("/run/munge").mkdir(parents=True, exist_ok=True)
-        shutil.chown("/run/munge", "munge", "munge")
-        _run("runuser", "-u", "munge", "--", "munged")
-        started_munge = True
-        _wait("munged", _munge_works, 20)
-    SLURM_DIR.mkdir(exist_ok=True)
-    (SLURM_DIR / "slurm.conf").write_text(_slurm_conf(state, host, gpu_device))
-    (SLURM_DIR / "gres.conf").write_text(f"{MARK}\nName=gpu File={gpu_device}\n")
-    try:
-        for daemon in DAEMONS:
-            _run(daemon)
-        _wait("the node", lambda: _run("sinfo", "-h", "-o", "%T", check=False).stdout.split()
-              [:1] == ["idle"], 60)
-        yield {"host": host, "state": state}
-    finally:
-        for daemon in reversed(DAEMONS):
-            _stop(state / f"{daemon}.pid")
-        if started_munge:
-            _stop(Path("/run/munge/munged.pid"))
-        for name in ("slurm.conf", "gres.conf"):
-            conf = SLURM_DIR / name
-            if conf.exists() and MARK in conf.read_text():
-                conf.unlink()
+    with cluster(tmp_path_factory.mktemp("slurm")) as env:
+        yield env
 
 
 def _copy_tree(root: Path) -> Path:
     return copy_project(root, ("no_gpu_needed.yaml", "gpu:\n  require_cuda: false\n"))
 
 
-def _snakemake(workdir: Path, *args, timeout=900):
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "TRITON_INTERPRET")}
+def _snakemake(workdir: Path, env: dict, *args, timeout=900):
+    """Snakemake as a user starts it on the cluster's login node (SLURM_CONF in `env`)."""
+    env = {k: v for k, v in env.items() if k not in ("PYTHONPATH", "TRITON_INTERPRET")}
     proc = subprocess.run([sys.executable, "-m", "snakemake", *args], cwd=workdir, env=env,
                           capture_output=True, text=True, timeout=timeout)
     return proc, proc.stdout + proc.stderr
 
 
-# What the README's cluster section says to run on a cluster without an accounting database; the
-# last two options only make this small test quicker.
+# Options that only make this small test quicker.
+QUICK = ("--slurm-init-seconds-before-status-checks", "2", "--seconds-between-status-checks", "2")
+# What the README's cluster section says to run on a cluster without an accounting database.
 SLURM_ARGS = ("--workflow-profile", "workflow/profiles/slurm", "--slurm-status-command", "squeue",
-              "--slurm-init-seconds-before-status-checks", "2", "--seconds-between-status-checks", "2")
+              *QUICK)
+CONFIGS = ("--configfile", "config/tiny.yaml", "config/no_gpu_needed.yaml")
 
 
-def _jobs() -> list[dict]:
+def _jobs(env: dict) -> list[dict]:
     """Every job slurmctld still holds (finished ones for MinJobAge), as key=value fields.
 
     The plugin's comment names the rule ("rule_<name>", then "_wildcards_..." if it has any).
     """
-    lines = _run("scontrol", "show", "job", "-o").stdout.splitlines()
+    lines = _run("scontrol", "show", "job", "-o", env=env).stdout.splitlines()
     jobs = [dict(f.split("=", 1) for f in line.split() if "=" in f) for line in lines if line.strip()]
     for job in jobs:
         job["rule"] = job.get("Comment", "").removeprefix("rule_").split("_wildcards")[0]
     return jobs
+
+
+def _sbatch(said: str, rule: str) -> str:
+    """The sbatch options the plugin used for `rule` (--verbose prints them), its job name masked:
+    a random name per run."""
+    lines = [line for line in said.splitlines()
+             if "sbatch call:" in line and f"--comment rule_{rule} " in line]
+    assert len(lines) == 1, f"{rule}: {len(lines)} sbatch calls"
+    options = lines[0].split("sbatch call:")[1].split("--wrap")[0]
+    return " ".join(re.sub(r"--job-name \S+", "--job-name NAME", options).split())
 
 
 @pytest.fixture(scope="module")
@@ -192,19 +239,18 @@ def runs(slurm_cluster, tmp_path_factory):
     """The tiny config through the SLURM profile, and the same config run locally."""
     on_slurm = _copy_tree(tmp_path_factory.mktemp("on_slurm"))
     started = time.monotonic()
-    proc, said = _snakemake(on_slurm, *SLURM_ARGS, "--verbose", "--configfile", "config/tiny.yaml",
-                            "config/no_gpu_needed.yaml")
+    proc, said = _snakemake(on_slurm, slurm_cluster, *SLURM_ARGS, "--verbose", *CONFIGS)
     seconds = time.monotonic() - started
     assert proc.returncode == 0, said[-6000:]
     print(f"workflow through SLURM: {seconds:.0f} s")
-    for line in said.splitlines():
-        if "sbatch call:" in line and "rule_gpu" in line:
-            print(line.split("--wrap")[0])
+    for rule in ("gpu_correctness", "gpu_timing", "gpu_bytes"):
+        print(_sbatch(said, rule))
     local = _copy_tree(tmp_path_factory.mktemp("local"))
-    proc, out = _snakemake(local, "--cores", "2", "--configfile", "config/tiny.yaml", "--until",
-                           "symbolic", "cpu_bytes", "gpu_correctness")
+    proc, out = _snakemake(local, slurm_cluster, "--cores", "2", "--configfile", "config/tiny.yaml",
+                           "--until", "symbolic", "cpu_bytes", "gpu_correctness")
     assert proc.returncode == 0, out[-6000:]
-    return {"slurm": on_slurm, "local": local, "said": said, "jobs": _jobs()}
+    return {"slurm": on_slurm, "local": local, "said": said, "jobs": _jobs(slurm_cluster),
+            "env": slurm_cluster}
 
 
 def test_gpu_rules_went_through_sbatch_asking_for_a_gpu(runs):
@@ -247,10 +293,74 @@ def test_results_equal_those_of_a_local_run(runs):
     assert verdicts[0]["backend"].eq("interpreter").all()  # require_cuda off: the honest fallback
 
 
+def test_gpu_timing_gets_the_cpus_of_its_set_threads(runs):
+    assert "--cpus-per-task=8" in _sbatch(runs["said"], "gpu_timing").split()
+
+
+def _rerun_gpu_timing(runs, *profile_args):
+    return _snakemake(runs["slurm"], runs["env"], *profile_args, "--slurm-status-command", "squeue",
+                      *QUICK, "--verbose", *CONFIGS, "--forcerun", "gpu_timing", "--until",
+                      "gpu_timing")
+
+
+def test_the_profile_given_as_profile_is_refused_before_any_job(runs):
+    # Snakemake would load workflow/profiles/default beside it (cores: all, resources: gpu=1)
+    submitted = len(_jobs(runs["env"]))
+    proc, said = _rerun_gpu_timing(runs, "--profile", "workflow/profiles/slurm")
+    assert proc.returncode != 0
+    assert "workflow/profiles/slurm came with --profile" in said
+    assert "Run `snakemake --workflow-profile workflow/profiles/slurm`" in said
+    assert "sbatch call:" not in said and len(_jobs(runs["env"])) == submitted
+
+
+def test_the_profile_given_as_profile_without_the_default_one_submits_the_same_job(runs):
+    proc, said = _rerun_gpu_timing(runs, "--profile", "workflow/profiles/slurm",
+                                   "--workflow-profile", "none")
+    assert proc.returncode == 0, said[-6000:]
+    print(_sbatch(said, "gpu_timing"))
+    assert _sbatch(said, "gpu_timing") == _sbatch(runs["said"], "gpu_timing")
+
+
+def test_the_profiles_options_ask_for_one_gpu_model_and_the_whole_node(runs):
+    """The profile's OPTION lines switched on, as a user would: gpu_model and --exclusive."""
+    shipped = (runs["slurm"] / "workflow" / "profiles" / "slurm" / "config.yaml").read_text()
+    options = shipped.replace('# gpu_model: "h200"', f'gpu_model: "{GPU_MODEL}"').replace(
+        '# slurm_extra: "--exclusive"', 'slurm_extra: "--exclusive"')
+    # the two OPTION lines, and nothing else, switched on
+    assert sum(a != b for a, b in zip(options.splitlines(), shipped.splitlines(), strict=True)) == 2
+    (runs["slurm"] / "workflow" / "profiles" / "slurm_options").mkdir()
+    (runs["slurm"] / "workflow" / "profiles" / "slurm_options" / "config.yaml").write_text(options)
+    proc, said = _snakemake(runs["slurm"], runs["env"], "--workflow-profile",
+                            "workflow/profiles/slurm_options", "--slurm-status-command", "squeue",
+                            *QUICK, "--verbose", *CONFIGS, "--forcerun", "gpu_timing", "gpu_bytes",
+                            "--until", "gpu_timing", "gpu_bytes")
+    assert proc.returncode == 0, said[-6000:]
+    for rule in ("gpu_timing", "gpu_bytes"):
+        sbatch = _sbatch(said, rule)
+        print(sbatch)
+        assert "--exclusive" in sbatch.split() and f"--gpus={GPU_MODEL}:1" in sbatch.split()
+        job = [j for j in _jobs(runs["env"]) if j["rule"] == rule][-1]  # this run's, the latest
+        assert job["JobState"] == "COMPLETED"
+        assert job["OverSubscribe"] == "NO" and job["NumCPUs"] == "16", job  # the whole node
+        assert f"gpu:{GPU_MODEL}:1" in job["TresPerJob"], job
+
+
+def test_a_second_cluster_on_this_host_leaves_the_first_alone(runs, tmp_path):
+    first = runs["env"]
+    jobs = len(_jobs(first))
+    with cluster(tmp_path) as second:
+        assert second["SLURM_CONF"] != first["SLURM_CONF"]
+        _run("sbatch", "--comment", "second_cluster", "--wrap", "true", env=second)
+        assert [j["Comment"] for j in _jobs(second)] == ["second_cluster"]
+    assert len(_jobs(first)) == jobs  # the first still answers (its munged too), its jobs its own
+    assert Path(first["SLURM_CONF"]).is_file()
+
+
 def test_a_gpu_job_without_a_usable_gpu_fails_naming_the_node(runs):
     # gpu.require_cuda left at its default: inside a SLURM job given a GPU, a GPU is demanded
-    proc, said = _snakemake(runs["slurm"], *SLURM_ARGS, "--configfile", "config/tiny.yaml",
-                            "--forcerun", "gpu_correctness", "--until", "gpu_correctness")
+    proc, said = _snakemake(runs["slurm"], runs["env"], *SLURM_ARGS, "--configfile",
+                            "config/tiny.yaml", "--forcerun", "gpu_correctness", "--until",
+                            "gpu_correctness")
     assert proc.returncode != 0
     log = (runs["slurm"] / "results" / "logs" / "gpu_correctness.log").read_text()
     assert f"node {socket.gethostname()} (SLURM job" in log

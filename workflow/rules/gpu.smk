@@ -1,3 +1,21 @@
+# workflow/profiles/slurm given as --profile: Snakemake then also loads the local
+# workflow/profiles/default, and its `cores: all` and `resources: [gpu=1]` would give gpu_timing
+# the submitting host's cores and submit the GPU jobs one at a time. Refused before any job.
+if (
+    "slurm_partition"
+    in workflow.resource_settings.overwrite_resources.get("gpu_timing", {})
+    and "gpu" in workflow.global_resources
+    and not workflow.remote_exec
+):
+    raise WorkflowError(
+        "workflow/profiles/slurm came with --profile, so Snakemake also loaded "
+        "workflow/profiles/default (cores: all, resources: gpu=1): gpu_timing would get "
+        f"{workflow.global_resources['_cores'].value} CPUs instead of its set-threads, and the "
+        "GPU jobs would run one after another. Run `snakemake --workflow-profile "
+        "workflow/profiles/slurm`, or add `--workflow-profile none`."
+    )
+
+
 rule gpu_correctness:
     """Stage 3: the Triton kernel against a float64 reference (lab 02 D); interpreter without CUDA."""
     input:

@@ -239,7 +239,9 @@ def native_stderr_to_python():
     `stage()` points `sys.stderr` at the rule's log: the lines belong there, not on the terminal.
     Lowering KINETO_LOG_LEVEL far enough to drop them would drop Kineto's errors too.
     """
-    sys.stderr.flush()
+    for stream in (sys.stderr, sys.__stderr__):  # what Python holds for fd 2 goes out before it moves
+        if stream is not None:
+            stream.flush()
     saved = os.dup(2)
     with tempfile.TemporaryFile() as captured:
         os.dup2(captured.fileno(), 2)
