@@ -4,7 +4,9 @@ Without CUDA the kernel runs under Triton's CPU interpreter: `minimodel.kernel` 
 itself. The development tools in tools/ are importable by name (`import tune`).
 """
 
+import os
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -40,3 +42,14 @@ def copy_project(root: Path, *extra_configs: tuple[str, str]) -> Path:
     for name, text in extra_configs:
         (root / "config" / name).write_text(text)
     return root
+
+
+def snakemake_until(tmp_path: Path, rule: str) -> tuple[Path, subprocess.CompletedProcess]:
+    """Snakemake on the tiny config in a copy of the project, up to `rule`: (the copy, its run)."""
+    root = copy_project(tmp_path)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "TRITON_INTERPRET")}
+    proc = subprocess.run(
+        [sys.executable, "-m", "snakemake", "--cores", "2", "--configfile", "config/tiny.yaml",
+         "--until", rule], cwd=root, env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    return root, proc

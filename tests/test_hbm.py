@@ -7,13 +7,11 @@ the first four points of the plan, one head, N = 1024, d = 64.
 
 import os
 import stat
-import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import HAS_CUDA, copy_project
+from conftest import HAS_CUDA, snakemake_until
 
 from minimodel import symbolic
 from minimodel.gpu import hbm
@@ -242,12 +240,7 @@ def test_measure_with_no_point_that_fits_runs_nothing(tmp_path, as_if_on_a_gpu, 
 @pytest.mark.workflow
 @pytest.mark.skipif(HAS_CUDA, reason="with a CUDA device the points are measured or ncu is missing")
 def test_without_cuda_gpu_bytes_says_so_on_the_console(tmp_path):
-    root = copy_project(tmp_path)
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "TRITON_INTERPRET")}
-    proc = subprocess.run(
-        [sys.executable, "-m", "snakemake", "--cores", "2", "--configfile", "config/tiny.yaml",
-         "--until", "gpu_bytes"], cwd=root, env=env, capture_output=True, text=True)
-    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    root, proc = snakemake_until(tmp_path, "gpu_bytes")
     table = pd.read_csv(root / "results" / "gpu" / "bytes" / "bytes.csv")
     assert table["status"].eq(hbm.NO_CUDA).all() and table["dram_read_bytes"].isna().all()
     line = f"gpu_bytes: {hbm.NO_CUDA}; results/gpu/bytes/bytes.csv lists the {len(table)} planned points"

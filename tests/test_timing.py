@@ -1,13 +1,10 @@
 """GPU timing: the FLOP convention, the ratios and the honest no-GPU table (GPU parts skip)."""
 
-import os
-import subprocess
-import sys
 
 import pandas as pd
 import pytest
 import torch
-from conftest import HAS_CUDA, copy_project
+from conftest import HAS_CUDA, snakemake_until
 
 from minimodel.gpu import grids, timing
 
@@ -61,12 +58,7 @@ def test_time_point_checks_and_times_every_implementation():
 @pytest.mark.workflow
 @pytest.mark.skipif(HAS_CUDA, reason="a CUDA device times the points")
 def test_without_cuda_gpu_timing_says_so_on_the_console(tmp_path):
-    root = copy_project(tmp_path)
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "TRITON_INTERPRET")}
-    proc = subprocess.run(
-        [sys.executable, "-m", "snakemake", "--cores", "2", "--configfile", "config/tiny.yaml",
-         "--until", "gpu_timing"], cwd=root, env=env, capture_output=True, text=True)
-    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    root, proc = snakemake_until(tmp_path, "gpu_timing")
     table = pd.read_csv(root / "results" / "gpu" / "timing" / "timing.csv")
     assert table["status"].eq(timing.NO_GPU_REASON).all() and table["ms"].isna().all()
     line = (f"gpu_timing: no CUDA device; results/gpu/timing/timing.csv lists the {len(table)} "
