@@ -20,6 +20,7 @@ capability 9.0 will run it, or by tools that compile it for sm_90 on the CPU.
 from __future__ import annotations
 
 import functools
+from typing import NamedTuple
 
 import torch
 import triton
@@ -193,7 +194,9 @@ def _consume(smem, bars, o_desc, lse_ptr, b, h, pid_m, pid_bh, N, qk_scale, WG: 
         gl.store(lse_ptr + pid_bh.to(gl.int64) * N + rows, lse, mask=rows < N)
 
 
-@gluon.jit
+# H, N and GROUP are not specialized on their values, so that one compiled kernel serves every
+# call with the same constexprs and dtype, and `launch` may reuse it without Triton's binder
+@gluon.jit(do_not_specialize=["H", "N", "GROUP"])
 def _flash_fwd_hopper(q_desc, k_desc, v_desc, o_desc, lse_ptr, qk_scale, H, N, GROUP,
                       HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                       CONSUMERS: gl.constexpr, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr,
@@ -279,25 +282,40 @@ def _shared_layout(rows: int, d: int, dtype: torch.dtype):
     return gl.NVMMASharedLayout.get_default_for([1, 1, rows, d], _GL_DTYPES[dtype])
 
 
-def _descriptor(t: torch.Tensor, rows: int) -> TensorDescriptor:
+class _HostDescriptor(NamedTuple):
+    """What Triton's launcher reads of a host descriptor (base, shape, strides, padding): for a
+    kernel already compiled, it encodes the TMA descriptor from these alone, so the checks a
+    `TensorDescriptor` runs at construction (done once in `supports`) are not paid again."""
+
+    base: torch.Tensor
+    shape: list
+    strides: list
+    padding: str = "zero"
+
+
+def _descriptor(t: torch.Tensor, rows: int, full: bool = True):
     """A 4-D (B, H, N, d) descriptor: rows past N of a head read as zeros, never the next head's.
 
-    A size-1 dimension's stride is never stepped along; it is given one TMA accepts.
+    A size-1 dimension's stride is never stepped along; it is given one TMA accepts. `full`: a
+    `TensorDescriptor` (what compiling needs), else the launcher's `_HostDescriptor`.
     """
     d = t.shape[-1]
     strides = [s if n > 1 else d * t.shape[-2] for n, s in zip(t.shape, t.stride(), strict=True)]
     strides[-1] = 1
+    if not full:
+        return _HostDescriptor(t, list(t.shape), strides)
     return TensorDescriptor(t, list(t.shape), strides, [1, 1, rows, d], _shared_layout(rows, d, t.dtype))
 
 
-def arguments(Q, K, V, O, LSE, qk_scale: float, cfg, causal: bool, store_lse: bool):
-    """(grid, kernel arguments, launch options) of one call: what `launch` passes, and what
-    tools/kernel_report.py compiles for sm_90 without a GPU."""
+def arguments(Q, K, V, O, LSE, qk_scale: float, cfg, causal: bool, store_lse: bool, full: bool = True):
+    """(grid, kernel arguments in the kernel's order, launch options) of one call: what `launch`
+    passes, and what tools/kernel_report.py compiles for sm_90 without a GPU."""
     B, H, N, d = Q.shape
     rows = cfg.BLOCK_M // cfg.CONSUMERS
     args = dict(
-        q_desc=_descriptor(Q, rows), k_desc=_descriptor(K, cfg.BLOCK_N), v_desc=_descriptor(V, cfg.BLOCK_N),
-        o_desc=_descriptor(O, rows), lse_ptr=LSE, qk_scale=qk_scale, H=H, N=N, GROUP=H // K.shape[1],
+        q_desc=_descriptor(Q, rows, full), k_desc=_descriptor(K, cfg.BLOCK_N, full),
+        v_desc=_descriptor(V, cfg.BLOCK_N, full), o_desc=_descriptor(O, rows, full),
+        lse_ptr=LSE, qk_scale=qk_scale, H=H, N=N, GROUP=H // K.shape[1],
         HEAD_DIM=d, BLOCK_M=rows, BLOCK_N=cfg.BLOCK_N, CONSUMERS=cfg.CONSUMERS, STAGES=cfg.num_stages,
         IS_CAUSAL=bool(causal), PINGPONG=cfg.PINGPONG, STORE_LSE=bool(store_lse),
         CONSUMER_REGS=CONSUMER_REGS,
@@ -305,7 +323,24 @@ def arguments(Q, K, V, O, LSE, qk_scale: float, cfg, causal: bool, store_lse: bo
     return (triton.cdiv(N, cfg.BLOCK_M) * B * H,), args, {"num_warps": 4}
 
 
+# compiled kernels by what their specialization depends on: the device, the constexprs (the
+# config, d, causal, whether LSE is stored) and the dtype; every pointer is a fresh allocation
+# or a TMA-checked input, 16-byte aligned, as Triton assumed when it compiled
+_COMPILED: dict = {}
+
+
 def launch(Q, K, V, O, LSE, qk_scale: float, cfg, causal: bool, store_lse: bool) -> None:
-    """Run the kernel for `cfg` (a GLUON FwdConfig) on inputs `supports` accepted; O contiguous."""
-    grid, args, options = arguments(Q, K, V, O, LSE, qk_scale, cfg, causal, store_lse)
-    _flash_fwd_hopper[grid](**args, **options)
+    """Run the kernel for `cfg` (a GLUON FwdConfig) on inputs `supports` accepted; O contiguous.
+
+    The first call of a specialization goes through Triton's JIT (which compiles it); later ones
+    launch the compiled kernel directly: Triton 3.6 spends most of a call's host time binding and
+    checking arguments (notes/kernel.md).
+    """
+    key = (Q.device.index, Q.dtype, cfg, bool(causal), bool(store_lse), Q.shape[-1])
+    kernel = _COMPILED.get(key)
+    if kernel is None:
+        grid, args, options = arguments(Q, K, V, O, LSE, qk_scale, cfg, causal, store_lse)
+        _COMPILED[key] = _flash_fwd_hopper[grid](**args, **options)
+        return
+    grid, args, _ = arguments(Q, K, V, O, LSE, qk_scale, cfg, causal, store_lse, full=False)
+    kernel[grid](*args.values())
