@@ -320,7 +320,7 @@ def arguments(Q, K, V, O, LSE, qk_scale: float, cfg, causal: bool, store_lse: bo
         IS_CAUSAL=bool(causal), PINGPONG=cfg.PINGPONG, STORE_LSE=bool(store_lse),
         CONSUMER_REGS=CONSUMER_REGS,
     )
-    return (triton.cdiv(N, cfg.BLOCK_M) * B * H,), args, {"num_warps": 4}
+    return (triton.cdiv(N, cfg.BLOCK_M) * B * H, 1, 1), args, {"num_warps": 4}
 
 
 # compiled kernels by what their specialization depends on: the device, the constexprs (the
