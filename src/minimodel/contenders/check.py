@@ -1,0 +1,55 @@
+"""A contender through the correctness rule: its output against float64 on the case's inputs.
+
+The rule is the project kernel's (`minimodel.gpu.correctness`): err <= max(1e-3, 2 × err_torch),
+where err_torch is PyTorch's own low-precision attention's error on the same inputs. A contender
+that raises, hangs, returns the wrong shape or dtype, or NaN gets a failed row with the reason.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from minimodel.contenders.run import Case, Child, inputs
+from minimodel.contenders.spec import Contender
+from minimodel.cpu.references import reference_attn
+
+
+def check_case(child: Child, case: Case, tolerance) -> dict:
+    """One row of the correctness table for the child's contender at `case`."""
+    row = {"impl": child.contender.name, "B": case.B, "H": case.H, "H_kv": case.H_kv, "N": case.N,
+           "d": case.d, "causal": case.causal, "dtype": case.dtype, "layout": case.layout,
+           "skipped": False, "reason": "", "has_nan": None, "err_kernel_vs_fp64": None}
+    q, k, v = inputs(case)
+    exact = reference_attn(q, k, v, causal=case.causal, upcast=True).cpu()
+    err_torch = (reference_attn(q, k, v, causal=case.causal).double().cpu() - exact).abs().max().item()
+    row.update(err_torch_vs_fp64=err_torch, tolerance=tolerance(err_torch))
+    status, out = child.call("output", case)
+    if status != "ok":
+        return {**row, "passed": False, "reason": out}
+    has_nan = bool(torch.isnan(out).any())
+    err = (out.double() - exact).abs().max().item()
+    row.update(has_nan=has_nan, err_kernel_vs_fp64=err)
+    if has_nan:
+        return {**row, "passed": False, "reason": "returned NaN"}
+    if err > row["tolerance"]:
+        reason = f"error {err:.3g} above the tolerance {row['tolerance']:.3g}"
+        return {**row, "passed": False, "reason": reason}
+    return {**row, "passed": True}
+
+
+def skipped_row(contender: Contender, case: Case, reason: str) -> dict:
+    return {"impl": contender.name, "B": case.B, "H": case.H, "H_kv": case.H_kv, "N": case.N,
+            "d": case.d, "causal": case.causal, "dtype": case.dtype, "layout": case.layout,
+            "skipped": True, "reason": reason, "passed": None}
+
+
+def sweep(contender: Contender, cases: list[Case], search, tolerance, interpreted: bool) -> list[dict]:
+    """Every case for one contender, each in its child process; unsupported cases are skipped rows."""
+    rows = []
+    with Child(contender, tuple(search)) as child:
+        for case in cases:
+            reason = contender.skip_reason(case.device, case.dtype, case.d, case.causal,
+                                           case.H_kv != case.H, interpreted)
+            rows.append(skipped_row(contender, case, reason) if reason
+                        else check_case(child, case, tolerance))
+    return rows

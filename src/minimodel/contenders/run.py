@@ -1,0 +1,159 @@
+"""Running a contender where it cannot hurt the run: in a child process, one point at a time.
+
+A thread or an alarm cannot stop a hung CUDA call, and a crash in a user's extension would take
+the stage down with it, so each contender's points go to a child process of the stage's job
+(`multiprocessing`, spawned: a fresh interpreter, with the parent's environment, so Triton's
+interpreter switch carries over). The parent waits at most the contender's `timeout_s` for each
+point; a point that outlasts it, or a child that dies, gives a failed row saying so, and a fresh
+child takes the next point. Every other contender's numbers come from their own children.
+
+Inputs are drawn in the child from a seed (`inputs`), so the parent draws the very same ones for
+its float64 reference without sending tensors across.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from minimodel.contenders.spec import Contender, load
+
+
+@dataclass(frozen=True)
+class Case:
+    """One correctness point: shape, mode, dtype, device, layout and the seed of its inputs."""
+
+    B: int
+    H: int
+    H_kv: int
+    N: int
+    d: int
+    causal: bool
+    dtype: str
+    device: str
+    seed: int
+    layout: str = "contiguous"  # or "bnhd": a transposed view of (B, N, H, d)
+
+
+def inputs(case: Case) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Q, K, V of a case, the same in every process: drawn on the CPU from the case's seed."""
+    gen = torch.Generator().manual_seed(case.seed)
+    tdtype = getattr(torch, case.dtype)
+
+    def rand(heads):
+        if case.layout == "bnhd":
+            x = torch.randn(case.B, case.N, heads, case.d, generator=gen)
+            return x.to(case.device, tdtype).transpose(1, 2)
+        return torch.randn(case.B, heads, case.N, case.d, generator=gen).to(case.device, tdtype)
+
+    return rand(case.H), rand(case.H_kv), rand(case.H_kv)
+
+
+def checked_output(fn, case: Case) -> torch.Tensor:
+    """The contender's output for a case, on the CPU; a wrong shape or dtype raises, naming both.
+
+    On a GPU the caching allocator is first handed a NaN-filled block of the output's size, so an
+    element the contender did not write shows up as NaN.
+    """
+    q, k, v = inputs(case)
+    if case.device == "cuda":
+        poison = torch.full_like(q, float("nan"))
+        del poison
+    out = fn(q, k, v, causal=case.causal)
+    if not isinstance(out, torch.Tensor):
+        raise TypeError(f"returned {type(out).__name__}, not a tensor")
+    if tuple(out.shape) != tuple(q.shape) or out.dtype != q.dtype:
+        raise TypeError(f"returned shape {tuple(out.shape)} {out.dtype}; expected {tuple(q.shape)} {q.dtype}")
+    if case.device == "cuda":
+        torch.cuda.synchronize()
+    return out.detach().cpu()
+
+
+TASKS = {"output": checked_output}
+
+
+def _child(contender: Contender, search: tuple[Path, ...], conn) -> None:
+    """Serve (task, payload) requests until the parent closes the pipe."""
+    try:
+        fn = load(contender, search)
+    except Exception as err:  # noqa: BLE001 (a user's module may raise anything on import)
+        conn.send(("error", f"{type(err).__name__}: {err}"))
+        return
+    conn.send(("ready", None))
+    while True:
+        try:
+            task, payload = conn.recv()
+        except EOFError:
+            return
+        try:
+            conn.send(("ok", TASKS[task](fn, payload)))
+        except Exception as err:  # noqa: BLE001
+            last = traceback.extract_tb(err.__traceback__)[-1]
+            conn.send(("error", f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''} "
+                                f"({Path(last.filename).name}:{last.lineno})"))
+
+
+class Child:
+    """A contender's child process; `call` restarts it after a hang or a death."""
+
+    def __init__(self, contender: Contender, search: tuple[Path, ...]):
+        self.contender, self.search = contender, search
+        self.process = self.conn = None
+        self.load_error: str | None = None
+
+    def _start(self) -> None:
+        ctx = multiprocessing.get_context("spawn")
+        self.conn, child_conn = ctx.Pipe()
+        self.process = ctx.Process(target=_child, args=(self.contender, self.search, child_conn),
+                                   daemon=True, name=f"contender-{self.contender.name}")
+        self.process.start()
+        child_conn.close()
+        # importing torch and the user's module: allowed the point's time limit on top of a minute
+        if not self.conn.poll(60 + self.contender.timeout_s):
+            self.stop()
+            self.load_error = f"its module did not import within {60 + self.contender.timeout_s:.0f} s"
+            return
+        status, detail = self._recv()
+        if status != "ready":
+            self.stop()
+            self.load_error = detail
+
+    def _recv(self):
+        try:
+            return self.conn.recv()
+        except EOFError:
+            self.process.join(5)
+            return "error", f"its process died (exit code {self.process.exitcode})"
+
+    def call(self, task: str, payload):
+        """("ok", result) or ("error", one line saying what went wrong)."""
+        if self.process is None or not self.process.is_alive():
+            self._start()
+        if self.load_error:
+            return "error", self.load_error
+        self.conn.send((task, payload))
+        if not self.conn.poll(self.contender.timeout_s):
+            self.stop()
+            return "error", f"no answer within its time limit of {self.contender.timeout_s:g} s: stopped"
+        status, detail = self._recv()
+        if status == "error" and not self.process.is_alive():
+            self.stop()
+        return status, detail
+
+    def stop(self) -> None:
+        if self.process is not None:
+            if self.process.is_alive():
+                self.process.kill()
+            self.process.join(5)
+            self.conn.close()
+        self.process = self.conn = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()

@@ -1,0 +1,157 @@
+"""A contender: any attention forward the pipeline checks and times beside the project's kernel.
+
+A user names one in the config by `module:function`, called as `fn(q, k, v, causal=...) -> O`
+with q of shape (B, H, N, d) and O of q's shape and dtype:
+
+    contenders:
+      mine:
+        fn: "my_attention:forward"   # found on PYTHONPATH, else under the project's examples/
+        devices: [cuda]              # optional keys: what it supports; points it does not are
+        dtypes: [float16]            # skipped with the reason
+        head_dims: [64, 128]
+        causal: [false, true]
+        gqa: false                   # K, V with fewer heads than Q
+        triton: true                 # a Triton kernel: under the CPU interpreter, bf16 is skipped
+        timeout_s: 60                # per point; a call that outlasts it is a failed row
+
+With `fn` alone a contender runs on every device, dtype and head dim, causal and not, without
+grouped-query heads, with `DEFAULT_TIMEOUT_S` per point.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+DEVICES = ("cuda", "cpu")
+DTYPES = ("float16", "bfloat16")
+DEFAULT_TIMEOUT_S = 120.0
+KEYS = {"fn", "devices", "dtypes", "head_dims", "causal", "gqa", "triton", "timeout_s"}
+# bf16 tl.dot is wrong under Triton 3.6's interpreter (minimodel.kernel.flash says the same)
+BF16_INTERPRETER_REASON = ("bfloat16 skipped: tl.dot on bf16 operands is wrong under Triton's "
+                           "interpreter (3.6)")
+
+
+class ContenderError(ValueError):
+    """A contender the config names but that cannot be run: one line, naming it."""
+
+
+@dataclass(frozen=True)
+class Contender:
+    name: str
+    fn: str
+    devices: tuple[str, ...] = DEVICES
+    dtypes: tuple[str, ...] = DTYPES
+    head_dims: tuple[int, ...] | None = None  # None: any
+    causal: tuple[bool, ...] = (False, True)
+    gqa: bool = False
+    triton: bool = False
+    timeout_s: float = DEFAULT_TIMEOUT_S
+
+    def skip_reason(self, device: str, dtype: str, d: int, causal: bool, grouped: bool,
+                    interpreted: bool) -> str | None:
+        """Why this contender does not run at a point, or None when it does."""
+        if device not in self.devices:
+            return f"{self.name} runs on {', '.join(self.devices)}, not {device}"
+        if dtype not in self.dtypes:
+            return f"{self.name} takes {', '.join(self.dtypes)}, not {dtype}"
+        if self.head_dims is not None and d not in self.head_dims:
+            return f"{self.name} takes head dims {', '.join(map(str, self.head_dims))}, not {d}"
+        if causal not in self.causal:
+            return f"{self.name} does not run {'causal' if causal else 'non-causal'} attention"
+        if grouped and not self.gqa:
+            return f"{self.name} does not take grouped-query heads"
+        if self.triton and interpreted and dtype == "bfloat16":
+            return BF16_INTERPRETER_REASON
+        return None
+
+
+def parse(name: str, entry: dict) -> Contender:
+    """The config's entry for one contender, checked: unknown keys and bad values are one line."""
+    if not isinstance(entry, dict) or "fn" not in entry:
+        raise ContenderError(f"contender {name!r}: give at least fn: \"module:function\"")
+    unknown = set(entry) - KEYS
+    if unknown:
+        raise ContenderError(f"contender {name!r}: unknown key(s) {', '.join(sorted(unknown))}; "
+                             f"accepted: {', '.join(sorted(KEYS))}")
+    fn = entry["fn"]
+    if not isinstance(fn, str) or fn.count(":") != 1 or not all(fn.split(":")):
+        raise ContenderError(f"contender {name!r}: fn is {fn!r}; accepted: \"module:function\"")
+
+    def listed(key, allowed=None, kind=str):
+        values = entry.get(key)
+        if values is None:
+            return None
+        values = tuple(values) if isinstance(values, list | tuple) else (values,)
+        bad = [v for v in values if type(v) is not kind or (allowed is not None and v not in allowed)]
+        if bad or not values:
+            accepted = ", ".join(map(str, allowed)) if allowed else f"a list of {kind.__name__}s"
+            raise ContenderError(f"contender {name!r}: {key} is {entry[key]!r}; accepted: {accepted}")
+        return values
+
+    timeout = entry.get("timeout_s", DEFAULT_TIMEOUT_S)
+    if type(timeout) not in (int, float) or not 0 < timeout <= 3600:
+        raise ContenderError(f"contender {name!r}: timeout_s is {timeout!r}; accepted: a number of "
+                             "seconds in (0, 3600]")
+    for flag in ("gqa", "triton"):
+        if type(entry.get(flag, False)) is not bool:
+            raise ContenderError(f"contender {name!r}: {flag} is {entry[flag]!r}; accepted: true or false")
+    return Contender(
+        name=name, fn=fn,
+        devices=listed("devices", DEVICES) or DEVICES,
+        dtypes=listed("dtypes", DTYPES) or DTYPES,
+        head_dims=listed("head_dims", kind=int),
+        causal=listed("causal", (False, True), kind=bool) or (False, True),
+        gqa=entry.get("gqa", False), triton=entry.get("triton", False), timeout_s=float(timeout),
+    )
+
+
+def module_path(contender: Contender, search: tuple[Path, ...]) -> Path:
+    """The file of the contender's module (PYTHONPATH first, then `search`), without importing it."""
+    module = contender.fn.split(":")[0]
+    with _searching(search):
+        try:
+            spec = importlib.util.find_spec(module)
+        except (ImportError, ValueError):
+            spec = None
+    if spec is None or not spec.origin or not Path(spec.origin).is_file():
+        where = ", ".join(str(p) for p in search)
+        raise ContenderError(f"contender {contender.name!r}: module {module!r} not found "
+                             f"(looked on PYTHONPATH and in {where})")
+    return Path(spec.origin).resolve()
+
+
+def load(contender: Contender, search: tuple[Path, ...]):
+    """The contender's function, imported; a missing module or function is one line naming it."""
+    module_name, function = contender.fn.split(":")
+    module_path(contender, search)
+    with _searching(search):
+        module = importlib.import_module(module_name)
+    fn = getattr(module, function, None)
+    if not callable(fn):
+        raise ContenderError(f"contender {contender.name!r}: module {module_name!r} "
+                             f"({module.__file__}) has no function {function!r}")
+    return fn
+
+
+def file_sha256(path: Path) -> str:
+    """The hash a manifest records for a contender's module: the sha256 of its file's bytes."""
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+class _searching:
+    """`search` appended to sys.path for the block: PYTHONPATH and installed modules come first."""
+
+    def __init__(self, search: tuple[Path, ...]):
+        self.added = [str(p) for p in search if str(p) not in sys.path]
+
+    def __enter__(self):
+        sys.path.extend(self.added)
+
+    def __exit__(self, *exc):
+        for p in self.added:
+            sys.path.remove(p)

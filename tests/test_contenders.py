@@ -1,0 +1,128 @@
+"""Contenders: the config entry, finding the module, and the child process that runs them.
+
+Every bad contender must give a failed row naming what went wrong, and leave the others alone.
+"""
+
+import hashlib
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from minimodel.contenders import ContenderError, file_sha256, load, module_path, parse
+from minimodel.contenders.check import sweep
+from minimodel.contenders.run import Case
+from minimodel.contenders.spec import BF16_INTERPRETER_REASON, DEFAULT_TIMEOUT_S
+from minimodel.gpu.correctness import tolerance
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+BAD = textwrap.dedent('''
+    import time
+    import torch
+
+    def raises(q, k, v, causal=False):
+        raise RuntimeError("out of ideas")
+
+    def wrong(q, k, v, causal=False):
+        return torch.zeros_like(q) + 0.5
+
+    def wrong_shape(q, k, v, causal=False):
+        return q[..., :-1]
+
+    def nan(q, k, v, causal=False):
+        return torch.full_like(q, float("nan"))
+
+    def hangs(q, k, v, causal=False):
+        if q.shape[2] > 40:
+            time.sleep(600)
+        return torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(),
+                                                                is_causal=causal).to(q.dtype)
+''')
+
+
+def cases(ns=(33, 77), dtype="float16"):
+    return [Case(1, 2, 2, n, 32, causal, dtype, "cpu", seed=i) for i, n in enumerate(ns)
+            for causal in (False, True)]
+
+
+def test_fn_alone_runs_everywhere_with_the_defaults():
+    c = parse("mine", {"fn": "torch_blocked:forward"})
+    assert c.devices == ("cuda", "cpu") and c.dtypes == ("float16", "bfloat16")
+    assert c.head_dims is None and c.causal == (False, True) and not c.gqa and not c.triton
+    assert c.timeout_s == DEFAULT_TIMEOUT_S
+    assert c.skip_reason("cpu", "bfloat16", 64, True, False, interpreted=True) is None  # plain PyTorch
+    assert "grouped-query" in c.skip_reason("cpu", "float16", 64, True, True, interpreted=True)
+
+
+def test_optional_keys_say_what_it_supports():
+    c = parse("k", {"fn": "m:f", "devices": ["cuda"], "dtypes": ["float16"], "head_dims": [64],
+                    "causal": [False], "triton": True, "timeout_s": 5})
+    assert "cuda, not cpu" in c.skip_reason("cpu", "float16", 64, False, False, False)
+    assert "not bfloat16" in c.skip_reason("cuda", "bfloat16", 64, False, False, False)
+    assert "not 128" in c.skip_reason("cuda", "float16", 128, False, False, False)
+    assert "causal" in c.skip_reason("cuda", "float16", 64, True, False, False)
+    t = parse("t", {"fn": "m:f", "triton": True})
+    assert t.skip_reason("cpu", "bfloat16", 64, False, False, interpreted=True) == BF16_INTERPRETER_REASON
+    assert t.skip_reason("cuda", "bfloat16", 64, False, False, interpreted=False) is None
+
+
+@pytest.mark.parametrize("entry, words", [
+    ({}, "give at least fn"),
+    ({"fn": "nocolon"}, "accepted: \"module:function\""),
+    ({"fn": "m:f", "dtype": ["float16"]}, "unknown key(s) dtype"),
+    ({"fn": "m:f", "dtypes": ["float64"]}, "dtypes is ['float64']; accepted: float16, bfloat16"),
+    ({"fn": "m:f", "head_dims": [64.0]}, "head_dims is [64.0]"),
+    ({"fn": "m:f", "timeout_s": 0}, "timeout_s is 0"),
+    ({"fn": "m:f", "gqa": "yes"}, "gqa is 'yes'"),
+])
+def test_a_bad_entry_is_one_line_naming_the_contender(entry, words):
+    with pytest.raises(ContenderError) as err:
+        parse("mine", entry)
+    assert str(err.value).startswith("contender 'mine': ") and words in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_the_module_is_found_under_examples_and_hashed_by_its_bytes():
+    c = parse("mine", {"fn": "torch_blocked:forward"})
+    path = module_path(c, (EXAMPLES,))
+    assert path == EXAMPLES / "torch_blocked.py"
+    assert file_sha256(path) == hashlib.sha256(path.read_bytes()).hexdigest()
+    assert callable(load(c, (EXAMPLES,)))
+
+
+def test_an_unknown_module_or_function_is_one_line(tmp_path):
+    with pytest.raises(ContenderError, match="contender 'x': module 'no_such_module' not found"):
+        module_path(parse("x", {"fn": "no_such_module:f"}), (tmp_path,))
+    with pytest.raises(ContenderError, match="contender 'y': module 'torch_blocked' .* no function 'fwd'"):
+        load(parse("y", {"fn": "torch_blocked:fwd"}), (EXAMPLES,))
+
+
+def test_a_plain_pytorch_contender_passes_on_the_cpu_bf16_too():
+    c = parse("blocked", {"fn": "torch_blocked:forward"})
+    rows = sweep(c, cases() + cases((50,), "bfloat16"), (EXAMPLES,), tolerance, interpreted=True)
+    assert all(r["passed"] for r in rows), rows
+    assert {r["dtype"] for r in rows} == {"float16", "bfloat16"} and all(r["impl"] == "blocked" for r in rows)
+
+
+@pytest.mark.parametrize("fn, reason", [
+    ("raises", "RuntimeError: out of ideas"),
+    ("wrong", "above the tolerance"),
+    ("wrong_shape", "returned shape (1, 2, 33, 31)"),
+    ("nan", "returned NaN"),
+    ("no_such_function", "has no function 'no_such_function'"),
+])
+def test_a_bad_contender_gets_failed_rows_with_the_reason(tmp_path, fn, reason):
+    (tmp_path / "bad_contenders.py").write_text(BAD)
+    c = parse(fn, {"fn": f"bad_contenders:{fn}", "timeout_s": 60})
+    rows = sweep(c, cases((33,)), (tmp_path,), tolerance, interpreted=True)
+    assert len(rows) == 2 and all(r["passed"] is False and reason in r["reason"] for r in rows), rows
+
+
+def test_a_hung_point_is_stopped_and_the_next_point_still_runs(tmp_path):
+    (tmp_path / "bad_contenders.py").write_text(BAD)
+    c = parse("hangs", {"fn": "bad_contenders:hangs", "timeout_s": 4})
+    rows = sweep(c, [Case(1, 1, 1, 77, 32, False, "float16", "cpu", 0),
+                     Case(1, 1, 1, 33, 32, False, "float16", "cpu", 1)], (tmp_path,), tolerance, True)
+    assert rows[0]["passed"] is False and "time limit of 4 s" in rows[0]["reason"]
+    assert rows[1]["passed"] is True, rows[1]
