@@ -1,0 +1,109 @@
+"""The contenders that come with the project, each `fn(q, k, v, causal) -> O` like a user's.
+
+- `triton`: the project's kernel, `flash_attn_forward`'s own choice of path (Gluon or tl);
+- `triton_tl`: the same kernel forced onto its portable tl path;
+- `naive`: theory 02's three steps in PyTorch (`reference_attn`);
+- `sdpa_flash`, `sdpa_efficient`, `sdpa_cudnn`: PyTorch's SDPA with one backend each;
+- `flex`: FlexAttention, `torch.compile(flex_attention)` with a block mask for causal (CUDA only);
+- `flash_attn`: the `flash_attn` package's `flash_attn_func` when it is installed.
+They run in the stage's own process: they are the project's code or PyTorch's.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+
+import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.nn.functional import scaled_dot_product_attention as sdpa
+
+from minimodel.contenders.spec import Contender
+
+SDPA_BACKENDS = {
+    "sdpa_flash": SDPBackend.FLASH_ATTENTION,
+    "sdpa_efficient": SDPBackend.EFFICIENT_ATTENTION,
+    "sdpa_cudnn": SDPBackend.CUDNN_ATTENTION,
+}
+# FlexAttention compiles once per shape; past torch.compile's default of 8 recompiles it falls
+# back to eager, which then fails inside a CUDA graph: every point of a grid must compile
+FLEX_RECOMPILE_LIMIT = 256
+
+
+def triton(q, k, v, causal=False):
+    from minimodel.kernel import flash_attn_forward
+
+    return flash_attn_forward(q, k, v, causal=causal)
+
+
+def triton_tl(q, k, v, causal=False):
+    from minimodel.kernel import flash_attn_forward, launch_config
+    from minimodel.kernel.config import tl_config
+    from minimodel.kernel.flash import _policy_args
+
+    config = launch_config(q, k, v, causal, tl_config(*_policy_args(q, causal)))
+    return flash_attn_forward(q, k, v, causal=causal, config=config)
+
+
+def naive(q, k, v, causal=False):
+    from minimodel.cpu.references import reference_attn
+
+    return reference_attn(q, k, v, causal=causal)
+
+
+def _sdpa(backend):
+    def run(q, k, v, causal=False):
+        with sdpa_kernel(backend):
+            return sdpa(q, k, v, is_causal=causal, enable_gqa=k.shape[1] != q.shape[1])
+    return run
+
+
+@functools.cache
+def _flex():
+    from torch.nn.attention.flex_attention import flex_attention
+
+    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, FLEX_RECOMPILE_LIMIT)
+    return torch.compile(flex_attention)
+
+
+@functools.cache
+def _causal_block_mask(n: int, device: str):
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    return create_block_mask(lambda b, h, q_idx, kv_idx: q_idx >= kv_idx, None, None, n, n, device=device)
+
+
+def flex(q, k, v, causal=False):
+    # the block mask is built once per (N, device), outside any timed call
+    mask = _causal_block_mask(q.shape[2], str(q.device)) if causal else None
+    return _flex()(q, k, v, block_mask=mask, enable_gqa=k.shape[1] != q.shape[1])
+
+
+def flash_attn(q, k, v, causal=False):
+    from flash_attn import flash_attn_func  # (B, N, H, d) layout
+
+    out = flash_attn_func(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), causal=causal)
+    return out.transpose(1, 2)
+
+
+FUNCTIONS = {"triton": triton, "triton_tl": triton_tl, "naive": naive,
+             **{name: _sdpa(backend) for name, backend in SDPA_BACKENDS.items()},
+             "flex": flex, "flash_attn": flash_attn}
+
+BUILTINS = {
+    "triton": Contender("triton", "minimodel.contenders.builtin:triton", gqa=True, triton=True),
+    "triton_tl": Contender("triton_tl", "minimodel.contenders.builtin:triton_tl", gqa=True, triton=True),
+    "naive": Contender("naive", "minimodel.contenders.builtin:naive", gqa=True),
+    **{name: Contender(name, f"minimodel.contenders.builtin:{name}", devices=("cuda",), gqa=True)
+       for name in SDPA_BACKENDS},
+    "flex": Contender("flex", "minimodel.contenders.builtin:flex", devices=("cuda",), gqa=True),
+    "flash_attn": Contender("flash_attn", "minimodel.contenders.builtin:flash_attn", devices=("cuda",),
+                            head_dims=(64, 128, 256), gqa=True),
+}
+
+
+def unavailable(name: str) -> str | None:
+    """Why a built-in cannot run on this machine at all, or None."""
+    if name == "flash_attn" and importlib.util.find_spec("flash_attn") is None:
+        return "the flash_attn package is not installed"
+    return None
