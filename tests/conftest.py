@@ -1,7 +1,8 @@
 """Test set-up: the device the kernel tests run on, and a copy of the project for workflow tests.
 
-Without CUDA the kernel runs under Triton's CPU interpreter: `minimodel.kernel` switches it on
-itself. The development tools in tools/ are importable by name (`import tune`).
+Without CUDA the kernel runs under Triton's CPU interpreter, switched on here before any test
+module imports the kernel. The development tools in tools/ are importable by name (`import tune`),
+through pytest's `pythonpath` setting in pyproject.toml.
 """
 
 import os
@@ -13,8 +14,11 @@ from pathlib import Path
 import pytest
 import torch
 
+from minimodel import kernel
+
+kernel.use_interpreter_if_no_gpu()  # before a test module imports the kernel: Triton decides then
+
 HAS_CUDA = torch.cuda.is_available()
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
 
 DEVICE = "cuda" if HAS_CUDA else "cpu"
 requires_gpu = pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device")

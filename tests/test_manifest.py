@@ -86,7 +86,7 @@ def test_verify_passes_then_names_a_tampered_output(tmp_path, monkeypatch):
     out.write_bytes(b"jello\n")  # one byte changed
     _, problems = manifest.verify(tmp_path, tmp_path)
     assert len(problems) == 1 and "out/result.txt: output bytes changed" in problems[0]
-    assert manifest.main(["verify", str(tmp_path), "--root", str(tmp_path)]) == 1
+    assert manifest.main([str(tmp_path), "--root", str(tmp_path)]) == 1
 
 
 def test_verify_names_an_output_whose_input_changed(tmp_path, monkeypatch):
@@ -130,8 +130,23 @@ def test_atomic_write_leaves_nothing_behind_when_interrupted(tmp_path):
 
 
 def test_verify_cli_without_manifests(tmp_path, capsys):
-    assert manifest.main(["verify", str(tmp_path)]) == 2
+    assert manifest.main([str(tmp_path)]) == 2
     assert "no manifest.json" in capsys.readouterr().err
+
+
+def test_python_m_minimodel_hands_each_command_its_own_arguments(tmp_path, monkeypatch, capsys):
+    from minimodel import __main__ as cli
+
+    smk = run_stage(tmp_path, monkeypatch)
+    assert cli.main(["verify", str(tmp_path / "out"), "--root", str(tmp_path)]) == 0
+    Path(smk.output.result).write_text("changed\n")
+    assert cli.main(["verify", str(tmp_path / "out")]) == 1
+    seen = []
+    monkeypatch.setitem(cli.COMMANDS, "compare", lambda argv: seen.append(argv) or 0)
+    assert cli.main(["compare", "run", "ref", "--out", "x"]) == 0
+    assert seen == [["run", "ref", "--out", "x"]]
+    assert cli.main(["check"]) == 2 and cli.main([]) == 2
+    assert "python -m minimodel verify" in capsys.readouterr().err
 
 
 def test_git_commit_from_the_environment_wins_over_the_checkout(monkeypatch):
@@ -172,9 +187,9 @@ def test_verify_from_another_directory_finds_the_root_from_the_manifest(tmp_path
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)
-    assert manifest.main(["verify", str(tmp_path / "out")]) == 0
+    assert manifest.main([str(tmp_path / "out")]) == 0
     Path(smk.output.result).write_text("changed\n")
-    assert manifest.main(["verify", str(tmp_path / "out")]) == 1
+    assert manifest.main([str(tmp_path / "out")]) == 1
 
 
 def consumer(tmp_path, made_by):
@@ -298,6 +313,6 @@ def test_a_manifest_of_the_wrong_shape_is_one_line_naming_it(tmp_path, monkeypat
     smk = run_stage(tmp_path, monkeypatch)
     path = Path(smk.output.manifest)
     path.write_text(json.dumps({**json.loads(path.read_text()), **edit}))
-    assert manifest.main(["verify", str(tmp_path / "out")]) == 1
+    assert manifest.main([str(tmp_path / "out")]) == 1
     out = capsys.readouterr().out.splitlines()
     assert out == [f"out/manifest.json: {path} is not a manifest: {named}"]

@@ -1,7 +1,11 @@
 """Time this tree's kernel against another version of it, side by side in one run (CUDA only).
 
-    git show <rev>:src/minimodel/flash.py > /tmp/other.py
+    git show <rev>:src/minimodel/kernel/flash.py > /tmp/other.py
     python tools/kernel_ab.py --other /tmp/other.py --out ab.csv
+
+Older revisions have it at src/minimodel/attention_flash.py. The other file is loaded as a
+module of its own; what it imports from `minimodel` (the tile policy, the Gluon kernel) is this
+tree's.
 
 Both kernels run every point with their own default configuration (or `--pointer`, which forces
 pointer loads) and are checked against a float64 head first. Each point is timed as GPU time per

@@ -187,7 +187,9 @@ def _report_row(cfg, shape, causal, arch) -> dict:
 def main(argv=None) -> int:
     # the real compiler, never the interpreter: decided before minimodel.kernel is imported
     os.environ["TRITON_INTERPRET"] = "0"
-    from tune import add_grid_arguments, grid_shape  # tools/tune.py, beside this file
+    # tools/tune.py: beside this file, so on sys.path when this runs as a script (and in the tests
+    # through pytest's pythonpath); imported here because it imports the kernel
+    from tune import add_grid_arguments, grid_shape
 
     from minimodel.kernel import FwdConfig, get_fwd_config
 

@@ -1,17 +1,26 @@
-"""Search the kernel's tile configurations on a CUDA device, beside SDPA's cuDNN and flash backends.
+"""Time candidate tile configurations of the kernel on a CUDA device, beside SDPA's cuDNN and flash backends.
 
-    python tools/tune.py --out tune/            # FlashAttention's grid, every candidate config
+    python tools/tune.py --out tune/                                  # the sweep, FlashAttention's grid
+    python tools/tune.py --out tune/ --d 64 --graph --config 128,128,8,2,TMA,MAXNREG=128 \
+        --config 128,128,4,3,TMA                                       # configurations of your own
+    python tools/tune.py --out tune/ --grid lab --candidates small    # lab 02's grid, naive too
+
+A configuration is BLOCK_M,BLOCK_N,WARPS,STAGES followed by any of `FwdConfig`'s options, a flag
+alone (TMA, WARP_SPECIALIZE, GLUON, PINGPONG) or with a value (MAXNREG=128, CONSUMERS=2).
+`--candidates` names a set of them (`CANDIDATES`); both may be given, and the configuration the
+tile policy picks at each point is always timed too (its rows say `shipped`).
 
 Every candidate is checked once (the correctness rule of `minimodel.gpu.correctness`, on one head
-against float64) and timed with do_bench in the same run as the SDPA backends, so the ratios
-side by side are fair. Results go to `tune.csv`; the best config per (d, causal, N) is printed.
-The winners are what `minimodel.kernel.config.get_fwd_config` ships (see notes/kernel.md).
+against float64) and timed in the same run as the SDPA backends, so the ratios side by side are
+fair. Results go to `tune.csv`; the best config per (d, causal, N) is printed. notes/tuning/README.md
+lists the candidate sets of the H200 search and how to time them again.
 A development tool: the workflow never imports it.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
 import sys
 from pathlib import Path
@@ -19,60 +28,56 @@ from pathlib import Path
 import torch
 
 from minimodel.gpu import grids, timing
+from minimodel.kernel.config import FwdConfig
 
-# Round 1 (notes/kernel.md): 128-row query tiles, 64- or 128-row key tiles, 4 or 8 warps,
-# 2 to 4 stages, pointer loads or TMA, the seed's 64 x 64 as a baseline. TMA won everywhere.
-ROUND_1 = [(64, 64, 4, 3, False)] + [
-    (128, bn, warps, stages, tma)
-    for bn, warps, stages, tma in itertools.product((64, 128), (4, 8), (2, 3, 4), (False, True))
-]
-# Round 2: the best TMA shapes of round 1 and 256-row query tiles, each with and without
-# Triton's warp specialization of the unmasked loop.
-ROUND_2_SHAPES = [(128, 128, 4, 3), (128, 64, 8, 3), (128, 128, 8, 3), (128, 64, 4, 2),
-                  (128, 128, 8, 2), (256, 64, 8, 3), (256, 128, 8, 2), (128, 128, 4, 4)]
-
-
-# Round 3, the seed grid (B·H = 8): 64- or 128-row query tiles, pointer loads or TMA, where
-# few programs and launch overhead dominate.
-ROUND_3 = [(64, 64, 4, 3, False), (64, 64, 4, 3, True), (64, 64, 4, 2, True), (64, 32, 4, 3, True),
-           (128, 128, 4, 3, False), (128, 128, 4, 3, True), (128, 64, 4, 3, True)]
-
-# Round 11: registers capped at 128 per thread so that two 8-warp programs share a multiprocessor
-# (the shipped d = 128 and d = 64 shapes keep one: 188 and 253 registers), per head dim.
-ROUND_11 = {
-    128: [(128, 128, 8, 3, True), (64, 64, 4, 3, True), (128, 64, 8, 2, True, False, 128),
-          (128, 64, 8, 2, True)],
-    64: [(128, 128, 4, 3, True), (64, 64, 4, 3, True), (128, 128, 8, 2, True, False, 128),
-         (128, 64, 8, 3, True, False, 128), (128, 128, 8, 2, True)],
+SIZES = ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages")
+CANDIDATES = {
+    # the broad search: 128-row query tiles, 64- or 128-row key tiles, 4 or 8 warps, 2 to 4
+    # stages, pointer loads or TMA; lab 02's 64 x 64 as a baseline
+    "sweep": [FwdConfig(64, 64, 4, 3)] + [
+        FwdConfig(128, bn, warps, stages, tma)
+        for bn, warps, stages, tma in itertools.product((64, 128), (4, 8), (2, 3, 4), (False, True))],
+    # launch-bound problems (few programs, small N): 64- or 128-row query tiles, pointers or TMA
+    "small": [FwdConfig(64, 64, 4, 3), FwdConfig(64, 64, 4, 3, True), FwdConfig(64, 64, 4, 2, True),
+              FwdConfig(64, 32, 4, 3, True), FwdConfig(128, 128, 4, 3), FwdConfig(128, 128, 4, 3, True),
+              FwdConfig(128, 64, 4, 3, True)],
 }
 
-# Rounds 4-7 (notes/kernel.md, tune_v4..v7) searched kernel variants that did not pay and were then
-# removed from the kernel: half the exponentials by polynomial, lazy rescaling, split query tiles,
-# the next tile's scores issued before this tile's softmax. Commit 9a6423c runs rounds 4-7 (its
-# round 4 without lazy rescaling, which commit e03734b has). Round 8 (tune_v8): tensor descriptors
-# made on the device, with and without warp specialization; commit e810fe4 runs it
-# (`--round 8 --graph`). Round 9 (tune_v9): a persistent grid; commit 415c377 runs it
-# (`--round 9 --graph`). Round 10 (tune_v10): a warp-specialized kernel (one key loop, 2-D
-# descriptors, Q's made on the device); commit cc3997d runs it (`--round 10 --graph`).
+
+def parse_config(spec: str) -> FwdConfig:
+    """`BLOCK_M,BLOCK_N,WARPS,STAGES[,OPTION[=VALUE]...]` as a FwdConfig: `128,128,8,2,TMA,MAXNREG=128`."""
+    parts = [p.strip() for p in spec.split(",")]
+    options = {f.name.upper(): f.name for f in dataclasses.fields(FwdConfig) if f.name not in SIZES}
+    try:
+        sizes = [int(p) for p in parts[:4]]
+    except ValueError:
+        sizes = []
+    if len(sizes) != 4 or min(sizes) <= 0:
+        raise argparse.ArgumentTypeError(f"{spec!r}: expected BLOCK_M,BLOCK_N,WARPS,STAGES[,OPTION...]")
+    chosen = {}
+    for part in parts[4:]:
+        key, has_value, value = part.partition("=")
+        name = options.get(key.upper())
+        if name is None or (has_value and not value.isdigit()):
+            raise argparse.ArgumentTypeError(
+                f"{spec!r}: {part!r} is not one of {', '.join(options)} (a flag, or NAME=integer)")
+        chosen[name] = int(value) if has_value else True
+    if sizes[0] % sizes[1]:
+        raise argparse.ArgumentTypeError(f"{spec!r}: BLOCK_M must be a multiple of BLOCK_N "
+                                         "(the causal diagonal falls in whole key tiles)")
+    return FwdConfig(*sizes, **chosen)
 
 
-def candidate_configs(round_: int = 2, head_dim: int | None = None):
-    """The candidate set of a round at a head dim (only round 11's depends on it)."""
-    from minimodel.kernel import FwdConfig
-
-    if round_ == 11:
-        return [FwdConfig(*c) for c in ROUND_11[head_dim]]
-    if round_ == 1:
-        return [FwdConfig(*c) for c in ROUND_1]
-    if round_ == 3:
-        return [FwdConfig(*c) for c in ROUND_3]
-    return [FwdConfig(bm, bn, w, s, True, ws) for bm, bn, w, s in ROUND_2_SHAPES
-            for ws in (False, True)]
+def candidate_configs(names=(), configs=()) -> list[FwdConfig]:
+    """The named sets' configurations and `configs`, each once, in order."""
+    found = [c for name in names for c in CANDIDATES[name]] + list(configs)
+    return list(dict.fromkeys(found))
 
 
 def tune_point(B, H, N, d, causal, configs, warmup_ms=25, rep_ms=100,
                baselines=("sdpa_cudnn", "sdpa_flash"), graph=False) -> list[dict]:
-    """The baselines (cuDNN, FA2, ...) and every config at one point, on the same inputs.
+    """The baselines (cuDNN, FA2, ...), the policy's configuration and every config in `configs` at
+    one point, on the same inputs.
 
     graph: GPU time per call from CUDA-graph replays (the timing stage's `ms`) instead of eager calls.
     """
@@ -81,7 +86,7 @@ def tune_point(B, H, N, d, causal, configs, warmup_ms=25, rep_ms=100,
             return timing.bench_graph_ms(fn, rep_ms)
         return timing.bench_ms(fn, warmup_ms, rep_ms)
 
-    from minimodel.kernel import flash_attn_forward
+    from minimodel.kernel import flash_attn_forward, launch_config
 
     q, k, v = (torch.randn(B, H, N, d, device="cuda", dtype=torch.float16) for _ in range(3))
     qs, ks, vs, exact, err_torch = timing.one_head_reference(q, k, v, causal)
@@ -92,11 +97,12 @@ def tune_point(B, H, N, d, causal, configs, warmup_ms=25, rep_ms=100,
     for name in baselines:
         ms = bench(lambda fn=impls[name]: fn(q, k, v))
         rows.append({**base, "impl": name, "ms": ms, "tflops": flops / ms / 1e9})
-    for cfg in configs:
+    shipped = launch_config(q, k, v, causal)
+    for cfg in dict.fromkeys([shipped, *configs]):
         def fn(q, k, v, cfg=cfg):
             return flash_attn_forward(q, k, v, causal=causal, config=cfg)
 
-        row = {**base, "impl": "triton", **cfg.as_dict()}
+        row = {**base, "impl": "triton", "shipped": cfg == shipped, **cfg.as_dict()}
         try:
             ok, err = timing.checked_run(fn, qs, ks, vs, exact, err_torch)
             row.update(checked=ok, err_vs_fp64=err)
@@ -108,13 +114,13 @@ def tune_point(B, H, N, d, causal, configs, warmup_ms=25, rep_ms=100,
     return rows
 
 
-def run(points, configs_for, warmup_ms=25, rep_ms=100, progress=sys.stderr,
+def run(points, configs, warmup_ms=25, rep_ms=100, progress=sys.stderr,
         baselines=("sdpa_cudnn", "sdpa_flash"), on_point=None, graph=False) -> list[dict]:
-    """Every point (B, H, N, d, causal) in turn with the configs `configs_for(d)`;
-    `on_point(rows)` sees the rows so far after each (to save them)."""
+    """Every point (B, H, N, d, causal) in turn with `configs`; `on_point(rows)` sees the rows so
+    far after each (to save them)."""
     rows = []
     for point in points:
-        rows += tune_point(*point, configs_for(point[3]), warmup_ms, rep_ms, baselines, graph)
+        rows += tune_point(*point, configs, warmup_ms, rep_ms, baselines, graph)
         torch.cuda.empty_cache()
         print(f"done B,H,N,d,causal = {point}", file=progress, flush=True)
         if on_point:
@@ -130,7 +136,7 @@ def summarize(frame):
     tri = frame[frame.impl == "triton"].dropna(subset=["tflops"])
     best = tri.loc[tri.groupby(key)["tflops"].idxmax()].set_index(key)
     ref = frame[frame.impl != "triton"].pivot_table(index=key, columns="impl", values="tflops")
-    options = [c for c in ("TMA", "WARP_SPECIALIZE", "MAXNREG") if c in best]
+    options = [c for c in ("TMA", "WARP_SPECIALIZE", "MAXNREG", "GLUON", "shipped") if c in best]
     out = best[["BLOCK_M", "BLOCK_N", "num_warps", "num_stages", *options, "tflops"]].join(ref)
     out["vs_cudnn"] = out.tflops / out.sdpa_cudnn
     out["vs_fa2"] = out.tflops / out.sdpa_flash
@@ -157,20 +163,24 @@ def main(argv=None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", required=True, type=Path, help="folder for tune.csv")
     add_grid_arguments(parser, n=(1024, 4096, 16384))
-    parser.add_argument("--round", type=int, default=2, choices=(1, 2, 3, 11),
-                        help="candidate set; 3 times the seed grid (B=2, H=4, d=64) with naive too; "
-                             "11 register-capped shapes (d = 64 and 128 only)")
+    parser.add_argument("--candidates", nargs="+", choices=sorted(CANDIDATES), default=[],
+                        help="named candidate sets (default: sweep, unless --config is given)")
+    parser.add_argument("--config", type=parse_config, action="append", default=[],
+                        metavar="BLOCK_M,BLOCK_N,WARPS,STAGES[,OPTION...]",
+                        help="a configuration to time, e.g. 128,128,8,2,TMA,MAXNREG=128 (repeatable)")
+    parser.add_argument("--grid", choices=("flashattention", "lab"), default="flashattention",
+                        help="flashattention: --n by --d; lab: lab 02's grid of config/config.yaml, "
+                             "naive PyTorch timed too")
     parser.add_argument("--graph", action="store_true",
                         help="time GPU time per call over CUDA-graph replays, not eager calls")
     args = parser.parse_args(argv)
-    if args.round == 11 and set(args.d) - set(ROUND_11):
-        parser.error(f"round 11 has candidates for --d {sorted(ROUND_11)} only, got {args.d}")
+    configs = candidate_configs(args.candidates or ([] if args.config else ["sweep"]), args.config)
     if not torch.cuda.is_available():
         print("tuning needs a CUDA device", file=sys.stderr)
         return 2
     import pandas as pd
 
-    if args.round == 3:
+    if args.grid == "lab":
         points = [(p.B, p.H, p.N, p.d, p.causal)
                   for p in grids.seed_grid(grids.default_timing_config())]
         baselines = ("sdpa_cudnn", "sdpa_flash", "naive")
@@ -185,8 +195,7 @@ def main(argv=None) -> int:
     def save(rows):  # after every point, so a run cut short keeps what it measured
         write_csv(args.out / "tune.csv", pd.DataFrame(rows))
 
-    frame = pd.DataFrame(run(points, lambda d: candidate_configs(args.round, d),
-                             baselines=baselines, on_point=save, graph=args.graph))
+    frame = pd.DataFrame(run(points, configs, baselines=baselines, on_point=save, graph=args.graph))
     with pd.option_context("display.width", 200, "display.max_columns", 20):
         print(summarize(frame).round(3).to_string())
     return 0

@@ -17,8 +17,7 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or argv[0] not in COMMANDS:
         print(__doc__.strip(), file=sys.stderr)
         return 2
-    command, rest = argv[0], argv[1:]
-    return COMMANDS[command](["verify", *rest] if command == "verify" else rest)
+    return COMMANDS[argv[0]](argv[1:])
 
 
 if __name__ == "__main__":

@@ -5,8 +5,6 @@
 - `timing`: the kernel against naive PyTorch and SDPA's backends, GPU time per call.
 - `hbm`: the GPU's own DRAM bytes (Nsight Compute) beside the byte model.
 
-Its modules import Triton; `minimodel.kernel` is imported first, so that its interpreter switch
-is set before Triton defines anything, whichever module of this package is imported first.
+`correctness` and `timing` import the kernel: a run that may have no GPU calls
+`minimodel.kernel.use_interpreter_if_no_gpu()` before it imports them.
 """
-
-import minimodel.kernel  # noqa: F401 (the interpreter switch, before any import of triton)

@@ -2,8 +2,7 @@
 
 `get_fwd_config` is the policy: on Hopper (compute capability 9.0, the H100 and H200) the table
 tuned on the H200 (notes/kernel.md), through TMA; elsewhere `portable_config`, pointer loads with
-tiles that fit every architecture's shared memory without spilling. tools/kernel_report.py
-compiles every configuration the policy can pick, for sm_80, sm_89 and sm_90, with no GPU.
+tiles that fit every architecture's shared memory without spilling.
 """
 
 from __future__ import annotations
@@ -137,15 +136,16 @@ def tl_config(head_dim: int, causal: bool, device_type: str, n: int | None = Non
         if batch_heads * triton.cdiv(n, 128) < 2 * sm_count:
             return FwdConfig(64, 64, 4, 3, TMA=True)
     if causal and n is not None and n <= 1024:
-        # short causal rows: small tiles, more programs (d = 128, N = 1024: 0.85x cuDNN against
-        # 0.80x with 128 x 128, tune round 8)
+        # short causal rows: small tiles give more programs to share out rows of unequal length
+        # (faster at both head dims on the H200: notes/kernel.md)
         return FwdConfig(64, 64, 4, 3, TMA=True)
     if head_dim == 64:
-        # capped at 128 registers two 8-warp programs share a multiprocessor: 0.92-0.95x cuDNN
-        # against 0.91-0.92x for one 4-warp program at 253 registers (tune round 11)
+        # capped at 128 registers, two 8-warp programs share a multiprocessor, and one's matmuls
+        # overlap the other's softmax; uncapped, one program fills the register file
+        # (notes/kernel.md has the timings)
         return FwdConfig(128, 128, 8, 2, TMA=True, MAXNREG=128)
     if head_dim < 64:
         return FwdConfig(128, 128, 4, 3, TMA=True)
-    # 128 x 64 with 4 warps was 2-5 % faster up to N = 2048 but spills 72-104 bytes; with 8 warps
-    # it does not spill and ran at 0.58-0.63x cuDNN (notes/kernel.md)
+    # the fastest shape that does not spill: 128 x 64 with 4 warps spills at d = 128, and with
+    # 8 warps, which does not, it is slower (notes/kernel.md)
     return FwdConfig(128, 128, 8, 3, TMA=True)

@@ -365,14 +365,13 @@ def check_inputs(paths, root: str | os.PathLike = ".",
 
 
 def main(argv: list[str] | None = None) -> int:
+    """`python -m minimodel verify [FOLDER] [--root ROOT]`: re-hash every output and input under FOLDER."""
     parser = argparse.ArgumentParser(prog="python -m minimodel verify", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = parser.add_subparsers(dest="command", required=True)
-    p_verify = sub.add_parser("verify", help="re-hash every output and input under FOLDER")
-    p_verify.add_argument("folder", nargs="?", default="results")
-    p_verify.add_argument("--root", default=None,
-                          help="folder the paths of older manifests (which do not record their "
-                               "own path) are relative to; default: the current directory")
+    parser.add_argument("folder", nargs="?", default="results")
+    parser.add_argument("--root", default=None,
+                        help="folder the paths of older manifests (which do not record their "
+                             "own path) are relative to; default: the current directory")
     args = parser.parse_args(argv)
     count, problems = verify(args.folder, args.root)
     if count == 0:
