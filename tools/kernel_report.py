@@ -41,7 +41,8 @@ def _signature(kernel, args: dict) -> tuple[dict, dict, dict]:
     signature, constants, attrs = {}, {}, {}
     for i, param in enumerate(kernel.params):
         value = args[param.name]
-        if param.is_constexpr or (type(value) is int and value == 1 and not param.do_not_specialize):
+        if param.is_constexpr or (type(value) is int and value == 1
+                                   and not getattr(param, "do_not_specialize", False)):
             signature[param.name], constants[param.name] = "constexpr", value
         elif isinstance(value, str):  # a pointer or descriptor type, 16-byte aligned like torch's
             signature[param.name] = value
@@ -51,7 +52,7 @@ def _signature(kernel, args: dict) -> tuple[dict, dict, dict]:
             signature[param.name] = "fp32"
         else:
             signature[param.name] = "i32"
-            if value % 16 == 0 and not param.do_not_specialize:
+            if value % 16 == 0 and not getattr(param, "do_not_specialize", False):
                 attrs[(i,)] = [["tt.divisibility", 16]]
     return signature, constants, attrs
 

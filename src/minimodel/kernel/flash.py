@@ -4,8 +4,8 @@ FlashAttention-2 order: one program per (query tile, batch·head); each program 
 query tile, the running maximum m, the running sum l and the fp32 output accumulator on chip
 while every key/value tile streams past once (the online softmax of theory 02).
 
-Runs on a CUDA device, or on CPU tensors under Triton's interpreter, which the package
-`minimodel.kernel` switches on before this module defines a kernel (see its docstring).
+Runs on a CUDA device, or on CPU tensors under Triton's interpreter, which a run switches on
+before this module defines a kernel (`minimodel.kernel.use_interpreter_if_no_gpu`).
 
     import torch
     from minimodel.kernel import flash_attn_forward
@@ -37,7 +37,7 @@ LOG2E = 1.4426950408889634  # log2(e): exp(x) = exp2(x·log2 e)
 MAX_PROGRAMS = 2**31 - 1  # a CUDA grid's x dimension; the kernel's one launch axis
 BF16_INTERPRETER_REASON = "tl.dot on bf16 operands is wrong under Triton's interpreter (3.6)"
 
-# Triton decided when this module's kernels were defined (minimodel.kernel sets the switch first).
+# Triton decided when this module's kernels were defined (a run sets the switch before importing).
 INTERPRETED = triton.knobs.runtime.interpret
 
 

@@ -309,7 +309,7 @@ def _descriptor(t: torch.Tensor, rows: int, full: bool = True):
 
 def arguments(Q, K, V, O, LSE, qk_scale: float, cfg, causal: bool, store_lse: bool, full: bool = True):
     """(grid, kernel arguments in the kernel's order, launch options) of one call: what `launch`
-    passes, and what tools/kernel_report.py compiles for sm_90 without a GPU."""
+    passes, and what a compile for sm_90 without a GPU specializes on."""
     B, H, N, d = Q.shape
     rows = cfg.BLOCK_M // cfg.CONSUMERS
     args = dict(
