@@ -53,6 +53,35 @@ def inputs(case: Case) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     return rand(case.H), rand(case.H_kv), rand(case.H_kv)
 
 
+@dataclass(frozen=True)
+class TimingCase:
+    """One timing point on the GPU: fp16 inputs drawn on the device from `seed`."""
+
+    B: int
+    H: int
+    N: int
+    d: int
+    causal: bool
+    seed: int
+    warmup_ms: float
+    rep_ms: float
+
+
+def timing_inputs(case: TimingCase) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Q, K, V of a timing point, the same in every process (the timing stage draws these too)."""
+    gen = torch.Generator(device="cuda").manual_seed(case.seed)
+    return tuple(torch.randn(case.B, case.H, case.N, case.d, device="cuda", dtype=torch.float16,
+                             generator=gen) for _ in range(3))
+
+
+def _validated(out, q: torch.Tensor) -> torch.Tensor:
+    if not isinstance(out, torch.Tensor):
+        raise TypeError(f"returned {type(out).__name__}, not a tensor")
+    if tuple(out.shape) != tuple(q.shape) or out.dtype != q.dtype:
+        raise TypeError(f"returned shape {tuple(out.shape)} {out.dtype}; expected {tuple(q.shape)} {q.dtype}")
+    return out
+
+
 def checked_output(fn, case: Case) -> torch.Tensor:
     """The contender's output for a case, on the CPU; a wrong shape or dtype raises, naming both.
 
@@ -63,17 +92,34 @@ def checked_output(fn, case: Case) -> torch.Tensor:
     if case.device == "cuda":
         poison = torch.full_like(q, float("nan"))
         del poison
-    out = fn(q, k, v, causal=case.causal)
-    if not isinstance(out, torch.Tensor):
-        raise TypeError(f"returned {type(out).__name__}, not a tensor")
-    if tuple(out.shape) != tuple(q.shape) or out.dtype != q.dtype:
-        raise TypeError(f"returned shape {tuple(out.shape)} {out.dtype}; expected {tuple(q.shape)} {q.dtype}")
+    out = _validated(fn(q, k, v, causal=case.causal), q)
     if case.device == "cuda":
         torch.cuda.synchronize()
     return out.detach().cpu()
 
 
-TASKS = {"output": checked_output}
+def timed(fn, case: TimingCase) -> dict:
+    """One checked call (its first head comes back for the float64 check), then eager and
+    CUDA-graph times, as the timing stage takes them for its own implementations."""
+    from minimodel.gpu.timing import bench_graph_ms, bench_ms
+
+    q, k, v = timing_inputs(case)
+    poison = torch.full_like(q, float("nan"))
+    del poison
+    out = _validated(fn(q, k, v, causal=case.causal), q)
+    torch.cuda.synchronize()
+    head, has_nan = out[:1, :1].detach().cpu(), bool(torch.isnan(out).any())
+    del out
+    call = lambda: fn(q, k, v, causal=case.causal)
+    eager = bench_ms(call, case.warmup_ms, case.rep_ms)
+    try:
+        ms, how = bench_graph_ms(call, case.rep_ms), "cuda_graph"
+    except RuntimeError:  # not capturable: the eager time is all there is
+        ms, how = eager, "eager"
+    return {"head": head, "has_nan": has_nan, "ms": ms, "eager_ms": eager, "timing": how}
+
+
+TASKS = {"output": checked_output, "time": timed}
 
 
 def _child(contender: Contender, search: tuple[Path, ...], conn) -> None:
