@@ -7,8 +7,8 @@ name from here. A new stage, figure or contender (another attention implementati
 the kernel) adds its names here once; ARCHITECTURE.md says what else it touches.
 
 "The lab" is the course material the project answers (`notes/labs.md`): lab 01, lab 02 and
-theory 02. Runs made before these names (the committed H200 reference) said "seed" for it;
-`upgrade_table` and `upgrade_text` read them with today's names.
+theory 02. Runs made before these names (the committed H200 reference) called it the seed;
+`upgrade_table`, `upgrade_summary` and `upgrade_text` read them with today's names.
 
 This module imports nothing of minimodel: every layer may import it.
 """
@@ -118,10 +118,11 @@ LAB_TABLE_POINTS = ((64, 64), (1024, 64), (2048, 64), (4096, 64), (8192, 128), (
 LAB_DTYPE = "float16"
 
 # ---- runs made before these names ------------------------------------------------------------
-# The committed H200 reference says "seed" where today's tables say "lab". Only an H200 run can
-# refresh it, so what a comparison reads of it is read with today's names.
+# The committed H200 reference names the lab with the old word where today's tables use LAB_GRID,
+# LAB_CONVENTION and LAB_CASES. Only an H200 run can refresh it, so what a comparison reads of it
+# is read with today's names.
 _OLD_WORD = re.compile(r"(?<![A-Za-z])seed(?![A-Za-z])")
-# the columns whose values held the old word: grid, convention ("seed") and group ("seed grid")
+# the columns whose values held the old word: grid, convention, group (the old word + " grid")
 RENAMED_VALUES = ("grid", "convention", "group")
 
 
@@ -130,8 +131,8 @@ def _renamed(value):
 
 
 def upgrade_table(frame):
-    """A table of any run with today's names: old columns (equals_seed_formula, seed_literal_pass)
-    and values (grid "seed", convention "seed") renamed; a table of today's run is unchanged."""
+    """A table of any run with today's names: the old word in column names (equals_<old>_formula,
+    <old>_literal_pass) and in RENAMED_VALUES' values replaced; a table of today's run is unchanged."""
     frame = frame.rename(columns=_renamed)
     for column in RENAMED_VALUES:
         if column in frame.columns:

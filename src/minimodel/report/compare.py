@@ -17,7 +17,7 @@ Each part is judged by what should travel between machines (paths: `minimodel.co
 The machine's own ceilings (the roofline) are not compared.
 
 Both folders are first checked against their own manifests (`minimodel.report.runs`), and read
-in today's names (a reference made before "lab" said "seed": `contract.upgrade_table`).
+in today's names (a reference made before them has older ones: `contract.upgrade_table`).
 Writes `comparison.csv` (one row per judged number), `verdict.json` and `comparison.png`. The
 verdict is "agree" (exit 0: not comparable is not a failure), "disagree" when something that
 should agree does not, or "nothing compared" when no number could be compared at all (exit 1

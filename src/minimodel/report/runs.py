@@ -67,7 +67,7 @@ def check_run(folder: str | os.PathLike, side: str) -> Path:
 
 def table(folder: Path, name: str, columns) -> pd.DataFrame | None:
     """A CSV of the run with at least `columns`, in today's names (`contract.upgrade_table`: a
-    reference made before them says "seed" for "lab"); None when the run has none."""
+    reference made before them has older names); None when the run has none."""
     path = folder / name
     if not path.exists():
         return None
