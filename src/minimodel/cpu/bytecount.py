@@ -1,4 +1,4 @@
-"""Measured byte traffic across the slow-memory boundary (lab 01 block C), two ways.
+"""Measured byte traffic across the slow-memory boundary (notes/labs.md, lab 01 C), two ways.
 
 1. The instrumented count: the inputs are wrapped as `SlowMemoryTensor`s, a tensor subclass whose
    `__torch_dispatch__` sees every aten op that touches slow memory and adds up the bytes it
