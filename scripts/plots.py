@@ -25,7 +25,7 @@ with stage(snakemake):
     gpu_figures = {
         "tflops_vs_n": lambda: plots.tflops_vs_n(timing_rows, timing["device"]),
         "ratio_to_backends": lambda: plots.ratio_to_backends(timing_rows, timing["device"]),
-        "seed_speedup": lambda: plots.seed_speedup(timing_rows, timing, timing["device"]),
+        "lab_speedup": lambda: plots.lab_speedup(timing_rows, timing, timing["device"]),
     }
     for name, draw in gpu_figures.items():
         figures[name] = draw()[0] if has_gpu else plots.no_gpu_figure(name, timing["status"])

@@ -11,8 +11,8 @@ with stage(snakemake):
         schemes=symbolic.SCHEMES,
     ))
     write_csv(snakemake.output.formulas, symbolic.formulas_table())
-    table = symbolic.lab_table(cfg["lab_grid"], *cfg["lab_tile"], dtype=cfg["lab_dtype"],
-                               l1_bytes=cfg["l1_bytes"], l2_bytes=cfg["l2_bytes"])
+    # the lab's points, tile and dtype (contract.LAB_*), the cache sizes the model assumes
+    table = symbolic.lab_table(l1_bytes=cfg["l1_bytes"], l2_bytes=cfg["l2_bytes"])
     text = symbolic.format_lab_table(table)
     print(text)
     write_text(snakemake.output.lab_table, text)

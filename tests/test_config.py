@@ -147,3 +147,16 @@ def test_a_config_file_can_be_checked_before_a_run(tmp_path, capsys):
     assert capsys.readouterr().err == "config: cpu.n[0] is 256.0; accepted: an integer from 1 to 1048576\n"
     assert main([str(broken)]) == 1
     assert capsys.readouterr().err.startswith(f"{broken}, line 2, column 1: not valid YAML")
+
+
+def test_load_config_is_the_workflows_config_with_configfiles_over_it(tmp_path):
+    from minimodel.provenance.configcheck import ConfigError, load_config
+
+    default = load_config()
+    assert default["gpu"]["timing"]["lab_n"] == [64, 256, 1024, 4096]
+    mine = tmp_path / "mine.yaml"
+    mine.write_text("gpu:\n  timing:\n    lab_n: [128]\n")
+    assert load_config(mine)["gpu"]["timing"] == {**default["gpu"]["timing"], "lab_n": [128]}
+    mine.write_text("gpu:\n  timing:\n    seed_n: [128]\n")
+    with pytest.raises(ConfigError, match="unknown key 'gpu.timing.seed_n'"):
+        load_config(mine)

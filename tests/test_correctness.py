@@ -19,13 +19,13 @@ def test_interpreter_grid_is_small_and_skips_bf16_with_its_reason():
     assert all(c["B"] == 1 and c["H"] == 2 for c in cases)
     bf16 = [c for c in cases if c["dtype"] == "bfloat16"]
     assert bf16 and all(c["skip"] == flash.BF16_INTERPRETER_REASON for c in bf16)
-    assert {c["group"] for c in ran} == {"seed grid", "awkward N", "head dim"}
+    assert {c["group"] for c in ran} == {"lab grid", "awkward N", "head dim"}
 
 
-def test_gpu_grid_is_the_seed_grid():
+def test_gpu_grid_is_the_lab_grid():
     cases = correctness.sweep_cases(CFG, "cuda")
-    seed = {(c["N"], c["causal"]) for c in cases if c["group"] == "seed grid"}
-    assert seed == {(n, causal) for n in (64, 256, 1024, 4096) for causal in (False, True)}
+    lab = {(c["N"], c["causal"]) for c in cases if c["group"] == "lab grid"}
+    assert lab == {(n, causal) for n in (64, 256, 1024, 4096) for causal in (False, True)}
     assert all("skip" not in c for c in cases) and all(c["B"] == 2 and c["H"] == 4 for c in cases)
 
 

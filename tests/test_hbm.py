@@ -40,13 +40,13 @@ def test_model_columns_are_the_symbolic_model_for_all_heads():
     n, d, h = 1024, 64, 800
     assert model["model_read_bytes"] == h * (n * d + 2 * n * d * n / 128) * 2
     assert model["model_write_bytes"] == h * n * d * 2
-    assert model["model_seed_bytes"] == h * symbolic.bytes_flash(n, d, 128, 64)
+    assert model["model_lab_bytes"] == h * symbolic.bytes_flash(n, d, 128, 64)
     assert model["model_consistent_bytes"] == model["model_read_bytes"]  # O left out
     assert model["compulsory_bytes"] == h * 4 * n * d * 2
     naive = hbm.model_columns({**row, "impl": "naive"}, 128, 64)
     assert naive["model_read_bytes"] == h * (3 * n * d + 2 * n * n) * 2
     assert naive["model_write_bytes"] == h * (2 * n * n + n * d) * 2
-    assert naive["model_seed_bytes"] == h * symbolic.bytes_naive(n, d)
+    assert naive["model_lab_bytes"] == h * symbolic.bytes_naive(n, d)
     assert naive["model_B_r"] is None
 
 

@@ -99,16 +99,17 @@ def test_intensity_ratio_at_a_tile_the_table_lacks_says_which_it_has():
 
 
 @pytest.mark.skipif(not (REF / "gpu" / "timing" / "timing.csv").exists(), reason="no reference run")
-def test_gpu_figures_from_the_reference_timing_table():
+def test_gpu_figures_from_the_reference_timing_table(reference):
+    REF = reference  # in today's names (conftest.reference)
     rows = pd.read_csv(REF / "gpu" / "timing" / "timing.csv")
     t = json.loads((REF / "gpu" / "timing" / "timing.json").read_text())
     fig, data = plots.tflops_vs_n(rows, t["device"])
     fa = rows[(rows["grid"] == "flashattention") & rows["ms"].notna()]
     assert len(data) == len(fa) and set(data["tflops"]) == set(fa["tflops"])
     plt.close(fig)
-    fig, data = plots.seed_speedup(rows, t, t["device"])
+    fig, data = plots.lab_speedup(rows, t, t["device"])
     assert set(data["triton_speedup_over_this"]) == set(
-        rows[(rows["grid"] == "seed") & (rows["impl"] == "naive")]["triton_speedup_over_this"])
+        rows[(rows["grid"] == "lab") & (rows["impl"] == "naive")]["triton_speedup_over_this"])
     plt.close(fig)
     fig, data = plots.ratio_to_backends(rows, t["device"])
     assert set(data["impl"]) == {"sdpa_cudnn", "sdpa_flash", "sdpa_efficient"}

@@ -16,6 +16,12 @@ pytestmark = pytest.mark.skipif(not (REF / "gpu" / "timing" / "timing.json").exi
                                 reason="no reference run committed")
 
 
+@pytest.fixture(autouse=True)
+def _reference_in_todays_names(reference, monkeypatch):
+    """REF read in today's names (conftest.reference): the committed run says "seed" for "lab"."""
+    monkeypatch.setitem(globals(), "REF", reference)
+
+
 def ref_paths(**override):
     paths = {
         "symbolic": REF / "symbolic" / "bytes.csv",
@@ -37,11 +43,11 @@ def test_readme_numbers_equal_the_results():
     corr = json.loads((REF / "gpu" / "correctness" / "correctness.json").read_text())
     assert f"{corr['max_err_kernel_vs_fp64']:.2e}" in text
     rows = pd.read_csv(REF / "gpu" / "timing" / "timing.csv")
-    seed = rows[(rows["grid"] == "seed") & (rows["impl"] == "naive")]
-    for value in seed["triton_speedup_over_this"]:
+    lab = rows[(rows["grid"] == "lab") & (rows["impl"] == "naive")]
+    for value in lab["triton_speedup_over_this"]:
         assert f"{value:,.2f}×" in text
-    kernel = rows[(rows["grid"] == "seed") & (rows["impl"] == "triton")].set_index(["N", "causal"])
-    for _, r in seed.iterrows():
+    kernel = rows[(rows["grid"] == "lab") & (rows["impl"] == "triton")].set_index(["N", "causal"])
+    for _, r in lab.iterrows():
         kernel_eager = kernel.loc[(r["N"], r["causal"]), "eager_ms"]
         assert f"{r['eager_ms'] / kernel_eager:,.2f}× ({kernel_eager:.4f})" in text
     fa = rows[(rows["grid"] == "flashattention") & (rows["impl"] == "sdpa_cudnn")]
@@ -57,7 +63,7 @@ def test_readme_without_gpu_says_so(tmp_path):
     no_gpu = tmp_path / "timing.json"
     no_gpu.write_text(json.dumps({"device": None, "status": timing.NO_GPU_REASON}))
     table = tmp_path / "timing.csv"
-    cfg = {**grids.default_timing_config(), "seed_n": [64], "fa_n": [1024], "fa_head_dims": [64]}
+    cfg = {**grids.default_timing_config(), "lab_n": [64], "fa_n": [1024], "fa_head_dims": [64]}
     pd.DataFrame(timing.no_gpu_rows(cfg)).to_csv(table, index=False)
     planned = pd.DataFrame(hbm.planned_rows({"n": [256], "head_dims": [64], "many_heads_l2_multiple": 2,
                                              "ncu": None}, 2**20, hbm.NO_CUDA))

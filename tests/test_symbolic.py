@@ -9,10 +9,10 @@ from minimodel.symbolic import B_r, N, d, dtype_bytes
 MiB = 2**20
 
 
-def test_derived_sums_equal_the_seed_formulas():
-    seed = symbolic.seed_forms()
+def test_derived_sums_equal_the_lab_formulas():
+    lab = symbolic.lab_forms()
     for scheme in ("naive", "flash"):
-        assert sp.simplify(symbolic.derived_bytes(scheme, "seed") - seed[scheme]) == 0
+        assert sp.simplify(symbolic.derived_bytes(scheme, "lab") - lab[scheme]) == 0
 
 
 def test_consistent_convention_leaves_o_out_of_both():
@@ -20,8 +20,8 @@ def test_consistent_convention_leaves_o_out_of_both():
     flash = symbolic.derived_bytes("flash", "consistent")
     assert sp.simplify(naive - (3 * N * d + 4 * N**2) * dtype_bytes) == 0
     assert sp.simplify(flash - (N * d + 2 * N**2 * d / B_r) * dtype_bytes) == 0
-    # the seed's flash formula counts O once more than the consistent one
-    assert sp.simplify(symbolic.derived_bytes("flash", "seed") - flash - N * d * dtype_bytes) == 0
+    # the lab's flash formula counts O once more than the consistent one
+    assert sp.simplify(symbolic.derived_bytes("flash", "lab") - flash - N * d * dtype_bytes) == 0
 
 
 def test_fp32_softmax_accounting_is_24_n_squared_in_fp16():
@@ -42,7 +42,7 @@ def test_theory_worked_numbers():
     assert symbolic.flops(2048, 64, "matmul+softmax") == pytest.approx(1.09e9, rel=0.01)
 
 
-def test_seed_signatures_and_dtype_scaling():
+def test_lab_signatures_and_dtype_scaling():
     assert symbolic.bytes_naive(1024, 64) == (12 * 1024 * 64 + 16 * 1024**2) * 0.5
     assert symbolic.bytes_flash(1024, 64, 64, 64) == 8 * 1024 * 64 * (1 + 1024 / 64) * 0.5
     assert symbolic.bytes_naive(1024, 64, 4) == 2 * symbolic.bytes_naive(1024, 64, 2)
@@ -64,7 +64,7 @@ def test_bad_sizes_are_rejected(bad):
 def test_unknown_scheme_and_convention():
     with pytest.raises(ValueError, match="accepted: naive"):
         symbolic.model_bytes("flashy", 64, 64)
-    with pytest.raises(ValueError, match="accepted: seed, consistent"):
+    with pytest.raises(ValueError, match="accepted: lab, consistent"):
         symbolic.model_bytes("naive", 64, 64, convention="mine")
 
 
@@ -83,7 +83,7 @@ def test_byte_table_is_tidy():
     assert set(table.scheme) == set(symbolic.SCHEMES)
     assert set(table[table.scheme == "naive_fp32_softmax"].dtype) == {"float16"}
     assert not table.duplicated(["scheme", "convention", "N", "d", "B_r", "B_c", "dtype"]).any()
-    row = table.query("scheme == 'naive' and convention == 'seed' and N == 128 and dtype == 'float16'")
+    row = table.query("scheme == 'naive' and convention == 'lab' and N == 128 and dtype == 'float16'")
     assert row.bytes.iloc[0] == symbolic.bytes_naive(128, 64, 2)
     assert math.isclose(row.intensity.iloc[0], 4 * 128 * 128 * 64 / row.bytes.iloc[0])
 
@@ -94,13 +94,13 @@ def test_lab_table_annotations():
     assert "16 KiB fits in L1" in table.note.iloc[0]
     assert "fits in L2" in table.note.iloc[1]
     assert "exceeds L2" in table.note.iloc[2]
-    assert "seed" in symbolic.format_lab_table(table)
+    assert "lab = the lab's formulas" in symbolic.format_lab_table(table)
 
 
-def test_formulas_table_marks_seed_agreement():
+def test_formulas_table_marks_lab_agreement():
     table = symbolic.formulas_table()
-    seed_rows = table[(table.convention == "seed") & table.scheme.isin(["naive", "flash"])]
-    assert seed_rows.equals_seed_formula.all()
+    lab_rows = table[(table.convention == "lab") & table.scheme.isin(["naive", "flash"])]
+    assert lab_rows.equals_lab_formula.all()
 
 
 def test_sram_tile_bytes_matches_theory_example():
@@ -133,6 +133,6 @@ def test_sliding_window_tiles():
 def test_rescale_flops_and_practice_problems():
     assert symbolic.rescale_flops(8192, 128, 1) == 8192**2 * 128
     p = symbolic.practice_problems()
-    assert p["p1_flash_bytes"]["flash_bytes_seed"] == symbolic.bytes_flash(8192, 128, 64, 64, 2)
+    assert p["p1_flash_bytes"]["flash_bytes_lab"] == symbolic.bytes_flash(8192, 128, 64, 64, 2)
     assert p["p3_sliding_window"]["dense_kv_tiles_per_q_tile"] == 128
     assert p["p4_B_c_to_1"]["rescale_flops_B_c_1"] == p["p4_B_c_to_1"]["matmul_flops"] / 4

@@ -15,7 +15,7 @@ def test_attention_flops_halves_for_causal():
 
 
 def test_ratios_are_relative_to_the_kernel_per_point():
-    rows = [{"grid": "seed", "B": 1, "H": 1, "N": 64, "d": 64, "causal": c, "impl": i, "ms": ms}
+    rows = [{"grid": "lab", "B": 1, "H": 1, "N": 64, "d": 64, "causal": c, "impl": i, "ms": ms}
             for c in (False, True) for i, ms in (("triton", 1.0 + c), ("naive", 5.0), ("sdpa_cudnn", None))]
     timing.add_ratios(rows)
     by = {(r["causal"], r["impl"]): r["triton_speedup_over_this"] for r in rows}
@@ -24,7 +24,7 @@ def test_ratios_are_relative_to_the_kernel_per_point():
 
 
 def test_no_gpu_rows_cover_the_plan_and_carry_no_numbers():
-    cfg = {**grids.default_timing_config(), "seed_n": [64, 256], "fa_n": [1024],
+    cfg = {**grids.default_timing_config(), "lab_n": [64, 256], "fa_n": [1024],
            "fa_head_dims": [64, 128]}
     rows = timing.no_gpu_rows(cfg)
     assert len(rows) == 2 * 2 + 1 * 2 * 2
@@ -38,17 +38,17 @@ def test_the_grids_follow_the_config():
     fa = grids.flashattention_grid(cfg)
     assert {p.B * p.N for p in fa} == {cfg["fa_tokens"]}
     assert {p.H * p.d for p in fa} == {cfg["fa_model_dim"]}
-    seed = grids.seed_grid(cfg)
-    assert {(p.B, p.H, p.d) for p in seed} == {(cfg["seed_batch"], cfg["seed_heads"],
-                                               cfg["seed_head_dim"])}
-    assert len(seed) == 2 * len(cfg["seed_n"]) and len(fa) == 2 * len(cfg["fa_n"]) * len(cfg["fa_head_dims"])
+    lab = grids.lab_grid(cfg)
+    assert {(p.B, p.H, p.d) for p in lab} == {(cfg["lab_batch"], cfg["lab_heads"],
+                                               cfg["lab_head_dim"])}
+    assert len(lab) == 2 * len(cfg["lab_n"]) and len(fa) == 2 * len(cfg["fa_n"]) * len(cfg["fa_head_dims"])
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_time_point_checks_and_times_every_implementation():
     ceilings = {"peak_flops_per_s": 1e15}
-    rows = timing.time_point("seed", 1, 2, 256, 64, True, ["triton", "naive", "sdpa_flash"],
+    rows = timing.time_point("lab", 1, 2, 256, 64, True, ["triton", "naive", "sdpa_flash"],
                              5, 20, ceilings, random_seed=0)
     for r in rows:
         assert r["status"] == "ok" and r["checked"] and r["ms"] > 0 and r["eager_ms"] > 0

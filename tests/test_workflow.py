@@ -64,7 +64,7 @@ def test_plots_report_and_readme_are_written(workdir):
     results = workdir / "results"
     pngs = sorted(p.name for p in (results / "plots").glob("*.png"))
     assert pngs == sorted(f"{n}.png" for n in ("bytes_vs_n", "intensity_ratio", "roofline", "correctness",
-                                               "tflops_vs_n", "ratio_to_backends", "seed_speedup",
+                                               "tflops_vs_n", "ratio_to_backends", "lab_speedup",
                                                "gpu_bytes"))
     text = (results / "README.md").read_text()
     timing = json.loads((results / "gpu/timing/timing.json").read_text())

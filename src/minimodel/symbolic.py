@@ -1,14 +1,14 @@
-"""The closed-form byte model of naive and flash attention (lab 01 blocks A and B, theory 02).
+"""The closed-form byte model of naive and flash attention (notes/labs.md: lab 01 A and B, theory 02).
 
 The closed forms are not typed in: they are summed with sympy from a per-step list of the
 reads and writes that cross the slow-memory boundary (HBM on a GPU), one list per scheme,
-exactly as theory 02 accounts for them. `seed_forms()` holds the lab's formulas as written;
+exactly as theory 02 accounts for them. `lab_forms()` holds the lab's formulas as written;
 tests check that the derived sums equal them.
 
-Two conventions for the write of O (both schemes write O once):
-- "seed": the lab's formulas as written. The naive one leaves the write of O out, the flash
-  one counts it, so they are not quite comparable.
-- "consistent": the write of O is left out of both. Every measured comparison in this
+Two conventions for the write of O (both schemes write O once), named in `contract.CONVENTIONS`:
+- the lab's (`contract.LAB_CONVENTION`): its formulas as written. The naive one leaves the write
+  of O out, the flash one counts it, so they are not quite comparable.
+- `contract.CONSISTENT_CONVENTION`: the write of O is left out of both. Every measured comparison in this
   project (the CPU byte counts of stage 2, the plots) uses this one.
 
 Per element, the lab charges `dtype_bytes` for every tensor. `naive_fp32_softmax` is the
@@ -16,7 +16,7 @@ accounting of a half-precision naive attention computed the way PyTorch does it 
 stability: S is upcast to fp32, the softmax runs in fp32, P is cast back (theory 02:
 "closer to ~24 N^2").
 
-Run `python -m minimodel.symbolic` to print the lab's table.
+Run `python -m minimodel.symbolic` to print the lab's table (L1 and L2 sizes from the config).
 """
 
 from __future__ import annotations
@@ -27,9 +27,13 @@ from functools import cache
 import pandas as pd
 import sympy as sp
 
+from minimodel import contract
+
 N, d, B_r, B_c, dtype_bytes = sp.symbols("N d B_r B_c dtype_bytes", positive=True)
 
-CONVENTIONS = ("seed", "consistent")
+LAB, CONSISTENT = contract.LAB_CONVENTION, contract.CONSISTENT_CONVENTION
+CONVENTIONS = contract.CONVENTIONS
+B_R, B_C = contract.LAB_TILE  # the tile the lab asks its questions with: every default here
 SCHEMES = ("naive", "naive_fp32_softmax", "flash")
 # Bytes per element of each dtype the project accepts, by its name (the torch attribute's name).
 DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4}
@@ -115,14 +119,14 @@ TRANSFERS = {
 
 
 def counts_o_write(scheme: str, convention: str) -> bool:
-    """Whether the write of O is in the sum: the seed's naive formula omits it, its flash one counts it."""
+    """Whether the write of O is in the sum: the lab's naive formula omits it, its flash one counts it."""
     if convention not in CONVENTIONS:
         raise ValueError(f"unknown convention {convention!r}; accepted: {', '.join(CONVENTIONS)}")
-    return convention == "seed" and scheme == "flash"
+    return convention == LAB and scheme == "flash"
 
 
 @cache
-def derived_bytes(scheme: str, convention: str = "consistent") -> sp.Expr:
+def derived_bytes(scheme: str, convention: str = CONSISTENT) -> sp.Expr:
     """Total slow-memory bytes of a scheme, summed from its transfers and simplified."""
     if scheme not in TRANSFERS:
         raise ValueError(f"unknown scheme {scheme!r}; accepted: {', '.join(TRANSFERS)}")
@@ -130,7 +134,7 @@ def derived_bytes(scheme: str, convention: str = "consistent") -> sp.Expr:
     return sp.factor(sp.simplify(sum(t.bytes for t in steps)))
 
 
-def seed_forms() -> dict[str, sp.Expr]:
+def lab_forms() -> dict[str, sp.Expr]:
     """The lab's formulas exactly as written (12·N·d + 16·N²)·(b/4) and 8·N·d·(1 + N/B_r)·(b/4)."""
     return {
         "naive": (12 * N * d + 16 * N**2) * (dtype_bytes / 4),
@@ -138,6 +142,7 @@ def seed_forms() -> dict[str, sp.Expr]:
     }
 
 
+# The one FLOP count of the project: per head; `attention_flops` scales it to a batch of heads.
 FLOPS = {
     "matmul": 4 * N**2 * d,  # Q K^T and P V, 2·N²·d each
     "matmul+softmax": 4 * N**2 * d + 5 * N**2,  # theory 02's count, softmax at 5 FLOPs per score
@@ -158,25 +163,25 @@ def _check_positive(**values) -> None:
 def bytes_naive(N: int, d: int, dtype_bytes: int = 2) -> float:
     """Naive attention's HBM bytes, the lab's formula: (12·N·d + 16·N²)·(dtype_bytes/4), O write left out."""
     _check_positive(N=N, d=d, dtype_bytes=dtype_bytes)
-    return float(_numeric(derived_bytes("naive", "seed"))(N, d, 1, 1, dtype_bytes))
+    return float(_numeric(derived_bytes("naive", LAB))(N, d, 1, 1, dtype_bytes))
 
 
 def bytes_flash(N: int, d: int, B_r: int, B_c: int, dtype_bytes: int = 2) -> float:
     """Flash attention's HBM bytes, the lab's formula: 8·N·d·(1 + N/B_r)·(dtype_bytes/4), O write counted."""
     _check_positive(N=N, d=d, B_r=B_r, B_c=B_c, dtype_bytes=dtype_bytes)
-    return float(_numeric(derived_bytes("flash", "seed"))(N, d, B_r, B_c, dtype_bytes))
+    return float(_numeric(derived_bytes("flash", LAB))(N, d, B_r, B_c, dtype_bytes))
 
 
 def model_bytes(
-    scheme: str, N: int, d: int, B_r: int = 64, B_c: int = 64, dtype_bytes: int = 2,
-    convention: str = "consistent",
+    scheme: str, N: int, d: int, B_r: int = B_R, B_c: int = B_C, dtype_bytes: int = 2,
+    convention: str = CONSISTENT,
 ) -> float:
     """Bytes of any scheme under either convention (see the module docstring)."""
     _check_positive(N=N, d=d, B_r=B_r, B_c=B_c, dtype_bytes=dtype_bytes)
     return float(_numeric(derived_bytes(scheme, convention))(N, d, B_r, B_c, dtype_bytes))
 
 
-def model_bytes_by_direction(scheme: str, N: int, d: int, B_r: int = 64, B_c: int = 64,
+def model_bytes_by_direction(scheme: str, N: int, d: int, B_r: int = B_R, B_c: int = B_C,
                              dtype_bytes: int = 2) -> dict[str, float]:
     """Bytes read ("R") and written ("W") by a scheme, the write of O counted: the model beside a
     measurement that sees reads and writes apart (the GPU's DRAM counters)."""
@@ -203,8 +208,15 @@ def flops(N: int, d: int, variant: str = "matmul") -> float:
     return float(_numeric(FLOPS[variant])(N, d, 1, 1, 1))
 
 
-def intensity(scheme: str, N: int, d: int, B_r: int = 64, B_c: int = 64, dtype_bytes: int = 2,
-              convention: str = "consistent", flop_variant: str = "matmul") -> float:
+def attention_flops(B: int, H: int, N: int, d: int, causal: bool) -> float:
+    """FLOPs of a batch of B·H heads: `flops` ("matmul", 4·N²·d) each, halved for causal (the
+    convention of FlashAttention's benchmarks: half the scores are computed)."""
+    total = B * H * flops(N, d)
+    return total / 2 if causal else total
+
+
+def intensity(scheme: str, N: int, d: int, B_r: int = B_R, B_c: int = B_C, dtype_bytes: int = 2,
+              convention: str = CONSISTENT, flop_variant: str = "matmul") -> float:
     """Arithmetic intensity in FLOP per slow-memory byte."""
     return flops(N, d, flop_variant) / model_bytes(scheme, N, d, B_r, B_c, dtype_bytes, convention)
 
@@ -235,8 +247,8 @@ def byte_table(
 
 
 def formulas_table() -> pd.DataFrame:
-    """Every derived closed form beside the seed's, as text, for the results folder."""
-    seed = seed_forms()
+    """Every derived closed form beside the lab's, as text, for the results folder."""
+    lab = lab_forms()
     rows = []
     for scheme in SCHEMES:
         for convention in CONVENTIONS:
@@ -245,16 +257,17 @@ def formulas_table() -> pd.DataFrame:
                 "scheme": scheme, "convention": convention,
                 "counts_o_write": counts_o_write(scheme, convention),
                 "bytes": str(expr),
-                "equals_seed_formula": (
-                    bool(sp.simplify(expr - seed[scheme]) == 0) if scheme in seed else None
+                "equals_lab_formula": (
+                    bool(sp.simplify(expr - lab[scheme]) == 0) if scheme in lab else None
                 ),
             })
     return pd.DataFrame(rows)
 
 
-def lab_table(grid, B_r_: int = 64, B_c_: int = 64, dtype: str = "float16",
-              l1_bytes: int = 256 * 1024, l2_bytes: int = 50 * 2**20) -> pd.DataFrame:
-    """The lab's printed table (blocks A and B) with its annotations.
+def lab_table(grid=contract.LAB_TABLE_POINTS, B_r_: int = B_R, B_c_: int = B_C,
+              dtype: str = contract.LAB_DTYPE, *, l1_bytes: int, l2_bytes: int) -> pd.DataFrame:
+    """The lab's printed table (lab 01 A and B) with its annotations; `l1_bytes` and `l2_bytes`
+    are the config's (symbolic.l1_bytes, symbolic.l2_bytes), the sizes the model assumes.
 
     `score_matrix_fp32` is the size of one materialized N×N fp32 matrix: where it fits in L1
     the naive scheme never really leaves the chip, and flash gains nothing; flash only pays
@@ -263,10 +276,10 @@ def lab_table(grid, B_r_: int = 64, B_c_: int = 64, dtype: str = "float16",
     b = DTYPE_BYTES[dtype]
     rows = []
     for n, hd in grid:
-        naive = model_bytes("naive", n, hd, B_r_, B_c_, b, "seed")
-        flash = model_bytes("flash", n, hd, B_r_, B_c_, b, "seed")
-        naive_c = model_bytes("naive", n, hd, B_r_, B_c_, b, "consistent")
-        flash_c = model_bytes("flash", n, hd, B_r_, B_c_, b, "consistent")
+        naive = model_bytes("naive", n, hd, B_r_, B_c_, b, LAB)
+        flash = model_bytes("flash", n, hd, B_r_, B_c_, b, LAB)
+        naive_c = model_bytes("naive", n, hd, B_r_, B_c_, b, CONSISTENT)
+        flash_c = model_bytes("flash", n, hd, B_r_, B_c_, b, CONSISTENT)
         score = 4 * n * n
         if score <= l1_bytes:
             note = f"N² fp32 = {score / 1024:.0f} KiB fits in L1: flash gains nothing"
@@ -276,7 +289,7 @@ def lab_table(grid, B_r_: int = 64, B_c_: int = 64, dtype: str = "float16",
             note = f"N²·{b} B = {n * n * b / MiB:.0f} MiB exceeds L2: flash wins"
         rows.append({
             "N": n, "d": hd, "dtype": dtype,
-            "naive_MiB_seed": naive / MiB, "flash_MiB_seed": flash / MiB,
+            "naive_MiB_lab": naive / MiB, "flash_MiB_lab": flash / MiB,
             "naive_MiB_consistent": naive_c / MiB, "flash_MiB_consistent": flash_c / MiB,
             "naive_over_flash_consistent": naive_c / flash_c,
             "intensity_naive": flops(n, hd) / naive_c, "intensity_flash": flops(n, hd) / flash_c,
@@ -308,7 +321,7 @@ def largest_tiles(d: int = 128, sram_bytes: int = THEORY_H100_SHARED_BYTES, dtyp
             "best": best(range(step, limit + 1, step)), "best_power_of_two": best(powers)}
 
 
-def window_kv_tiles(W: int, B_r: int = 64, B_c: int = 64) -> int:
+def window_kv_tiles(W: int, B_r: int = B_R, B_c: int = B_C) -> int:
     """Theory 02, problem 3: K/V tiles a query tile reads under a sliding window of W keys.
 
     Query rows [i0, i0 + B_r) see keys (i - W, i]: the keys [i0 - W + 1, i0 + B_r - 1],
@@ -328,21 +341,22 @@ def practice_problems() -> dict:
     """Theory 02's four practice problems, computed."""
     n, hd = 8192, 128
     p1 = {
-        "N": n, "d": hd, "B_r": 64, "B_c": 64, "dtype": "float16",
-        "flash_bytes_seed": bytes_flash(n, hd, 64, 64, 2),
-        "naive_bytes_seed": bytes_naive(n, hd, 2),
-        "flash_bytes_consistent": model_bytes("flash", n, hd, 64, 64, 2),
-        "naive_bytes_consistent": model_bytes("naive", n, hd, 64, 64, 2),
-        "naive_fp32_softmax_bytes": model_bytes("naive_fp32_softmax", n, hd, 64, 64, 2),
+        "N": n, "d": hd, "B_r": B_R, "B_c": B_C, "dtype": "float16",
+        "flash_bytes_lab": bytes_flash(n, hd, B_R, B_C, 2),
+        "naive_bytes_lab": bytes_naive(n, hd, 2),
+        "flash_bytes_consistent": model_bytes("flash", n, hd, B_R, B_C, 2),
+        "naive_bytes_consistent": model_bytes("naive", n, hd, B_R, B_C, 2),
+        "naive_fp32_softmax_bytes": model_bytes("naive_fp32_softmax", n, hd, B_R, B_C, 2),
     }
     p1["speedup_from_bytes_consistent"] = p1["naive_bytes_consistent"] / p1["flash_bytes_consistent"]
     p1["speedup_from_bytes_fp32_softmax"] = p1["naive_fp32_softmax_bytes"] / p1["flash_bytes_consistent"]
     window = 512
-    dense_tiles = n // 64
-    p3 = {"N": n, "W": window, "B_r": 64, "B_c": 64, "kv_tiles_per_q_tile": window_kv_tiles(window),
+    dense_tiles = n // B_C
+    p3 = {"N": n, "W": window, "B_r": B_R, "B_c": B_C, "kv_tiles_per_q_tile": window_kv_tiles(window),
           "dense_kv_tiles_per_q_tile": dense_tiles, "causal_dense_mean": (dense_tiles + 1) / 2}
     p4 = {"N": n, "d": hd, "matmul_flops": flops(n, hd),
-          "rescale_flops_B_c_64": rescale_flops(n, hd, 64), "rescale_flops_B_c_1": rescale_flops(n, hd, 1),
+          f"rescale_flops_B_c_{B_C}": rescale_flops(n, hd, B_C),
+          "rescale_flops_B_c_1": rescale_flops(n, hd, 1),
           "inner_steps_per_q_tile_B_c_1": n}
     return {"p1_flash_bytes": p1, "p2_largest_tiles": largest_tiles(128, THEORY_H100_SHARED_BYTES),
             "p3_sliding_window": p3, "p4_B_c_to_1": p4}
@@ -351,12 +365,14 @@ def practice_problems() -> dict:
 def format_lab_table(table: pd.DataFrame) -> str:
     header = (
         "Lab 01, blocks A-B: HBM bytes per head (MiB), FLOPs = 4·N²·d, intensity in FLOP/byte.\n"
-        "seed = the lab's formulas (naive without the O write, flash with it); "
+        f"{LAB} = the lab's formulas (naive without the O write, flash with it); "
         "consistent = O write left out of both.\n\n"
     )
     return header + table.to_string(index=False, float_format=lambda x: f"{x:,.2f}") + "\n"
 
 
 if __name__ == "__main__":
-    grid = [(64, 64), (1024, 64), (2048, 64), (4096, 64), (8192, 128), (32768, 128)]
-    print(format_lab_table(lab_table(grid)))
+    from minimodel.provenance.configcheck import load_config
+
+    cfg = load_config()["symbolic"]
+    print(format_lab_table(lab_table(l1_bytes=cfg["l1_bytes"], l2_bytes=cfg["l2_bytes"])))

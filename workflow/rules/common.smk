@@ -4,7 +4,7 @@ from pathlib import Path
 from snakemake.exceptions import WorkflowError
 from snakemake.io import contains_wildcard
 
-from minimodel.report import compare as comparison
+from minimodel import contract as C
 from minimodel.provenance.manifest import code_closure
 from minimodel.provenance.project import (
     UnsafeResultsDir,
@@ -92,8 +92,8 @@ def _compare_reference():
 
 
 COMPARE_REFERENCE = _compare_reference()
-COMPARED = list(comparison.TABLES)
-REFERENCE_MANIFESTS = list(comparison.MANIFESTS)
+COMPARED = list(C.COMPARED_TABLES)
+REFERENCE_MANIFESTS = list(C.COMPARED_MANIFESTS)
 
 
 def code(script):
@@ -106,15 +106,20 @@ def code(script):
 
 
 def out(*parts):
+    """A path under results_dir; the parts are the contract's (minimodel.contract, imported as C)."""
     return str(RESULTS.joinpath(*parts))
 
 
+def manifest_of(rule_name):
+    return out(C.manifest(rule_name))
+
+
 def logfile(rule_name):
-    return out("logs", f"{rule_name}.log")
+    return out(C.LOGS, f"{rule_name}.log")
 
 
 def benchfile(rule_name):
-    return out("benchmarks", f"{rule_name}.tsv")
+    return out(C.BENCHMARKS, f"{rule_name}.tsv")
 
 
 # `snakemake --sdm conda` builds every rule's environment from this file.

@@ -17,21 +17,21 @@ rule compare:
         code=code("scripts/compare.py"),
     output:
         table=report(
-            out("compare", "comparison.csv"),
+            out(C.COMPARE, "comparison.csv"),
             caption="../report/table_compare.rst",
             category="Reproduction",
         ),
-        verdict=out("compare", "verdict.json"),
+        verdict=out(C.COMPARE, "verdict.json"),
         figure=report(
-            out("compare", "comparison.png"),
+            out(C.COMPARE, "comparison.png"),
             caption="../report/compare.rst",
             category="Reproduction",
         ),
-        manifest=out("compare", "manifest.json"),
+        manifest=manifest_of("compare"),
     log:
         # kept when the comparison fails: Snakemake deletes a failed job's outputs, not its logs
         text=logfile("compare"),
-        table=out("logs", "compare.csv"),
+        table=out(C.LOGS, "compare.csv"),
     conda:
         CONDA_ENV
     params:

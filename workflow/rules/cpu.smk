@@ -1,10 +1,10 @@
 rule cpu_bytes_part:
-    """Stage 2: measured byte traffic of the naive and tiled-flash references for one dtype (lab 01 C)."""
+    """Stage 2: measured byte traffic of the naive and tiled-flash references for one dtype (notes/labs.md, lab 01 C)."""
     input:
         code=code("scripts/cpu_bytes_part.py"),
     output:
-        table=out("cpu", "bytes", "{dtype}", "bytes.csv"),
-        manifest=out("cpu", "bytes", "{dtype}", "manifest.json"),
+        table=out(C.CPU_BYTES_PART),
+        manifest=manifest_of("cpu_bytes_part"),
     log:
         logfile("cpu_bytes_part_{dtype}"),
     benchmark:
@@ -24,17 +24,15 @@ rule cpu_bytes_part:
 rule cpu_bytes:
     """Stage 2: the byte tables of every dtype in one tidy CSV."""
     input:
-        parts=expand(
-            out("cpu", "bytes", "{dtype}", "bytes.csv"), dtype=config["cpu"]["dtypes"]
-        ),
+        parts=expand(out(C.CPU_BYTES_PART), dtype=config["cpu"]["dtypes"]),
         code=code("scripts/cpu_bytes.py"),
     output:
         table=report(
-            out("cpu", "bytes.csv"),
+            out(C.CPU_BYTES),
             caption="../report/table_cpu_bytes.rst",
             category="Tables",
         ),
-        manifest=out("cpu", "manifest.json"),
+        manifest=manifest_of("cpu_bytes"),
     log:
         logfile("cpu_bytes"),
     conda:
@@ -44,12 +42,12 @@ rule cpu_bytes:
 
 
 rule cpu_roofline:
-    """Stage 2: this machine's ceilings and the roofline speedup prediction (lab 01 E)."""
+    """Stage 2: this machine's ceilings and the roofline speedup prediction (notes/labs.md, lab 01 E)."""
     input:
         code=code("scripts/cpu_roofline.py"),
     output:
-        ceilings=out("cpu", "roofline", "ceilings.json"),
-        manifest=out("cpu", "roofline", "manifest.json"),
+        ceilings=out(C.CPU_CEILINGS),
+        manifest=manifest_of("cpu_roofline"),
     log:
         logfile("cpu_roofline"),
     benchmark:

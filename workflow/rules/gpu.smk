@@ -17,21 +17,21 @@ if (
 
 
 rule gpu_correctness:
-    """Stage 3: the Triton kernel against a float64 reference (lab 02 D); interpreter without CUDA."""
+    """Stage 3: the Triton kernel against a float64 reference (notes/labs.md, lab 02 D); interpreter without CUDA."""
     input:
         code=code("scripts/gpu_correctness.py"),
     output:
         table=report(
-            out("gpu", "correctness", "correctness.csv"),
+            out(C.CORRECTNESS),
             caption="../report/table_correctness.rst",
             category="Tables",
         ),
-        summary=out("gpu", "correctness", "correctness.json"),
-        manifest=out("gpu", "correctness", "manifest.json"),
+        summary=out(C.CORRECTNESS_SUMMARY),
+        manifest=manifest_of("gpu_correctness"),
     log:
         # logs outlive a failed job: the table is kept there too, so a failing sweep shows every case
         text=logfile("gpu_correctness"),
-        table=out("logs", "gpu_correctness.csv"),
+        table=out(C.LOGS, "gpu_correctness.csv"),
     benchmark:
         benchfile("gpu_correctness")
     conda:
@@ -47,19 +47,19 @@ rule gpu_correctness:
 
 
 rule gpu_timing:
-    """Stage 3: the kernel timed against naive and SDPA's backends (lab 02 E); says so without CUDA."""
+    """Stage 3: the kernel timed against naive and SDPA's backends (notes/labs.md, lab 02 E); says so without CUDA."""
     input:
         cpu_ceilings=rules.cpu_roofline.output.ceilings,
         correctness=rules.gpu_correctness.output.summary,
         code=code("scripts/gpu_timing.py"),
     output:
         table=report(
-            out("gpu", "timing", "timing.csv"),
+            out(C.TIMING),
             caption="../report/table_timing.rst",
             category="Tables",
         ),
-        summary=out("gpu", "timing", "timing.json"),
-        manifest=out("gpu", "timing", "manifest.json"),
+        summary=out(C.TIMING_SUMMARY),
+        manifest=manifest_of("gpu_timing"),
     log:
         logfile("gpu_timing"),
     benchmark:
@@ -83,13 +83,13 @@ rule gpu_bytes:
         code=code("scripts/gpu_bytes.py"),
     output:
         table=report(
-            out("gpu", "bytes", "bytes.csv"),
+            out(C.GPU_BYTES),
             caption="../report/table_gpu_bytes.rst",
             category="Tables",
         ),
-        kernels=out("gpu", "bytes", "kernels.csv"),
-        summary=out("gpu", "bytes", "bytes.json"),
-        manifest=out("gpu", "bytes", "manifest.json"),
+        kernels=out(C.GPU_KERNELS),
+        summary=out(C.GPU_BYTES_SUMMARY),
+        manifest=manifest_of("gpu_bytes"),
     log:
         logfile("gpu_bytes"),
     benchmark:

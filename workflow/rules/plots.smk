@@ -1,15 +1,3 @@
-FIGURES = {
-    "bytes_vs_n": "Bytes moved",
-    "intensity_ratio": "Bytes moved",
-    "gpu_bytes": "Bytes moved",
-    "roofline": "Roofline",
-    "correctness": "GPU kernel",
-    "tflops_vs_n": "GPU kernel",
-    "ratio_to_backends": "GPU kernel",
-    "seed_speedup": "GPU kernel",
-}
-
-
 rule plots:
     """Stage 4: every figure from the result tables; GPU figures say so when there was no GPU."""
     input:
@@ -25,13 +13,13 @@ rule plots:
     output:
         **{
             name: report(
-                out("plots", f"{name}.png"),
+                out(C.PLOTS, f"{name}.png"),
                 caption=f"../report/{name}.rst",
                 category=category,
             )
-            for name, category in FIGURES.items()
+            for name, category in C.FIGURES.items()
         },
-        manifest=out("plots", "manifest.json"),
+        manifest=manifest_of("plots"),
     log:
         logfile("plots"),
     conda:

@@ -17,11 +17,11 @@ rule readme:
         code=code("scripts/readme.py"),
     output:
         readme=report(
-            out("README.md"),
+            out(C.RESULTS_README),
             caption="../report/results_readme.rst",
             category="Answers",
         ),
-        manifest=out("readme", "manifest.json"),
+        manifest=manifest_of("readme"),
     log:
         logfile("readme"),
     conda:
@@ -46,8 +46,8 @@ rule verify:
         + ([rules.compare.output.manifest] if COMPARE_REFERENCE else []),
         code=code("scripts/verify.py"),
     output:
-        report=out("verify", "verify.txt"),
-        manifest=out("verify", "manifest.json"),
+        report=out(C.VERIFY),
+        manifest=manifest_of("verify"),
     log:
         logfile("verify"),
     conda:

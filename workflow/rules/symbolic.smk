@@ -1,16 +1,16 @@
 rule symbolic:
-    """Stage 1: closed-form HBM bytes, FLOPs and intensity of naive vs flash (lab 01 A-B)."""
+    """Stage 1: closed-form HBM bytes, FLOPs and intensity of naive vs flash (notes/labs.md, lab 01 A-B)."""
     input:
         code=code("scripts/symbolic.py"),
     output:
         table=report(
-            out("symbolic", "bytes.csv"),
+            out(C.SYMBOLIC_BYTES),
             caption="../report/table_symbolic.rst",
             category="Tables",
         ),
-        formulas=out("symbolic", "formulas.csv"),
-        lab_table=out("symbolic", "lab_table.txt"),
-        manifest=out("symbolic", "manifest.json"),
+        formulas=out(C.SYMBOLIC_FORMULAS),
+        lab_table=out(C.SYMBOLIC_LAB_TABLE),
+        manifest=manifest_of("symbolic"),
     log:
         logfile("symbolic"),
     benchmark:

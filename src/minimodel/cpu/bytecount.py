@@ -1,4 +1,4 @@
-"""Measured byte traffic across the slow-memory boundary (lab 01 block C), two ways.
+"""Measured byte traffic across the slow-memory boundary (notes/labs.md, lab 01 C), two ways.
 
 1. The instrumented count: the inputs are wrapped as `SlowMemoryTensor`s, a tensor subclass whose
    `__torch_dispatch__` sees every aten op that touches slow memory and adds up the bytes it
@@ -8,7 +8,7 @@
    intermediates do not. View ops (slices, transposes) move nothing; `copy_` writes its
    destination without reading it; `addmm`/`baddbmm` with beta=0 read no input matrix (BLAS
    semantics); `empty` allocates without writing.
-2. `profiler_bytes`, the seed's way: `torch.profiler` with memory profiling. It sees what each
+2. `profiler_bytes`, lab 01's way: `torch.profiler` with memory profiling. It sees what each
    op allocates (the bytes of every new tensor it writes) and the shapes of its inputs, but it
    knows nothing of on-chip budgets, views or in-place writes: its numbers are set beside the
    instrumented ones, not used as the measurement.

@@ -1,4 +1,4 @@
-"""Plain PyTorch attention references (lab 01 block C, lab 02 block C).
+"""Plain PyTorch attention references (notes/labs.md: lab 01 C, lab 02 C).
 
 - `reference_attn`: the naive, obviously correct attention; `upcast=True` computes in float64.
 - `attn_naive`: explicit matmul, softmax, matmul, one op per step of theory 02's naive

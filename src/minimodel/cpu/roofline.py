@@ -1,4 +1,4 @@
-"""This machine's roofline ceilings and the flash speedup they predict (lab 01 block E).
+"""This machine's roofline ceilings and the flash speedup they predict (notes/labs.md, lab 01 E).
 
 `measure_ceilings` times a large fp32 matmul (peak FLOP/s) and a large copy (bandwidth,
 counting the bytes read plus the bytes written), several repeats each, and keeps the median.

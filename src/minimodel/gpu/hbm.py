@@ -1,9 +1,9 @@
-"""The GPU's own DRAM bytes (lab 01's question asked on the device the byte model is about).
+"""The GPU's own DRAM bytes (notes/labs.md, lab 01, asked on the device the byte model is about).
 
 Nsight Compute (ncu) reads the DRAM counters of every kernel the naive reference and the Triton
 kernel launch; their sums per call are set beside the closed-form model of `minimodel.symbolic`,
-in both conventions (the lab's "seed" formulas and the "consistent" one), with the tile the
-kernel really ran.
+in both conventions (`contract.CONVENTIONS`: the lab's formulas and the consistent one), with
+the tile the kernel really ran.
 
 The points (`plan`): N × d × causal × two head counts × {naive, flash}, batch 1, float16.
 - "one head": Q, K, V, O, and up to N ≈ 4096 even S, fit in the L2 cache;
@@ -42,11 +42,13 @@ from pathlib import Path
 
 import pandas as pd
 
-from minimodel import symbolic
+from minimodel import contract, symbolic
+from minimodel.provenance import project
 
 DTYPE = "float16"
 REGIMES = ("one head", "many heads")
-IMPLEMENTATIONS = ("naive", "flash")  # the schemes of minimodel.symbolic they are compared with
+# the schemes of minimodel.symbolic they are compared with
+IMPLEMENTATIONS = (contract.NAIVE_SCHEME, contract.FLASH_SCHEME)
 NVTX_RANGE = "minimodel_bytes"
 MARKER = "minimodel_bytes_marker"  # the name of the marker kernel (a Triton function's name)
 # metric -> column, in bytes (sectors are 32 bytes). l2_write_bytes: what the SMs stored into the
@@ -60,16 +62,17 @@ SECTOR_BYTES = 32
 KERNEL_COLUMNS = ["row", "id", "kernel", *NCU_METRICS.values()]  # kernels.csv: row = the plan's row
 NCU_OPTIONS = ["--nvtx", "--nvtx-include", f"{NVTX_RANGE}/", "--cache-control", "all",
                "--clock-control", "none", "--replay-mode", "kernel"]
-MEASURED = "measured"
+MEASURED = contract.MEASURED
+LAB_TILE = contract.LAB_TILE  # the model's tile where no kernel ran
 # DRAM writes cannot exceed what the kernels stored (ncu flushes the L2 before each kernel): rows
 # where they do saw traffic from outside the call, and are not used.
 FOREIGN_WRITES = ("suspect: DRAM took {ratio:.1f}x the bytes the kernels stored; the excess came "
                   "from outside the profiled call")
 FOREIGN_WRITE_SLACK = (1.05, 2**20)  # (ratio, bytes) of DRAM writes over stores still accepted
-NO_CUDA = "not measured: no CUDA device on this machine"
-NO_NCU = ("not measured: Nsight Compute (ncu) was not found on PATH, in $CUDA_HOME/bin or "
+NO_CUDA = f"{contract.NOT_MEASURED}: no CUDA device on this machine"
+NO_NCU = (f"{contract.NOT_MEASURED}: Nsight Compute (ncu) was not found on PATH, in $CUDA_HOME/bin or "
           "/usr/local/cuda/bin; set gpu.bytes.ncu to its path")
-NO_PERMISSION = ("not measured: ncu may not read the GPU's performance counters here "
+NO_PERMISSION = (f"{contract.NOT_MEASURED}: ncu may not read the GPU's performance counters here "
                  "(ERR_NVGPUCTRPERM; an administrator can allow it for all users)")
 ELEMENT_BYTES = symbolic.DTYPE_BYTES[DTYPE]
 
@@ -86,7 +89,7 @@ def many_heads(n: int, d: int, l2_bytes: int, multiple: float) -> int:
 def device_bytes(impl: str, heads: int, n: int, d: int) -> int:
     """What one call holds on the device: Q, K, V, O, and naive's S and P (and a causal mask)."""
     tensors = 4 * heads * n * d * ELEMENT_BYTES
-    if impl == "naive":
+    if impl == contract.NAIVE_SCHEME:
         tensors += 2 * heads * n * n * ELEMENT_BYTES + n * n  # S, P, and a bool mask
     return tensors
 
@@ -114,16 +117,17 @@ def model_columns(row: dict, block_m: int, block_n: int) -> dict:
     diagonal (flash reads about half the K/V), a causal naive adds a pass over S for the mask.
     """
     n, d, heads = row["N"], row["d"], row["B"] * row["H"]
-    tile = (block_m, block_n) if row["impl"] == "flash" else (1, 1)  # naive has no tile
+    flash = row["impl"] == contract.FLASH_SCHEME
+    tile = (block_m, block_n) if flash else (1, 1)  # naive has no tile
     by_direction = symbolic.model_bytes_by_direction(row["impl"], n, d, *tile, ELEMENT_BYTES)
     return {
-        "model_B_r": tile[0] if row["impl"] == "flash" else None,
-        "model_B_c": tile[1] if row["impl"] == "flash" else None,
+        "model_B_r": tile[0] if flash else None,
+        "model_B_c": tile[1] if flash else None,
         "model_read_bytes": heads * by_direction["R"],
         "model_write_bytes": heads * by_direction["W"],
-        "model_seed_bytes": heads * symbolic.model_bytes(row["impl"], n, d, *tile, ELEMENT_BYTES, "seed"),
-        "model_consistent_bytes": heads * symbolic.model_bytes(row["impl"], n, d, *tile, ELEMENT_BYTES,
-                                                               "consistent"),
+        **{f"model_{convention}_bytes": heads * symbolic.model_bytes(row["impl"], n, d, *tile,
+                                                                      ELEMENT_BYTES, convention)
+           for convention in contract.CONVENTIONS},
         "compulsory_bytes": heads * symbolic.compulsory_bytes(n, d, ELEMENT_BYTES),
     }
 
@@ -133,7 +137,7 @@ def planned_rows(cfg: dict, l2_bytes: int, reason: str) -> list[dict]:
     rows = []
     for row in plan(cfg, l2_bytes):
         rows.append({**row, "status": reason, "kernels": None, **dict.fromkeys(NCU_METRICS.values()),
-                     **model_columns(row, 64, 64)})  # the lab's tile: no kernel ran
+                     **model_columns(row, *LAB_TILE)})
     return rows
 
 
@@ -157,7 +161,7 @@ def _implementation(impl: str, causal: bool):
     from minimodel.cpu.references import attn_naive
     from minimodel.kernel import flash_attn_forward
 
-    if impl == "naive":  # theory 02's three steps, the softmax in fp16 storage
+    if impl == contract.NAIVE_SCHEME:  # theory 02's three steps, the softmax in fp16 storage
         return lambda q, k, v: attn_naive(q, k, v, causal=causal, fp32_softmax=False)
     return lambda q, k, v: flash_attn_forward(q, k, v, causal=causal)
 
@@ -272,10 +276,9 @@ def assign(kernels: pd.DataFrame, rows: list[dict]) -> list[dict]:
 # ---- the stage ------------------------------------------------------------------------------
 
 def _check_memory(row: dict, free_bytes: int) -> str:
-    need = row["device_bytes"]
-    if need > 0.9 * free_bytes:
-        return (f"skipped: needs {need / 2**30:.1f} GiB, the device has {free_bytes / 2**30:.1f} "
-                "GiB free; lower gpu.bytes.n or gpu.bytes.many_heads_l2_multiple")
+    short = project.memory_shortfall(row["device_bytes"], free_bytes, 0.9, "free on the device")
+    if short:
+        return f"{contract.SKIPPED}: {short}; lower gpu.bytes.n or gpu.bytes.many_heads_l2_multiple"
     return MEASURED
 
 
@@ -295,12 +298,13 @@ def measure(cfg: dict, l2_bytes: int, random_seed: int, ncu: str, workdir: str |
     rows = [{**row, "status": _check_memory(row, free_bytes), "kernels": None, "kernel_names": None,
              **dict.fromkeys(NCU_METRICS.values())} for row in plan(cfg, l2_bytes)]
     if not any(row["status"] == MEASURED for row in rows):  # every point too large for the device
-        return [{**row, **model_columns(row, 64, 64)} for row in rows], pd.DataFrame(columns=KERNEL_COLUMNS)
+        rows = [{**row, **model_columns(row, *LAB_TILE)} for row in rows]
+        return rows, pd.DataFrame(columns=KERNEL_COLUMNS)
     plan_path = workdir / "plan.json"
     plan_path.write_text(json.dumps({"random_seed": random_seed, "rows": rows}))
     report = workdir / "profile"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        filter(None, [str(Path(__file__).resolve().parents[2]), os.environ.get("PYTHONPATH")]))}
+        filter(None, [str(project.SRC), os.environ.get("PYTHONPATH")]))}
     command = [ncu, *NCU_OPTIONS, "--metrics", ",".join(NCU_METRICS), "--force-overwrite",
                "--export", str(report), sys.executable, "-m", "minimodel.gpu.hbm", str(plan_path)]
     run = subprocess.run(command, capture_output=True, text=True, env=env, timeout=timeout_s)
@@ -317,8 +321,8 @@ def measure(cfg: dict, l2_bytes: int, random_seed: int, ncu: str, workdir: str |
     kernels = parse_ncu_csv(table)
     assign(kernels, rows)
     for row in rows:
-        ran_flash = row["impl"] == "flash" and row["status"] == MEASURED
-        block_m, block_n, tma = _flash_config(row) if ran_flash else (64, 64, None)
+        ran_flash = row["impl"] == contract.FLASH_SCHEME and row["status"] == MEASURED
+        block_m, block_n, tma = _flash_config(row) if ran_flash else (*LAB_TILE, None)
         row.update(model_columns(row, block_m, block_n))
         if ran_flash:
             row.update(cfg_BLOCK_M=block_m, cfg_BLOCK_N=block_n, cfg_TMA=tma)
@@ -355,7 +359,7 @@ def summary(table: pd.DataFrame, ncu: str | None, l2_bytes: int) -> dict:
         import torch
 
         props = torch.cuda.get_device_properties(0)
-        device, device_l2 = props.name, int(props.L2_cache_size)
+        device, device_l2 = props.name, int(props.L2_cache_size)  # beside the plan's assumed l2_bytes
     status = MEASURED if measured else next(iter(statuses), "no points")
     return {"status": status, "measured": measured, "statuses": statuses, "device": device,
             "device_l2_bytes": device_l2, "plan_l2_bytes": l2_bytes, "ncu": ncu,

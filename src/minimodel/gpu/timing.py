@@ -1,4 +1,4 @@
-"""GPU timing (lab 02 block E): the Triton kernel against naive attention and PyTorch's SDPA backends.
+"""GPU timing (notes/labs.md, lab 02 E): the Triton kernel against naive attention and SDPA's backends.
 
 Every point is timed on fresh random inputs, each implementation after one checked run: the
 caching allocator is first handed a NaN-filled block of the output's size, so an output element
@@ -9,11 +9,11 @@ of `minimodel.gpu.correctness`. Two times per implementation:
   ratios between implementations are ratios of these.
 - `eager_ms`: the median of `triton.testing.do_bench`, one Python call at a time with the L2
   cache flushed before each. Where a call's host work (argument checks, TMA descriptors, the
-  launch) outlasts its GPU work, as on the seed grid's small sizes, this is host time.
+  launch) outlasts its GPU work, as on the lab grid's small sizes, this is host time.
 
-Two grids: the seed's (2, 4, N, 64) against the naive reference (speedup, tokens/s, TFLOP/s) and
-FlashAttention's benchmark grid (batch·N = 16384, heads = 2048/d) against SDPA's flash,
-memory-efficient and cuDNN backends. FLOPs = 4·B·H·N²·d, halved for causal. The machine's
+Two grids (`minimodel.gpu.grids`): the lab's (2, 4, N, 64) against the naive reference (speedup,
+tokens/s, TFLOP/s) and FlashAttention's benchmark grid (batch·N = 16384, heads = 2048/d) against
+SDPA's flash, memory-efficient and cuDNN backends. FLOPs: `symbolic.attention_flops`. The machine's
 ceilings (a large fp16 matmul, a large device copy) are measured in the same run, so every
 number is also a fraction of a ceiling.
 """
@@ -28,6 +28,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.functional import scaled_dot_product_attention as sdpa
 from tqdm import tqdm
 
+from minimodel import contract, symbolic
 from minimodel.cpu import roofline
 from minimodel.cpu.references import reference_attn
 from minimodel.gpu import correctness, grids
@@ -35,21 +36,9 @@ from minimodel.kernel import default_config, flash_attn_forward, launch_config
 
 log = logging.getLogger(__name__)
 
-SDPA_BACKENDS = {
-    "sdpa_flash": "FLASH_ATTENTION",
-    "sdpa_efficient": "EFFICIENT_ATTENTION",
-    "sdpa_cudnn": "CUDNN_ATTENTION",
-}
-NO_GPU_REASON = "no CUDA device on this machine: GPU timing was not possible"
-# what is timed at each grid's points, in this order
-IMPLEMENTATIONS_BY_GRID = {grids.SEED: ["triton", "naive", *SDPA_BACKENDS],
-                           grids.FLASHATTENTION: ["triton", *SDPA_BACKENDS, "naive"]}
-
-
-def attention_flops(B: int, H: int, N: int, d: int, causal: bool) -> float:
-    """4·B·H·N²·d (Q Kᵀ and P V), halved for causal: the convention of FlashAttention's benchmarks."""
-    flops = 4.0 * B * H * N * N * d
-    return flops / 2 if causal else flops
+SDPA_BACKENDS = contract.SDPA_BACKENDS
+NO_GPU_REASON = contract.NO_GPU_TIMING
+attention_flops = symbolic.attention_flops
 
 
 def bench_ms(fn, warmup_ms: float, rep_ms: float) -> float:
@@ -68,7 +57,7 @@ def gpu_ceilings(warmup_ms: float = 25, rep_ms: float = 200) -> dict:
     a = torch.randn(n, n, device="cuda", dtype=torch.float16)
     b = torch.randn(n, n, device="cuda", dtype=torch.float16)
     mm_ms = bench_ms(lambda: a @ b, warmup_ms, rep_ms)
-    src = torch.randn(2**29, device="cuda")  # 2 GiB of fp32, far past the 60 MB L2
+    src = torch.randn(2**29, device="cuda")  # 2 GiB of fp32, far past the L2 (the H200's: 60 MiB)
     dst = torch.empty_like(src)
     copy_ms = bench_ms(lambda: dst.copy_(src), warmup_ms, rep_ms)
     return {
@@ -90,8 +79,8 @@ def implementations(causal: bool, config=None) -> dict:
         return run
 
     impls = {
-        "triton": lambda q, k, v: flash_attn_forward(q, k, v, causal=causal, config=config),
-        "naive": lambda q, k, v: reference_attn(q, k, v, causal=causal),
+        contract.TRITON: lambda q, k, v: flash_attn_forward(q, k, v, causal=causal, config=config),
+        contract.NAIVE: lambda q, k, v: reference_attn(q, k, v, causal=causal),
     }
     impls.update({name: with_backend(name) for name in SDPA_BACKENDS})
     return impls
@@ -138,9 +127,9 @@ def time_point(grid: str, B: int, H: int, N: int, d: int, causal: bool, impl_nam
     for name in impl_names:
         fn = impls[name]
         row = {"grid": grid, "B": B, "H": H, "N": N, "d": d, "causal": causal, "impl": name,
-               "dtype": "float16", "flops": flops, "status": "ok", "checked": None,
+               "dtype": "float16", "flops": flops, "status": contract.OK, "checked": None,
                "err_vs_fp64": None, "ms": None, "eager_ms": None, "timing": None}
-        if name == "triton":  # which kernel flash_attn_forward chose, and its configuration
+        if name == contract.TRITON:  # which kernel flash_attn_forward chose, and its configuration
             row.update({"path": cfg.path, **{f"cfg_{key}": val for key, val in cfg.as_dict().items()}})
         try:
             if exact is not None:
@@ -176,7 +165,7 @@ def add_ratios(rows: list[dict]) -> None:
     for r in rows:
         points.setdefault((r["grid"], r["B"], r["H"], r["N"], r["d"], r["causal"]), {})[r["impl"]] = r
     for impls in points.values():
-        triton_ms = impls.get("triton", {}).get("ms")
+        triton_ms = impls.get(contract.TRITON, {}).get("ms")
         for r in impls.values():
             r["triton_speedup_over_this"] = (r["ms"] / triton_ms
                                              if r["ms"] and triton_ms else None)
@@ -187,24 +176,27 @@ def run(cfg: dict, random_seed: int, cpu_prediction: dict | None = None, progres
     ceilings = gpu_ceilings(cfg["warmup_ms"])
     rows = []
     for i, p in enumerate(tqdm(grids.points(cfg), desc="timing", file=progress)):
-        rows += time_point(p.grid, p.B, p.H, p.N, p.d, p.causal, IMPLEMENTATIONS_BY_GRID[p.grid],
+        rows += time_point(p.grid, p.B, p.H, p.N, p.d, p.causal, contract.IMPLEMENTATIONS_BY_GRID[p.grid],
                            cfg["warmup_ms"], cfg["rep_ms"], ceilings, random_seed + i)
         torch.cuda.empty_cache()  # the point's inputs are gone: hand their memory back
     add_ratios(rows)
     machine = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__,
                "triton": __import__("triton").__version__}
+    # the device's L2, beside the config's assumed symbolic.l2_bytes (not a column: every row's)
+    device_l2 = int(torch.cuda.get_device_properties(0).L2_cache_size)
     for row in rows:
         row.update(machine)  # every row says where and with what it was measured
     predictions = []
-    for p in grids.seed_grid(cfg):
+    for p in grids.lab_grid(cfg):
         if p.causal:
             continue
         block_m = default_config(torch.empty(p.B, p.H, p.N, p.d, device="cuda"), False).BLOCK_M
         predictions.append(roofline.predict_speedup(ceilings, p.N, p.d, block_m, block_m, "float16"))
     return {
         **machine,
+        "device_l2_bytes": device_l2,
         "ceilings": ceilings,
-        "seed_grid_predictions_from_gpu_ceilings": predictions,
+        "lab_grid_predictions_from_gpu_ceilings": predictions,
         "lab01_prediction_from_cpu_ceilings": cpu_prediction,
         "rows": rows,
     }

@@ -9,6 +9,9 @@ The schema sets no defaults (config/config.yaml holds every one, and is always l
 unlike Snakemake's `validate(set_default=True)` nothing is filled in here.
 
     python -m minimodel.provenance.configcheck my.yaml   # check a config before a run
+
+`load_config` gives code outside the workflow (tools/, `python -m minimodel.symbolic`) the config
+a run would get: the project's config/config.yaml, each --configfile over it, validated.
 """
 
 from __future__ import annotations
@@ -23,7 +26,9 @@ from pathlib import Path
 import jsonschema
 import yaml
 
-SCHEMA = Path(__file__).resolve().parents[3] / "workflow" / "schemas" / "config.schema.yaml"
+from minimodel.provenance import project
+
+SCHEMA = project.root() / project.SCHEMA
 
 
 class ConfigError(ValueError):
@@ -163,16 +168,27 @@ def check_yaml_syntax(path: str | os.PathLike) -> None:
                           f"YAML: {err.problem}{context}") from None
 
 
+def load_config(*configfiles: str | os.PathLike) -> dict:
+    """The config a run of the workflow gets, for code that runs outside it (the tools).
+
+    The project's config/config.yaml, then each of `configfiles` over it, key by key (as
+    `snakemake --configfile A B` merges them), checked against the schema like the workflow's.
+    Raises ConfigError naming the file and line of a YAML error, or one line per refused key.
+    """
+    config: dict = {}
+    for path in [project.root() / project.CONFIG, *configfiles]:
+        check_yaml_syntax(path)
+        _update(config, yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {})
+    check_config(config)
+    return config
+
+
 def main(argv: list[str] | None = None) -> int:
     """Check config files as a run would: YAML syntax, then config.yaml's defaults with each
     file over them, against the schema. Prints one line per problem; exit status 1 on any."""
     files = sys.argv[1:] if argv is None else argv
     try:
-        config = {}
-        for path in [SCHEMA.parents[2] / "config" / "config.yaml", *files]:
-            check_yaml_syntax(path)
-            _update(config, yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {})
-        check_config(config)
+        load_config(*files)
     except ConfigError as err:
         print(err, file=sys.stderr)
         return 1

@@ -92,6 +92,7 @@ def gpu() -> dict | None:
         "capability": f"{props.major}.{props.minor}",
         "multiprocessors": props.multi_processor_count,
         "memory_bytes": props.total_memory,
+        "l2_bytes": props.L2_cache_size,  # the device's, beside the config's assumed symbolic.l2_bytes
         "cuda_runtime": torch.version.cuda,
         "cudnn": torch.backends.cudnn.version(),
     }
@@ -101,6 +102,14 @@ def gpu() -> dict | None:
         info.update(zip(("driver", "clock_sm", "clock_mem", "clock_max_sm", "clock_max_mem",
                          "power_limit"), smi, strict=True))
     return info
+
+
+def device_l2_bytes() -> int | None:
+    """The L2 cache of the first CUDA device as CUDA reports it (60 MiB on the H200); None without
+    one. The byte model assumes the config's symbolic.l2_bytes instead: the GPU stages record both."""
+    import torch
+
+    return int(torch.cuda.get_device_properties(0).L2_cache_size) if torch.cuda.is_available() else None
 
 
 def slurm_job() -> dict | None:

@@ -1,4 +1,7 @@
-"""Where a run may write, and whether this machine can hold what the config asks for.
+"""Where the project is, where a run may write, and whether this machine can hold what the config asks for.
+
+`ROOT` is the checkout this package runs from (the only place that knows where the project root
+is): every other module that reads the project's config, schema or committed references asks here.
 
 `check_results_dir` and `check_written_folders` are called by the workflow before it plans
 anything (`workflow/rules/common.smk`, `workflow/Snakefile`): inside the project a run goes to
@@ -13,6 +16,19 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 from pathlib import Path
+
+# The folder holding the minimodel package (src/ in a checkout), and the checkout around it: the
+# project whose config, schema and committed reference runs are read; None for an installed copy.
+SRC = Path(__file__).resolve().parents[2]
+ROOT = SRC.parent if (SRC.parent / "workflow" / "Snakefile").is_file() else None
+CONFIG = Path("config") / "config.yaml"
+SCHEMA = Path("workflow") / "schemas" / "config.schema.yaml"
+
+
+def root() -> Path:
+    """The project: this package's checkout, else the current directory (an installed copy)."""
+    return ROOT or Path.cwd()
+
 
 # Inside the project, runs live here and nowhere else: every other folder holds tracked files.
 RESULTS = Path("results")
@@ -104,10 +120,19 @@ def physical_memory() -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
+def memory_shortfall(nbytes: int, have: int, fraction: float, what: str) -> str | None:
+    """Why `nbytes` does not fit in `fraction` of `have` bytes (`what`: "of RAM on this machine"),
+    or None when it fits: the one memory check, of the host (`check_memory`) and of a device."""
+    if nbytes <= fraction * have:
+        return None
+    return (f"needs about {nbytes / 2**30:.1f} GiB, more than {fraction:.0%} of the "
+            f"{have / 2**30:.1f} GiB {what}")
+
+
 def check_memory(needs: dict[str, int], fraction: float = 0.8) -> None:
     """Stop, naming the config key, when one of `needs` (key -> bytes) exceeds this machine's RAM."""
     have = physical_memory()
     for key, nbytes in needs.items():
-        if nbytes > fraction * have:
-            raise ConfigTooLarge(f"{key} needs about {nbytes / 2**30:.1f} GiB, more than "
-                              f"{fraction:.0%} of this machine's {have / 2**30:.1f} GiB: lower {key}")
+        short = memory_shortfall(nbytes, have, fraction, "of RAM on this machine")
+        if short:
+            raise ConfigTooLarge(f"{key} {short}: lower {key}")

@@ -3,7 +3,7 @@
     python -m minimodel compare results/                       # against the committed H200 reference
     python -m minimodel compare results/h200-rerun results/reference/nvidia-h200 --out cmp/
 
-Each part is judged by what should travel between machines:
+Each part is judged by what should travel between machines (paths: `minimodel.contract`):
 - symbolic (`symbolic/`): the closed forms and their tables are exact: identical.
 - CPU bytes (`cpu/bytes.csv`): the instrumented counts and the model do not depend on the
   machine: identical. torch.profiler's allocated bytes within PROFILER_TOLERANCE.
@@ -16,9 +16,8 @@ Each part is judged by what should travel between machines:
   so that a reader sees why numbers moved. Informational, never a failure.
 The machine's own ceilings (the roofline) are not compared.
 
-Both folders are first checked against their own manifests (`minimodel.report.runs`): a table
-edited since its rule wrote it is refused, in the run as in the reference.
-
+Both folders are first checked against their own manifests (`minimodel.report.runs`), and read
+in today's names (a reference made before them has older ones: `contract.upgrade_table`).
 Writes `comparison.csv` (one row per judged number), `verdict.json` and `comparison.png`. The
 verdict is "agree" (exit 0: not comparable is not a failure), "disagree" when something that
 should agree does not, or "nothing compared" when no number could be compared at all (exit 1
@@ -34,19 +33,19 @@ from pathlib import Path
 
 import pandas as pd
 
+from minimodel import contract
 from minimodel.provenance import io
 from minimodel.report import runs
-from minimodel.report.runs import MANIFESTS, REFERENCE, TABLES, RunError
+from minimodel.report.runs import REFERENCE, RunError
 
-# TABLES and MANIFESTS are what the workflow's compare rule lists as inputs (common.smk reads them here).
-__all__ = ["MANIFESTS", "REFERENCE", "TABLES", "RunError", "compare_runs", "main", "write", "summary_text"]
 PROFILER_TOLERANCE = 0.05
 # DRAM reads and the bytes stored into the L2, same GPU model: naive's reads follow the model within
 # 0.1 %, flash's depend on which programs share the L2 at a time, which the scheduler decides.
 GPU_BYTES_TOLERANCE = 0.05
 GPU_BYTES_METRICS = ("dram_read_bytes", "l2_write_bytes")
-# The kernel's speed against another implementation: their time over the kernel's.
-RATIOS = {"kernel/cudnn": "sdpa_cudnn", "kernel/fa2": "sdpa_flash", "kernel/naive": "naive"}
+# The kernel's speed against another implementation (their time over the kernel's), by metric name.
+RATIOS = dict(zip(("kernel/cudnn", "kernel/fa2", "kernel/naive"),
+                  (contract.SDPA_CUDNN, contract.SDPA_FLASH, contract.NAIVE), strict=True))
 COLUMNS = ["part", "item", "metric", "run", "reference", "difference", "tolerance", "verdict", "reason"]
 AGREE, DISAGREE, NOT_COMPARABLE, DIFFERS = "agree", "disagree", "not comparable", "differs"
 NOTHING = "nothing compared"  # the verdict when every part was not comparable: no agreement shown
@@ -58,12 +57,17 @@ def timing_band(grid: str, n: int) -> float:
     """Largest relative change of a speed ratio between two runs on one GPU model that is noise.
 
     Graph timings repeat within ±2 % on FlashAttention's grid, and SDPA's cuDNN itself moves a
-    few percent between runs: 5 % for a ratio of two such times. The seed grid's N < 1024
+    few percent between runs: 5 % for a ratio of two such times. The lab grid's N < 1024
     kernels take 3–21 µs, where a launch's jitter is a large part: 25 %; its larger N, 10 %.
     """
-    if grid == "flashattention":
+    if grid == contract.FLASHATTENTION_GRID:
         return 0.05
     return 0.10 if n >= 1024 else 0.25
+
+
+TIMING_BANDS = {f"timing {grid}{above}": timing_band(grid, n) for grid, above, n in
+                ((contract.FLASHATTENTION_GRID, "", 4096), (contract.LAB_GRID, " N>=1024", 1024),
+                 (contract.LAB_GRID, " N<1024", 64))}
 
 
 def _row(part, item, metric, run, reference, difference=None, tolerance=None, verdict=AGREE, reason=""):
@@ -72,9 +76,7 @@ def _row(part, item, metric, run, reference, difference=None, tolerance=None, ve
 
 
 def _relative(a: float, b: float) -> float:
-    if a == b:
-        return 0.0
-    return abs(a - b) / max(abs(a), abs(b))
+    return 0.0 if a == b else abs(a - b) / max(abs(a), abs(b))
 
 
 def _missing(part: str, name: str, run: pd.DataFrame | None) -> list[dict]:
@@ -116,9 +118,9 @@ def _exact(part: str, run: pd.DataFrame | None, ref: pd.DataFrame | None, keys: 
 def compare_symbolic(run: Path, ref: Path) -> list[dict]:
     keys = ["scheme", "convention", "N", "d", "B_r", "B_c", "dtype"]
     metrics = ["bytes", "flops", "flops_with_softmax", "intensity", "intensity_with_softmax"]
-    a, b = (runs.table(folder, "symbolic/bytes.csv", keys + metrics) for folder in (run, ref))
-    rows = _exact("symbolic", a, b, keys, metrics, "symbolic/bytes.csv")
-    for name in ("symbolic/formulas.csv", "symbolic/lab_table.txt"):
+    a, b = (runs.table(folder, contract.SYMBOLIC_BYTES, keys + metrics) for folder in (run, ref))
+    rows = _exact("symbolic", a, b, keys, metrics, contract.SYMBOLIC_BYTES)
+    for name in (contract.SYMBOLIC_FORMULAS, contract.SYMBOLIC_LAB_TABLE):
         a, b = (runs.text(folder, name) for folder in (run, ref))
         if a is None or b is None:
             rows.append(_row("symbolic", name, "text", None, None, verdict=NOT_COMPARABLE,
@@ -132,8 +134,8 @@ def compare_symbolic(run: Path, ref: Path) -> list[dict]:
 def compare_cpu_bytes(run: Path, ref: Path) -> list[dict]:
     keys = ["scheme", "N", "d", "dtype", "B_r", "B_c", "sram_bytes"]
     counted = ["bytes_model", "bytes_instrumented", "bytes_read", "bytes_written", "o_write_bytes"]
-    a, b = (runs.table(folder, "cpu/bytes.csv", keys + counted + ["bytes_profiler"]) for folder in (run, ref))
-    rows = _exact("cpu bytes", a, b, keys, counted, "cpu/bytes.csv")
+    a, b = (runs.table(f, contract.CPU_BYTES, keys + counted + ["bytes_profiler"]) for f in (run, ref))
+    rows = _exact("cpu bytes", a, b, keys, counted, contract.CPU_BYTES)
     if a is None or b is None:
         return rows
     joined = a.merge(b, on=keys, suffixes=("_run", "_ref"))
@@ -149,9 +151,9 @@ def compare_cpu_bytes(run: Path, ref: Path) -> list[dict]:
 def compare_correctness(run: Path, ref: Path) -> list[dict]:
     keys = ["B", "H", "N", "d", "causal", "dtype"]
     columns = keys + ["backend", "skipped", "reason", "passed", "err_kernel_vs_fp64"]
-    a, b = (runs.table(folder, "gpu/correctness/correctness.csv", columns) for folder in (run, ref))
+    a, b = (runs.table(folder, contract.CORRECTNESS, columns) for folder in (run, ref))
     if a is None or b is None:
-        return [_row("correctness", "gpu/correctness/correctness.csv", "table", None, None,
+        return [_row("correctness", contract.CORRECTNESS, "table", None, None,
                      verdict=NOT_COMPARABLE, reason="missing in one run")]
     backends = (sorted(set(a["backend"])), sorted(set(b["backend"])))
     if backends[0] != backends[1]:
@@ -177,10 +179,11 @@ def compare_correctness(run: Path, ref: Path) -> list[dict]:
 def _ratios(timing: pd.DataFrame) -> pd.DataFrame:
     """Per point and ratio name: the other implementation's time over the kernel's."""
     point = ["grid", "B", "H", "N", "d", "causal"]
-    ok = timing[timing["status"] == "ok"]
+    ok = timing[timing["status"] == contract.OK]
     ms = ok.pivot_table(index=point, columns="impl", values="ms", aggfunc="first")
-    out = pd.DataFrame({name: ms[impl] / ms["triton"] for name, impl in RATIOS.items()
-                        if impl in ms and "triton" in ms})
+    kernel = contract.TRITON
+    out = pd.DataFrame({name: ms[impl] / ms[kernel] for name, impl in RATIOS.items()
+                        if impl in ms and kernel in ms})
     out.columns.name = "metric"
     return out.stack().rename("ratio").reset_index()
 
@@ -207,16 +210,16 @@ def _device_mismatch(part: str, run: Path, ref: Path, summary: str, measured_key
 
 
 def compare_timing(run: Path, ref: Path) -> list[dict]:
-    mismatch = _device_mismatch("timing", run, ref, "gpu/timing/timing.json", "device",
+    mismatch = _device_mismatch("timing", run, ref, contract.TIMING_SUMMARY, "device",
                                 "had no GPU timing",
                                 "different GPU models: speed ratios do not travel between them")
     if mismatch:
         return mismatch
     point = ["grid", "B", "H", "N", "d", "causal", "metric"]
-    a, b = (runs.table(folder, "gpu/timing/timing.csv", point[:-1] + ["impl", "ms", "status"])
+    a, b = (runs.table(folder, contract.TIMING, point[:-1] + ["impl", "ms", "status"])
             for folder in (run, ref))
     if a is None or b is None:
-        return _missing("timing", "gpu/timing/timing.csv", a)
+        return _missing("timing", contract.TIMING, a)
     a, b = _ratios(a), _ratios(b)
     rows = []
     for _, r in a.merge(b, on=point, suffixes=("_run", "_ref")).iterrows():
@@ -231,16 +234,16 @@ def compare_timing(run: Path, ref: Path) -> list[dict]:
 def compare_gpu_bytes(run: Path, ref: Path) -> list[dict]:
     """DRAM reads and bytes stored into the L2 per point, on the same GPU model (writes to DRAM
     depend on what the L2 still holds when a kernel ends: not compared)."""
-    mismatch = _device_mismatch("gpu bytes", run, ref, "gpu/bytes/bytes.json", "measured",
+    mismatch = _device_mismatch("gpu bytes", run, ref, contract.GPU_BYTES_SUMMARY, "measured",
                                 "measured no GPU bytes", "different GPU models: caches and bytes differ")
     if mismatch:
         return mismatch
     point = ["regime", "B", "H", "N", "d", "causal", "impl"]
-    a, b = (runs.table(folder, "gpu/bytes/bytes.csv", point + ["status", *GPU_BYTES_METRICS])
+    a, b = (runs.table(folder, contract.GPU_BYTES, point + ["status", *GPU_BYTES_METRICS])
             for folder in (run, ref))
     if a is None or b is None:
-        return _missing("gpu bytes", "gpu/bytes/bytes.csv", a)
-    a, b = (t[t["status"] == "measured"].set_index(point) for t in (a, b))
+        return _missing("gpu bytes", contract.GPU_BYTES, a)
+    a, b = (t[t["status"] == contract.MEASURED].set_index(point) for t in (a, b))
     rows = _only_in("gpu bytes", set(a.index), set(b.index))
     for key in a.index.intersection(b.index):
         label = f"{key[0]} (1, {key[2]}, {key[3]}, {key[4]}) {'causal' if key[5] else 'full'} {key[6]}"
@@ -307,10 +310,7 @@ def compare_runs(run: str | Path, reference: str | Path = REFERENCE) -> tuple[pd
                            table[table["verdict"] == NOT_COMPARABLE].groupby("part")},
         "disagreements": disagree[["part", "item", "metric", "reason"]].to_dict("records")[:50],
         "inputs_that_differ": [_input_line(r) for r in table[table["part"] == "inputs"].to_dict("records")],
-        "tolerances": {"exact parts": 0.0, "cpu profiler": PROFILER_TOLERANCE,
-                       "timing flashattention": timing_band("flashattention", 4096),
-                       "timing seed N>=1024": timing_band("seed", 1024),
-                       "timing seed N<1024": timing_band("seed", 64),
+        "tolerances": {"exact parts": 0.0, "cpu profiler": PROFILER_TOLERANCE, **TIMING_BANDS,
                        "gpu bytes": GPU_BYTES_TOLERANCE},
     }
     return table, verdict

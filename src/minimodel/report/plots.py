@@ -1,4 +1,4 @@
-"""The figures of lab 01 (blocks D, E) and lab 02 (block F), drawn with seaborn from the result tables.
+"""The figures of lab 01 (D, E) and lab 02 (F) (notes/labs.md), drawn with seaborn from the result tables.
 
 Every figure is drawn from the tables the workflow wrote, never from numbers typed here; each
 function returns (figure, the data frame it plotted), so tests can check that the plotted series
@@ -17,16 +17,19 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
+from minimodel import contract  # noqa: E402
+
 sns.set_theme(style="whitegrid", context="notebook")
 
 SCHEME_COLORS = {"naive": "tab:orange", "flash": "tab:blue"}
 IMPL_LABELS = {
-    "triton": "this kernel (Triton)",
-    "sdpa_cudnn": "SDPA cuDNN",
-    "sdpa_flash": "SDPA flash (FA2)",
-    "sdpa_efficient": "SDPA memory-efficient",
-    "naive": "naive PyTorch",
+    contract.TRITON: "this kernel (Triton)",
+    contract.SDPA_CUDNN: "SDPA cuDNN",
+    contract.SDPA_FLASH: "SDPA flash (FA2)",
+    contract.SDPA_EFFICIENT: "SDPA memory-efficient",
+    contract.NAIVE: "naive PyTorch",
 }
+LAB_GRID, FA_GRID = contract.LAB_GRID, contract.FLASHATTENTION_GRID
 
 
 def _message_figure(title: str, message: str):
@@ -81,7 +84,7 @@ def bytes_vs_n(cpu_bytes: pd.DataFrame, machine: str):
 def intensity_ratio(symbolic_bytes: pd.DataFrame, tile: tuple[int, int]):
     """flash/naive intensity ratio (= naive/flash bytes, the FLOPs being equal) vs N at one tile."""
     block_r, block_c = tile
-    data = symbolic_bytes[(symbolic_bytes["convention"] == "consistent")
+    data = symbolic_bytes[(symbolic_bytes["convention"] == contract.CONSISTENT_CONVENTION)
                           & (symbolic_bytes["B_r"] == block_r) & (symbolic_bytes["B_c"] == block_c)]
     if data.empty:
         tiles = sorted(set(zip(symbolic_bytes["B_r"], symbolic_bytes["B_c"], strict=True)))
@@ -144,21 +147,21 @@ def _cpu_points(c: dict) -> pd.DataFrame:
 
 
 def _gpu_points(t: dict, rows: pd.DataFrame) -> pd.DataFrame:
-    pred = {p["N"]: p for p in t["seed_grid_predictions_from_gpu_ceilings"]}
-    seed = rows[(rows["grid"] == "seed") & (~rows["causal"]) & rows["impl"].isin(["naive", "triton"])
-                & rows["ms"].notna()]
-    n = seed["N"].max()
+    pred = {p["N"]: p for p in t["lab_grid_predictions_from_gpu_ceilings"]}
+    lab = rows[(rows["grid"] == LAB_GRID) & (~rows["causal"])
+               & rows["impl"].isin([contract.NAIVE, contract.TRITON]) & rows["ms"].notna()]
+    n = lab["N"].max()
     out = []
-    for _, r in seed[seed["N"] == n].iterrows():
-        scheme = "naive" if r["impl"] == "naive" else "flash"
-        out.append({"label": f"{IMPL_LABELS[r['impl']]}, seed grid N={n}", "scheme": scheme,
+    for _, r in lab[lab["N"] == n].iterrows():
+        scheme = contract.NAIVE_SCHEME if r["impl"] == contract.NAIVE else contract.FLASH_SCHEME
+        out.append({"label": f"{IMPL_LABELS[r['impl']]}, lab grid N={n}", "scheme": scheme,
                     "intensity": pred[n][f"intensity_{scheme}"],
                     "achieved_flops_per_s": r["tflops"] * 1e12})
     return pd.DataFrame(out)
 
 
 def tflops_vs_n(rows: pd.DataFrame, device: str):
-    data = rows[(rows["grid"] == "flashattention") & rows["ms"].notna()].copy()
+    data = rows[(rows["grid"] == FA_GRID) & rows["ms"].notna()].copy()
     data["implementation"] = data["impl"].map(IMPL_LABELS)
     data["mask"] = np.where(data["causal"], "causal", "not causal")
     g = sns.relplot(data=data, x="N", y="tflops", hue="implementation", style="implementation",
@@ -175,7 +178,7 @@ def tflops_vs_n(rows: pd.DataFrame, device: str):
 
 
 def ratio_to_backends(rows: pd.DataFrame, device: str):
-    data = rows[(rows["grid"] == "flashattention") & rows["impl"].str.startswith("sdpa")
+    data = rows[(rows["grid"] == FA_GRID) & rows["impl"].isin(contract.SDPA_BACKENDS)
                 & rows["triton_speedup_over_this"].notna()].copy()
     data["backend"] = data["impl"].map(IMPL_LABELS)
     data["point"] = data["N"].astype(str) + (np.where(data["causal"], " causal", ""))
@@ -189,11 +192,11 @@ def ratio_to_backends(rows: pd.DataFrame, device: str):
     return g.figure, data
 
 
-def seed_speedup(rows: pd.DataFrame, timing: dict, device: str):
-    data = rows[(rows["grid"] == "seed") & (rows["impl"] == "naive")
+def lab_speedup(rows: pd.DataFrame, timing: dict, device: str):
+    data = rows[(rows["grid"] == LAB_GRID) & (rows["impl"] == contract.NAIVE)
                 & rows["triton_speedup_over_this"].notna()].copy()
     data["mask"] = np.where(data["causal"], "causal", "not causal")
-    pred = pd.DataFrame(timing["seed_grid_predictions_from_gpu_ceilings"])
+    pred = pd.DataFrame(timing["lab_grid_predictions_from_gpu_ceilings"])
     fig, ax = plt.subplots(figsize=(7, 4.3))
     sns.lineplot(data=data, x="N", y="triton_speedup_over_this", hue="mask", marker="o", ax=ax)
     ax.plot(pred["N"], pred["predicted_speedup"], color="gray", ls="--", marker="x",
@@ -201,7 +204,7 @@ def seed_speedup(rows: pd.DataFrame, timing: dict, device: str):
     shape = data.iloc[0] if len(data) else {"B": "?", "H": "?", "d": "?"}
     ax.set(xscale="log", yscale="log", xlabel=f"sequence length N (B={shape['B']}, H={shape['H']}, "
            f"d={shape['d']})", ylabel="speedup over naive PyTorch (×)",
-           title=f"Seed grid: kernel vs naive attention, fp16 — {device}")
+           title=f"Lab grid: kernel vs naive attention, fp16 — {device}")
     ns = sorted(set(data["N"]))
     ax.set_xticks(ns, [str(n) for n in ns])
     ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
@@ -229,7 +232,7 @@ def correctness(rows: pd.DataFrame, machine: str):
                label="PyTorch, same dtype, vs float64")
     ax.step(x, data["tolerance"], where="mid", color="tab:green",
             label="pass line: max(1e-3, 2 × PyTorch's error)")
-    ax.axhline(1e-3, color="tab:red", ls="--", label="1e-3 (the seed's threshold)")
+    ax.axhline(1e-3, color="tab:red", ls="--", label="1e-3 (the lab's threshold)")
     ax.set_xticks(x, data["case"], rotation=60, ha="right", fontsize=8)
     ax.set(yscale="log", ylim=(ERROR_FLOOR / 2, None),
            # two lines: on one, the rotated label is taller than the plot and runs into the title
@@ -253,7 +256,7 @@ def gpu_bytes(table: pd.DataFrame, device: str):
     One panel per head count (one head; many heads, past the L2) and head dim. The flash model
     uses the tile the kernel ran (the table's model_B_r). The floor: Q, K and V read once.
     """
-    rows = table[(table["status"] == "measured") & ~table["causal"].astype(bool)].copy()
+    rows = table[(table["status"] == contract.MEASURED) & ~table["causal"].astype(bool)].copy()
     heads = rows["B"] * rows["H"]
     rows["measured"] = rows["dram_read_bytes"] / heads
     rows["model"] = rows["model_read_bytes"] / heads

@@ -14,7 +14,7 @@ from pathlib import Path
 import jinja2
 import pandas as pd
 
-from minimodel import symbolic
+from minimodel import contract, symbolic
 
 MiB = 2**20
 
@@ -23,7 +23,7 @@ def _json(path):
     return json.loads(Path(path).read_text())
 
 
-LAB_TILE = (64, 64)  # lab 01 asks its questions with B_r = B_c = 64
+LAB_TILE = contract.LAB_TILE  # lab 01 asks its questions with it
 
 
 def bytes_answers(symbolic_table: pd.DataFrame, cpu_bytes: pd.DataFrame) -> dict:
@@ -33,7 +33,8 @@ def bytes_answers(symbolic_table: pd.DataFrame, cpu_bytes: pd.DataFrame) -> dict
     """
     tiles = list(dict.fromkeys(zip(symbolic_table["B_r"], symbolic_table["B_c"], strict=True)))
     block_r, block_c = LAB_TILE if LAB_TILE in tiles else tiles[0]
-    t = symbolic_table[(symbolic_table["convention"] == "consistent") & (symbolic_table["B_r"] == block_r)
+    t = symbolic_table[(symbolic_table["convention"] == contract.CONSISTENT_CONVENTION)
+                       & (symbolic_table["B_r"] == block_r)
                        & (symbolic_table["B_c"] == block_c)]
     rows = []
     for (d, dtype), g in t.groupby(["d", "dtype"]):
@@ -51,7 +52,7 @@ def bytes_answers(symbolic_table: pd.DataFrame, cpu_bytes: pd.DataFrame) -> dict
             "worst_abs_deviation": float(cpu_bytes["deviation"].abs().max())}
 
 
-def intensity_question(n: int = 8192, d: int = 128, b: int = 64, dtype_bytes: int = 2) -> dict:
+def intensity_question(n: int = 8192, d: int = 128, b: int = LAB_TILE[0], dtype_bytes: int = 2) -> dict:
     """Lab 01 Q2, with the arithmetic laid out."""
     naive = symbolic.model_bytes("naive", n, d, b, b, dtype_bytes)
     flash = symbolic.model_bytes("flash", n, d, b, b, dtype_bytes)
@@ -61,28 +62,29 @@ def intensity_question(n: int = 8192, d: int = 128, b: int = 64, dtype_bytes: in
             "naive_bytes": naive, "flash_bytes": flash, "naive_fp32_softmax_bytes": naive32,
             "intensity_naive": f / naive, "intensity_flash": f / flash,
             "ratio": naive / flash, "ratio_fp32_softmax": naive32 / flash,
-            "seed_ratio": (symbolic.bytes_naive(n, d, dtype_bytes)
+            "lab_ratio": (symbolic.bytes_naive(n, d, dtype_bytes)
                            / symbolic.bytes_flash(n, d, b, b, dtype_bytes))}
 
 
 def gpu_answers(timing: dict, rows: pd.DataFrame) -> dict | None:
     if timing.get("device") is None:
         return None
-    seed = rows[rows["grid"] == "seed"]
-    speedups = seed[seed["impl"] == "naive"][["N", "causal", "triton_speedup_over_this", "ms", "eager_ms"]]
-    kernel = seed[seed["impl"] == "triton"][["N", "causal", "ms", "eager_ms"]]
+    lab = rows[rows["grid"] == contract.LAB_GRID]
+    columns = ["N", "causal", "triton_speedup_over_this", "ms", "eager_ms"]
+    speedups = lab[lab["impl"] == contract.NAIVE][columns]
+    kernel = lab[lab["impl"] == contract.TRITON][["N", "causal", "ms", "eager_ms"]]
     speedups = speedups.merge(kernel, on=["N", "causal"], suffixes=("", "_kernel"))
     speedups["eager_speedup"] = speedups["eager_ms"] / speedups["eager_ms_kernel"]
-    pred = {p["N"]: p["predicted_speedup"] for p in timing["seed_grid_predictions_from_gpu_ceilings"]}
-    fa = rows[(rows["grid"] == "flashattention") & rows["impl"].str.startswith("sdpa")]
+    pred = {p["N"]: p["predicted_speedup"] for p in timing["lab_grid_predictions_from_gpu_ceilings"]}
+    fa = rows[(rows["grid"] == contract.FLASHATTENTION_GRID) & rows["impl"].isin(contract.SDPA_BACKENDS)]
     ratios = fa.pivot_table(index=["d", "N", "causal"], columns="impl",
                             values="triton_speedup_over_this").reset_index()
-    triton = rows[(rows["grid"] == "flashattention") & (rows["impl"] == "triton")]
+    triton = rows[(rows["grid"] == contract.FLASHATTENTION_GRID) & (rows["impl"] == contract.TRITON)]
     return {
         "device": timing["device"], "torch": timing["torch"], "triton": timing["triton"],
         "peak_tflops": timing["ceilings"]["peak_flops_per_s"] / 1e12,
         "bandwidth_tbs": timing["ceilings"]["bandwidth_bytes_per_s"] / 1e12,
-        "seed_speedups": [{**r, "predicted": pred.get(r["N"])} for r in speedups.to_dict("records")],
+        "lab_speedups": [{**r, "predicted": pred.get(r["N"])} for r in speedups.to_dict("records")],
         "max_prediction": max(pred.values()),
         "ratios": ratios.to_dict("records"),
         "kernel_tflops_max": float(triton["tflops"].max()),
@@ -95,8 +97,8 @@ def gpu_bytes_answers(table: pd.DataFrame, summary: dict, n: int = 4096, d: int 
     one head and many heads, not causal; and how close the model is over every measured N."""
     if not summary["measured"]:
         return {"measured": False, "status": summary["status"]}
-    set_aside = table[table["status"] != "measured"]
-    rows = table[(table["status"] == "measured") & ~table["causal"].astype(bool)].copy()
+    set_aside = table[table["status"] != contract.MEASURED]
+    rows = table[(table["status"] == contract.MEASURED) & ~table["causal"].astype(bool)].copy()
     d = d if d in set(rows["d"]) else int(rows["d"].min())
     rows = rows[rows["d"] == d]
     n = int(min(set(rows["N"]), key=lambda x: abs(x - n)))
@@ -130,7 +132,7 @@ def collect(paths: dict) -> dict:
     corr = _json(paths["correctness"])
     corr_rows = pd.DataFrame(corr["cases_detail"])
     ran = corr_rows[~corr_rows["skipped"].astype(bool)]
-    seed_cases = ran[ran["group"] == "seed grid"]
+    lab_cases = ran[ran["group"] == contract.LAB_CASES]
     bench = {Path(p).stem: float(pd.read_csv(p, sep="\t")["s"].iloc[0]) for p in paths["benchmarks"]}
     cpu_stage = [v for k, v in bench.items() if k.startswith("cpu_")]
     return {
@@ -147,9 +149,9 @@ def collect(paths: dict) -> dict:
             "backend": corr["backend"], "device": timing.get("device") or ceilings["device"],
             "all_passed": corr["all_passed"], "ran": corr["ran"], "skipped": corr["skipped"],
             "max_err_kernel": corr["max_err_kernel_vs_fp64"], "max_err_torch": corr["max_err_torch_vs_fp64"],
-            "seed_cases": seed_cases.sort_values(["dtype", "N", "causal"]).to_dict("records"),
+            "lab_cases": lab_cases.sort_values(["dtype", "N", "causal"]).to_dict("records"),
             "fp16_all_under_1e-3": bool((ran[ran["dtype"] == "float16"]["err_kernel_vs_fp64"] < 1e-3).all()),
-            "literal_all_pass": corr["seed_literal_all_pass"],
+            "literal_all_pass": corr["lab_literal_all_pass"],
             "torch_fp16_causal_err": float(ran[(ran["dtype"] == "float16") & ran["causal"].astype(bool)]
                                            ["err_torch_vs_fp64"].max()),
         },

@@ -21,19 +21,15 @@ from pathlib import Path
 
 import pandas as pd
 
+from minimodel import contract
 from minimodel.provenance import project, reading
 
 # What a comparison reads of each run, relative to its results folder.
-TABLES = ("symbolic/bytes.csv", "symbolic/formulas.csv", "symbolic/lab_table.txt", "cpu/bytes.csv",
-          "gpu/correctness/correctness.csv", "gpu/timing/timing.csv", "gpu/timing/timing.json",
-          "gpu/bytes/bytes.csv", "gpu/bytes/bytes.json")
-MANIFESTS = tuple(f"{folder}/manifest.json" for folder in
-                  ("symbolic", "cpu", "cpu/roofline", "gpu/correctness", "gpu/timing", "gpu/bytes"))
+TABLES, MANIFESTS = contract.COMPARED_TABLES, contract.COMPARED_MANIFESTS
 
-# This package's checkout, when it runs from one (src/minimodel/report/runs.py): the project whose
-# committed references are guarded and whose H200 run is the default reference.
-_CHECKOUT = Path(__file__).resolve().parents[3]
-PROJECT = _CHECKOUT if (_CHECKOUT / "workflow" / "Snakefile").is_file() else None
+# This package's checkout, when it runs from one: the project whose committed references are
+# guarded and whose H200 run is the default reference.
+PROJECT = project.ROOT
 REFERENCE = (PROJECT or Path()) / project.REFERENCE / "nvidia-h200"
 
 
@@ -70,7 +66,8 @@ def check_run(folder: str | os.PathLike, side: str) -> Path:
 
 
 def table(folder: Path, name: str, columns) -> pd.DataFrame | None:
-    """A CSV of the run with at least `columns`; None when the run has none."""
+    """A CSV of the run with at least `columns`, in today's names (`contract.upgrade_table`: a
+    reference made before them has older names); None when the run has none."""
     path = folder / name
     if not path.exists():
         return None
@@ -78,6 +75,7 @@ def table(folder: Path, name: str, columns) -> pd.DataFrame | None:
         frame = pd.read_csv(path)
     except (OSError, UnicodeDecodeError, ValueError) as err:  # pandas' parser errors are ValueErrors
         raise RunError(f"{path}: cannot be read as a table ({type(err).__name__}: {err})") from None
+    frame = contract.upgrade_table(frame)
     missing = [c for c in dict.fromkeys(columns) if c not in frame.columns]
     if missing:
         raise RunError(f"{path}: lacks the column{'s' if len(missing) > 1 else ''} {', '.join(missing)}, "
@@ -100,10 +98,11 @@ def summary(folder: Path, name: str) -> dict:
 
 
 def text(folder: Path, name: str) -> str | None:
-    """A text file of the run; None when the run has none."""
+    """A text file of the run in today's names, its whitespace collapsed (`contract.upgrade_text`);
+    None when the run has none."""
     path = folder / name
     try:
-        return path.read_text() if path.exists() else None
+        return contract.upgrade_text(path.read_text()) if path.exists() else None
     except (OSError, UnicodeDecodeError) as err:
         raise RunError(f"{path}: cannot be read as text ({type(err).__name__}: {err})") from None
 

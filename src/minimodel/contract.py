@@ -1,0 +1,156 @@
+"""What the stages hand each other, each named once: output paths, grid, status and implementation
+names, and the lab's constants.
+
+A rule (`workflow/rules/*.smk`), a figure (`report/plots.py`), the results README
+(`report/results_readme.py`) and `compare` (`report/compare.py`, `report/runs.py`) read the same
+name from here. A new stage, figure or contender (another attention implementation timed beside
+the kernel) adds its names here once; ARCHITECTURE.md says what else it touches.
+
+"The lab" is the course material the project answers (`notes/labs.md`): lab 01, lab 02 and
+theory 02. Runs made before these names (the committed H200 reference) called it the seed;
+`upgrade_table`, `upgrade_summary` and `upgrade_text` read them with today's names.
+
+This module imports nothing of minimodel: every layer may import it.
+"""
+
+from __future__ import annotations
+
+import re
+
+# ---- the results layout, relative to results_dir --------------------------------------------
+SYMBOLIC_BYTES = "symbolic/bytes.csv"  # scheme × convention × N × d × tile × dtype
+SYMBOLIC_FORMULAS = "symbolic/formulas.csv"  # every closed form, and whether it equals the lab's
+SYMBOLIC_LAB_TABLE = "symbolic/lab_table.txt"  # lab 01's printed table, annotated
+CPU_BYTES_PART = "cpu/bytes/{dtype}/bytes.csv"  # one dtype's measured bytes
+CPU_BYTES = "cpu/bytes.csv"  # every dtype's
+CPU_CEILINGS = "cpu/roofline/ceilings.json"
+CORRECTNESS = "gpu/correctness/correctness.csv"
+CORRECTNESS_SUMMARY = "gpu/correctness/correctness.json"
+TIMING = "gpu/timing/timing.csv"
+TIMING_SUMMARY = "gpu/timing/timing.json"
+GPU_BYTES = "gpu/bytes/bytes.csv"
+GPU_KERNELS = "gpu/bytes/kernels.csv"
+GPU_BYTES_SUMMARY = "gpu/bytes/bytes.json"
+PLOTS = "plots"  # plots/<figure>.png, one per FIGURES
+RESULTS_README = "README.md"
+README_FOLDER = "readme"  # the README's manifest
+VERIFY = "verify/verify.txt"
+COMPARE = "compare"  # comparison.csv, verdict.json, comparison.png
+LOGS = "logs"  # logs/<rule>.log
+BENCHMARKS = "benchmarks"  # benchmarks/<rule>.tsv
+MANIFEST = "manifest.json"  # beside every output, one per folder below
+
+# Each rule's folder, holding its manifest.
+FOLDERS = {"symbolic": "symbolic", "cpu_bytes_part": "cpu/bytes/{dtype}", "cpu_bytes": "cpu",
+           "cpu_roofline": "cpu/roofline", "gpu_correctness": "gpu/correctness",
+           "gpu_timing": "gpu/timing", "gpu_bytes": "gpu/bytes", "plots": PLOTS,
+           "readme": README_FOLDER, "verify": "verify", "compare": COMPARE}
+
+
+def manifest(rule: str) -> str:
+    """The manifest of `rule`'s outputs, relative to results_dir."""
+    return f"{FOLDERS[rule]}/{MANIFEST}"
+
+
+# What a comparison reads of each run (the compare rule lists them as its inputs).
+COMPARED_TABLES = (SYMBOLIC_BYTES, SYMBOLIC_FORMULAS, SYMBOLIC_LAB_TABLE, CPU_BYTES, CORRECTNESS,
+                   TIMING, TIMING_SUMMARY, GPU_BYTES, GPU_BYTES_SUMMARY)
+COMPARED_MANIFESTS = tuple(manifest(rule) for rule in
+                           ("symbolic", "cpu_bytes", "cpu_roofline", "gpu_correctness", "gpu_timing",
+                            "gpu_bytes"))
+
+# Every figure of the plots rule (plots/<name>.png, caption workflow/report/<name>.rst) and the
+# report category it is shown under.
+FIGURES = {
+    "bytes_vs_n": "Bytes moved",
+    "intensity_ratio": "Bytes moved",
+    "gpu_bytes": "Bytes moved",
+    "roofline": "Roofline",
+    "correctness": "GPU kernel",
+    "tflops_vs_n": "GPU kernel",
+    "ratio_to_backends": "GPU kernel",
+    "lab_speedup": "GPU kernel",
+}
+
+# ---- names inside the tables -----------------------------------------------------------------
+# The timing grids (timing.csv's `grid`): lab 02's, and FlashAttention's benchmark grid.
+LAB_GRID = "lab"
+FLASHATTENTION_GRID = "flashattention"
+GRIDS = (LAB_GRID, FLASHATTENTION_GRID)
+# The byte model's conventions for the write of O (symbolic/bytes.csv's `convention`): the lab's
+# formulas as written, or O left out of both schemes.
+LAB_CONVENTION = "lab"
+CONSISTENT_CONVENTION = "consistent"
+CONVENTIONS = (LAB_CONVENTION, CONSISTENT_CONVENTION)
+# The correctness sweep's groups of cases (correctness.csv's `group`).
+LAB_CASES, AWKWARD_CASES, HEAD_DIM_CASES = "lab grid", "awkward N", "head dim"
+
+# The implementations timed (timing.csv's `impl`): this project's kernel, naive PyTorch, and
+# PyTorch's SDPA backends (name -> torch.nn.attention.SDPBackend member).
+TRITON = "triton"
+NAIVE = "naive"
+SDPA_BACKENDS = {
+    "sdpa_flash": "FLASH_ATTENTION",
+    "sdpa_efficient": "EFFICIENT_ATTENTION",
+    "sdpa_cudnn": "CUDNN_ATTENTION",
+}
+SDPA_FLASH, SDPA_EFFICIENT, SDPA_CUDNN = SDPA_BACKENDS
+IMPLEMENTATIONS = (TRITON, NAIVE, *SDPA_BACKENDS)
+# What each grid times, in this order.
+IMPLEMENTATIONS_BY_GRID = {LAB_GRID: [TRITON, NAIVE, *SDPA_BACKENDS],
+                           FLASHATTENTION_GRID: [TRITON, *SDPA_BACKENDS, NAIVE]}
+# The byte model's schemes that the GPU's DRAM bytes are set beside (gpu/bytes/bytes.csv's `impl`).
+NAIVE_SCHEME, FLASH_SCHEME = "naive", "flash"
+
+# Status words. timing.csv: `OK`, else why not. gpu/bytes/bytes.csv: `MEASURED`, else a sentence
+# that starts with `NOT_MEASURED` (nothing could be measured) or `SKIPPED` (this point was not).
+OK = "ok"
+MEASURED = "measured"
+NOT_MEASURED = "not measured"
+SKIPPED = "skipped"
+NO_GPU_TIMING = "no CUDA device on this machine: GPU timing was not possible"
+
+# ---- the lab's constants ---------------------------------------------------------------------
+# The tile the lab asks its questions with (theory 02 and lab 01: B_r = B_c = 64).
+LAB_TILE = (64, 64)
+# (N, d) of lab 01's printed table, in its dtype (the lab's dtype_bytes = 2).
+LAB_TABLE_POINTS = ((64, 64), (1024, 64), (2048, 64), (4096, 64), (8192, 128), (32768, 128))
+LAB_DTYPE = "float16"
+
+# ---- runs made before these names ------------------------------------------------------------
+# The committed H200 reference names the lab with the old word where today's tables use LAB_GRID,
+# LAB_CONVENTION and LAB_CASES. Only an H200 run can refresh it, so what a comparison reads of it
+# is read with today's names.
+_OLD_WORD = re.compile(r"(?<![A-Za-z])(?<!random_)seed(?![A-Za-z])")  # not random_seed
+# the columns whose values held the old word: grid, convention, group (the old word + " grid")
+RENAMED_VALUES = ("grid", "convention", "group")
+
+
+def _renamed(value):
+    return _OLD_WORD.sub("lab", value) if isinstance(value, str) else value
+
+
+def upgrade_table(frame):
+    """A table of any run with today's names: the old word in column names (equals_<old>_formula,
+    <old>_literal_pass) and in RENAMED_VALUES' values replaced; a table of today's run is unchanged."""
+    frame = frame.rename(columns=_renamed)
+    for column in RENAMED_VALUES:
+        if column in frame.columns:
+            frame[column] = frame[column].map(_renamed)
+    return frame
+
+
+def upgrade_summary(data):
+    """A JSON summary of any run (timing.json, correctness.json) with today's names, at any depth."""
+    if isinstance(data, dict):
+        return {_renamed(k): _renamed(v) if k in RENAMED_VALUES else upgrade_summary(v)
+                for k, v in data.items()}
+    if isinstance(data, list):
+        return [upgrade_summary(v) for v in data]
+    return data
+
+
+def upgrade_text(text: str) -> str:
+    """A text output of any run (lab_table.txt, formulas.csv) with today's names, its whitespace
+    collapsed: a renamed column header is narrower, so the columns' padding is not compared."""
+    return " ".join(_OLD_WORD.sub("lab", text).split())
