@@ -159,7 +159,7 @@ def test_tensors_on_different_devices_are_rejected():
 @pytest.mark.parametrize("n", [64, 256, 1024, 4096])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-def test_seed_grid_on_the_gpu(gen, n, causal, dtype):
+def test_lab_grid_on_the_gpu(gen, n, causal, dtype):
     check(2, 4, n, 64, causal, dtype, gen=gen)
 
 

@@ -182,7 +182,7 @@ def main(argv=None) -> int:
 
     if args.grid == "lab":
         points = [(p.B, p.H, p.N, p.d, p.causal)
-                  for p in grids.seed_grid(grids.default_timing_config())]
+                  for p in grids.lab_grid(grids.default_timing_config())]
         baselines = ("sdpa_cudnn", "sdpa_flash", "naive")
     else:
         points = [(*grid_shape(n, d, args), causal)

@@ -1,6 +1,6 @@
 """Stage 3: the kernel measured on the GPU (or, without one, under Triton's interpreter).
 
-- `grids`: the timing grids, defined once from the config (lab 02's seed grid, FlashAttention's).
+- `grids`: the timing grids, defined once from the config (lab 02's grid, FlashAttention's).
 - `correctness`: the sweep against float64 and its pass/fail rule.
 - `timing`: the kernel against naive PyTorch and SDPA's backends, GPU time per call.
 - `hbm`: the GPU's own DRAM bytes (Nsight Compute) beside the byte model.

@@ -117,13 +117,13 @@ def tl_config(head_dim: int, causal: bool, device_type: str, n: int | None = Non
 
     On Hopper (`arch` 90): the winners of the H200 search in notes/kernel.md, through TMA.
     When causal 128-row query tiles would give fewer than two programs per multiprocessor (the
-    seed's B·H = 8), 64-row tiles double the programs and balance rows of unequal length.
+    lab grid's B·H = 8), 64-row tiles double the programs and balance rows of unequal length.
     Small problems take `portable_config`: they are launch-bound, a TMA descriptor costs host
     time at every launch, and small tiles give more programs. On any other architecture:
     `portable_config`, with no tuning for one GPU carried over to another.
     BLOCK_M is a multiple of BLOCK_N, so the causal diagonal of a query tile falls in whole
     key tiles. The interpreter runs one program at a time in numpy, where larger tiles mean
-    fewer programs; it takes the seed's 64 × 64 everywhere.
+    fewer programs; it takes the lab's 64 × 64 everywhere.
     """
     if device_type != "cuda":
         return FwdConfig(64, 64, 4, 1)
