@@ -11,6 +11,7 @@ from minimodel.provenance.manifest import stage
 
 # before the kernel is imported: Triton decides then whether it compiles or interprets
 kernel.use_interpreter_if_no_gpu()
+from minimodel.contenders import registry  # noqa: E402
 from minimodel.gpu import correctness  # noqa: E402
 
 with stage(snakemake) as st:
@@ -19,6 +20,9 @@ with stage(snakemake) as st:
     backend = correctness.select_backend(machine.gpu_required(snakemake.params.require_cuda))
     random_seed = snakemake.params.random_seed
     rows = correctness.run_sweep(cfg, backend, random_seed, progress=st.progress)
+    # the contenders' rows beside the kernel's; a contender that fails never fails the rule
+    rows += correctness.run_contenders(cfg, registry.selected(snakemake.config, "correctness"), backend,
+                                       random_seed, progress=st.progress)
     summary = correctness.summarize(rows, backend, random_seed)
     st.extra.update(backend=backend, all_passed=summary["all_passed"])
     table = pd.DataFrame(rows).assign(backend=backend)

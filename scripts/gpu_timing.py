@@ -12,6 +12,7 @@ from minimodel.provenance.manifest import stage
 
 # before the kernel is imported: Triton decides then whether it compiles or interprets
 kernel.use_interpreter_if_no_gpu()
+from minimodel.contenders import registry  # noqa: E402
 from minimodel.gpu import timing  # noqa: E402
 
 with stage(snakemake) as st:
@@ -20,7 +21,8 @@ with stage(snakemake) as st:
         machine.require_cuda()
     cpu_prediction = json.loads(open(snakemake.input.cpu_ceilings).read())["prediction"]
     if torch.cuda.is_available():
-        result = timing.run(cfg, snakemake.params.random_seed, cpu_prediction, progress=st.progress)
+        result = timing.run(cfg, snakemake.params.random_seed, cpu_prediction, progress=st.progress,
+                            contenders=registry.selected(snakemake.config, "timing"))
         result["random_seed"] = snakemake.params.random_seed
         rows = result.pop("rows")
         st.extra.update(backend="cuda", device=result["device"])

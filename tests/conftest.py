@@ -40,7 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def copy_project(root: Path, *extra_configs: tuple[str, str]) -> Path:
     """The project as a user's checkout holds it (the committed reference run included) in `root`,
     with tests/data/tiny_config.yaml as config/tiny.yaml and (name, text) configs beside it."""
-    for name in ("workflow", "scripts", "config", "src", "results/reference"):
+    for name in ("workflow", "scripts", "config", "src", "examples", "results/reference"):
         shutil.copytree(ROOT / name, root / name, ignore=shutil.ignore_patterns("__pycache__"))
     for name in ("environment.yml", "pyproject.toml"):
         shutil.copy(ROOT / name, root / name)

@@ -4,16 +4,24 @@ Every bad contender must give a failed row naming what went wrong, and leave the
 """
 
 import hashlib
+import json
+import os
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
+import pandas as pd
 import pytest
+from conftest import copy_project
 
+from minimodel import contract
 from minimodel.contenders import ContenderError, file_sha256, load, module_path, parse
 from minimodel.contenders.check import sweep
 from minimodel.contenders.run import Case
 from minimodel.contenders.spec import BF16_INTERPRETER_REASON, DEFAULT_TIMEOUT_S
 from minimodel.gpu.correctness import tolerance
+from minimodel.provenance import manifest
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
@@ -126,3 +134,66 @@ def test_a_hung_point_is_stopped_and_the_next_point_still_runs(tmp_path):
                      Case(1, 1, 1, 33, 32, False, "float16", "cpu", 1)], (tmp_path,), tolerance, True)
     assert rows[0]["passed"] is False and "time limit of 4 s" in rows[0]["reason"]
     assert rows[1]["passed"] is True, rows[1]
+
+
+MINE = textwrap.dedent('''
+    contenders:
+      blocked: {fn: "torch_blocked:forward"}
+      raises: {fn: "bad_contenders:raises"}
+      wrong: {fn: "bad_contenders:wrong"}
+    gpu:
+      correctness:
+        contenders: [blocked, raises, wrong]
+''')
+
+
+def _snakemake(root, *args):
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "TRITON_INTERPRET")}
+    command = [sys.executable, "-m", "snakemake", "--cores", "2", "--configfile", "config/tiny.yaml",
+               "config/mine.yaml", *args]
+    return subprocess.run(command, cwd=root, env=env, capture_output=True, text=True)
+
+
+@pytest.mark.workflow
+def test_three_contenders_through_the_whole_workflow(tmp_path):
+    root = copy_project(tmp_path, ("mine.yaml", MINE))
+    (root / "examples" / "bad_contenders.py").write_text(BAD)
+    proc = _snakemake(root)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    table = pd.read_csv(root / "results" / contract.CORRECTNESS)
+    by = {name: rows for name, rows in table.groupby("impl")}
+    assert set(by) == {contract.TRITON, "blocked", "raises", "wrong"}
+    assert by["blocked"]["passed"].all() and set(by["blocked"]["dtype"]) == {"float16", "bfloat16"}
+    assert (~by["raises"]["passed"].astype(bool)).all()
+    assert by["raises"]["reason"].str.contains("RuntimeError: out of ideas").all()
+    assert by["wrong"]["reason"].str.contains("above the tolerance").all()
+    kernel_rows = by[contract.TRITON]
+    assert kernel_rows[~kernel_rows["skipped"].astype(bool)]["passed"].astype(bool).all()
+    # each contender module is an input of the rules that run it, hashed by its bytes
+    made = json.loads((root / "results" / contract.manifest("gpu_correctness")).read_text())
+    inputs = {entry["path"]: entry["sha256"] for entry in made["inputs"]}
+    for name in ("torch_blocked.py", "bad_contenders.py"):
+        path = root / "examples" / name
+        assert inputs[f"examples/{name}"] == hashlib.sha256(path.read_bytes()).hexdigest()
+    timing = json.loads((root / "results" / contract.manifest("gpu_timing")).read_text())
+    assert not any(e["path"].startswith("examples/") for e in timing["inputs"])  # it runs none
+    assert manifest.main([str(root / "results")]) == 0
+    # editing a contender re-plans the rule that runs it and what reads its outputs, nothing else
+    module = root / "examples" / "torch_blocked.py"
+    module.write_text(module.read_text() + "\n# edited\n")
+    dry = _snakemake(root, "-n")
+    stats = dry.stdout.split("Job stats:")[1].split("total")[0]
+    jobs = {line.split()[0] for line in stats.splitlines()[3:] if line.strip()}
+    assert jobs == {"gpu_correctness", "gpu_timing", "plots", "readme", "compare", "verify", "all"}, stats
+
+
+@pytest.mark.workflow
+def test_an_unknown_function_stops_the_run_before_any_job(tmp_path):
+    root = copy_project(tmp_path, ("mine.yaml", MINE.replace("bad_contenders:wrong", "bad_contenders:nope")))
+    (root / "examples" / "bad_contenders.py").write_text(BAD)
+    proc = _snakemake(root, "-n")
+    assert proc.returncode != 0 and "Job stats" not in proc.stdout
+    line = ("contender 'wrong': module 'bad_contenders' "
+            f"({(root / 'examples' / 'bad_contenders.py').resolve()}) defines no function 'nope'")
+    said = proc.stdout + proc.stderr  # Snakemake prints a WorkflowError on stdout
+    assert line in said, said[-2000:]

@@ -96,6 +96,9 @@ SDPA_BACKENDS = {
 }
 SDPA_FLASH, SDPA_EFFICIENT, SDPA_CUDNN = SDPA_BACKENDS
 IMPLEMENTATIONS = (TRITON, NAIVE, *SDPA_BACKENDS)
+# Built-in contenders beyond those (minimodel.contenders.builtin): the kernel forced onto its tl
+# path, FlexAttention, and the flash_attn package. A user's contender is named by the config.
+TRITON_TL, FLEX, FLASH_ATTN = "triton_tl", "flex", "flash_attn"
 # What each grid times, in this order.
 IMPLEMENTATIONS_BY_GRID = {LAB_GRID: [TRITON, NAIVE, *SDPA_BACKENDS],
                            FLASHATTENTION_GRID: [TRITON, *SDPA_BACKENDS, NAIVE]}
@@ -132,8 +135,11 @@ def _renamed(value):
 
 def upgrade_table(frame):
     """A table of any run with today's names: the old word in column names (equals_<old>_formula,
-    <old>_literal_pass) and in RENAMED_VALUES' values replaced; a table of today's run is unchanged."""
+    <old>_literal_pass) and in RENAMED_VALUES' values replaced, and a correctness table without
+    `impl` (all the kernel's) given one; a table of today's run is unchanged."""
     frame = frame.rename(columns=_renamed)
+    if "err_kernel_vs_fp64" in frame.columns and "impl" not in frame.columns:
+        frame = frame.assign(impl=TRITON)  # a correctness table from before contenders: the kernel's
     for column in RENAMED_VALUES:
         if column in frame.columns:
             frame[column] = frame[column].map(_renamed)

@@ -105,6 +105,20 @@ def code(script):
     return code_closure(script, SRC)
 
 
+def contender_modules(stage):
+    """The files of the user's contenders `stage` runs: inputs of its rule, hashed into its
+    manifest, so that editing one re-runs exactly the rules that run it."""
+    return [str(p) for p in contender_registry.user_modules(config, stage)]
+
+
+def contender_entries(stage):
+    """The contenders `stage` runs, as the config gives them (built-ins by name alone)."""
+    return {
+        c.name: config["contenders"].get(c.name, "built-in")
+        for c in contender_registry.selected(config, stage)
+    }
+
+
 def out(*parts):
     """A path under results_dir; the parts are the contract's (minimodel.contract, imported as C)."""
     return str(RESULTS.joinpath(*parts))

@@ -20,6 +20,7 @@ rule gpu_correctness:
     """Stage 3: the Triton kernel against a float64 reference (notes/labs.md, lab 02 D); interpreter without CUDA."""
     input:
         code=code("scripts/gpu_correctness.py"),
+        contenders=contender_modules("correctness"),
     output:
         table=report(
             out(C.CORRECTNESS),
@@ -42,6 +43,7 @@ rule gpu_correctness:
         cfg=config["gpu"]["correctness"],
         require_cuda=config["gpu"]["require_cuda"],
         random_seed=config["random_seed"],
+        contenders=contender_entries("correctness"),
     script:
         "../../scripts/gpu_correctness.py"
 
@@ -52,6 +54,7 @@ rule gpu_timing:
         cpu_ceilings=rules.cpu_roofline.output.ceilings,
         correctness=rules.gpu_correctness.output.summary,
         code=code("scripts/gpu_timing.py"),
+        contenders=contender_modules("timing"),
     output:
         table=report(
             out(C.TIMING),
@@ -73,6 +76,7 @@ rule gpu_timing:
         cfg=config["gpu"]["timing"],
         require_cuda=config["gpu"]["require_cuda"],
         random_seed=config["random_seed"],
+        contenders=contender_entries("timing"),
     script:
         "../../scripts/gpu_timing.py"
 

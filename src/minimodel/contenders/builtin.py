@@ -6,7 +6,8 @@
 - `sdpa_flash`, `sdpa_efficient`, `sdpa_cudnn`: PyTorch's SDPA with one backend each;
 - `flex`: FlexAttention, `torch.compile(flex_attention)` with a block mask for causal (CUDA only);
 - `flash_attn`: the `flash_attn` package's `flash_attn_func` when it is installed.
-They run in the stage's own process: they are the project's code or PyTorch's.
+Like a user's, each runs in a child process of the stage (`minimodel.contenders.run`). Importing
+this module imports no torch: the workflow reads the names before any job.
 """
 
 from __future__ import annotations
@@ -14,17 +15,9 @@ from __future__ import annotations
 import functools
 import importlib.util
 
-import torch
-from torch.nn.attention import SDPBackend, sdpa_kernel
-from torch.nn.functional import scaled_dot_product_attention as sdpa
-
+from minimodel import contract as C
 from minimodel.contenders.spec import Contender
 
-SDPA_BACKENDS = {
-    "sdpa_flash": SDPBackend.FLASH_ATTENTION,
-    "sdpa_efficient": SDPBackend.EFFICIENT_ATTENTION,
-    "sdpa_cudnn": SDPBackend.CUDNN_ATTENTION,
-}
 # FlexAttention compiles once per shape; past torch.compile's default of 8 recompiles it falls
 # back to eager, which then fails inside a CUDA graph: every point of a grid must compile
 FLEX_RECOMPILE_LIMIT = 256
@@ -51,15 +44,19 @@ def naive(q, k, v, causal=False):
     return reference_attn(q, k, v, causal=causal)
 
 
-def _sdpa(backend):
+def _sdpa(name):
     def run(q, k, v, causal=False):
-        with sdpa_kernel(backend):
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+        from torch.nn.functional import scaled_dot_product_attention as sdpa
+
+        with sdpa_kernel(getattr(SDPBackend, C.SDPA_BACKENDS[name])):
             return sdpa(q, k, v, is_causal=causal, enable_gqa=k.shape[1] != q.shape[1])
     return run
 
 
 @functools.cache
 def _flex():
+    import torch
     from torch.nn.attention.flex_attention import flex_attention
 
     torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, FLEX_RECOMPILE_LIMIT)
@@ -86,24 +83,26 @@ def flash_attn(q, k, v, causal=False):
     return out.transpose(1, 2)
 
 
-FUNCTIONS = {"triton": triton, "triton_tl": triton_tl, "naive": naive,
-             **{name: _sdpa(backend) for name, backend in SDPA_BACKENDS.items()},
-             "flex": flex, "flash_attn": flash_attn}
+sdpa_flash, sdpa_efficient, sdpa_cudnn = (_sdpa(name) for name in C.SDPA_BACKENDS)
 
+
+def _builtin(name, **supports):
+    return Contender(name, f"{__name__}:{name}", gqa=True, **supports)
+
+
+# each named as minimodel.contract names it; the functions above carry the same names
 BUILTINS = {
-    "triton": Contender("triton", "minimodel.contenders.builtin:triton", gqa=True, triton=True),
-    "triton_tl": Contender("triton_tl", "minimodel.contenders.builtin:triton_tl", gqa=True, triton=True),
-    "naive": Contender("naive", "minimodel.contenders.builtin:naive", gqa=True),
-    **{name: Contender(name, f"minimodel.contenders.builtin:{name}", devices=("cuda",), gqa=True)
-       for name in SDPA_BACKENDS},
-    "flex": Contender("flex", "minimodel.contenders.builtin:flex", devices=("cuda",), gqa=True),
-    "flash_attn": Contender("flash_attn", "minimodel.contenders.builtin:flash_attn", devices=("cuda",),
-                            head_dims=(64, 128, 256), gqa=True),
+    C.TRITON: _builtin(C.TRITON, triton=True),
+    C.TRITON_TL: _builtin(C.TRITON_TL, triton=True),
+    C.NAIVE: _builtin(C.NAIVE),
+    **{name: _builtin(name, devices=("cuda",)) for name in C.SDPA_BACKENDS},
+    C.FLEX: _builtin(C.FLEX, devices=("cuda",)),
+    C.FLASH_ATTN: _builtin(C.FLASH_ATTN, devices=("cuda",), head_dims=(64, 128, 256)),
 }
 
 
 def unavailable(name: str) -> str | None:
     """Why a built-in cannot run on this machine at all, or None."""
-    if name == "flash_attn" and importlib.util.find_spec("flash_attn") is None:
+    if name == C.FLASH_ATTN and importlib.util.find_spec("flash_attn") is None:
         return "the flash_attn package is not installed"
     return None

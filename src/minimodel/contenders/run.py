@@ -2,10 +2,13 @@
 
 A thread or an alarm cannot stop a hung CUDA call, and a crash in a user's extension would take
 the stage down with it, so each contender's points go to a child process of the stage's job
-(`multiprocessing`, spawned: a fresh interpreter, with the parent's environment, so Triton's
-interpreter switch carries over). The parent waits at most the contender's `timeout_s` for each
-point; a point that outlasts it, or a child that dies, gives a failed row saying so, and a fresh
-child takes the next point. Every other contender's numbers come from their own children.
+(`python -m minimodel.contenders.run`: a fresh interpreter with the parent's environment, so
+Triton's interpreter switch carries over; not `multiprocessing`, whose spawn re-runs the parent's
+main script, here the rule's). Requests and answers cross two pipes as plain pickles (a tensor
+by value: multiprocessing's own pickler would share its memory, which needs a related process).
+The parent waits at most the contender's `timeout_s` for each point; a point that outlasts it, or
+a child that dies, gives a failed row saying so, and a fresh child takes the next point. Every
+other contender's numbers come from their own children.
 
 Inputs are drawn in the child from a seed (`inputs`), so the parent draws the very same ones for
 its float64 reference without sending tensors across.
@@ -13,9 +16,13 @@ its float64 reference without sending tensors across.
 
 from __future__ import annotations
 
-import multiprocessing
+import os
+import pickle
+import subprocess
+import sys
 import traceback
 from dataclasses import dataclass
+from multiprocessing.connection import Connection
 from pathlib import Path
 
 import torch
@@ -101,7 +108,7 @@ def checked_output(fn, case: Case) -> torch.Tensor:
 def timed(fn, case: TimingCase) -> dict:
     """One checked call (its first head comes back for the float64 check), then eager and
     CUDA-graph times, as the timing stage takes them for its own implementations."""
-    from minimodel.gpu.timing import bench_graph_ms, bench_ms
+    from minimodel.gpu.bench import bench_graph_ms, bench_ms
 
     q, k, v = timing_inputs(case)
     poison = torch.full_like(q, float("nan"))
@@ -122,25 +129,35 @@ def timed(fn, case: TimingCase) -> dict:
 TASKS = {"output": checked_output, "time": timed}
 
 
-def _child(contender: Contender, search: tuple[Path, ...], conn) -> None:
-    """Serve (task, payload) requests until the parent closes the pipe."""
+def _send(conn: Connection, obj) -> None:
+    conn.send_bytes(pickle.dumps(obj))
+
+
+def _receive(conn: Connection):
+    return pickle.loads(conn.recv_bytes())
+
+
+def _serve(conn_in: Connection, conn_out: Connection) -> None:
+    """The child: load the contender it is sent, then answer (task, payload) until the pipe closes."""
+    contender, search = _receive(conn_in)
     try:
         fn = load(contender, search)
     except Exception as err:  # noqa: BLE001 (a user's module may raise anything on import)
-        conn.send(("error", f"{type(err).__name__}: {err}"))
+        _send(conn_out, ("error", f"{type(err).__name__}: {err}"))
         return
-    conn.send(("ready", None))
+    _send(conn_out, ("ready", None))
     while True:
         try:
-            task, payload = conn.recv()
+            task, payload = _receive(conn_in)
         except EOFError:
             return
         try:
-            conn.send(("ok", TASKS[task](fn, payload)))
+            _send(conn_out, ("ok", TASKS[task](fn, payload)))
         except Exception as err:  # noqa: BLE001
             last = traceback.extract_tb(err.__traceback__)[-1]
-            conn.send(("error", f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''} "
-                                f"({Path(last.filename).name}:{last.lineno})"))
+            message = str(err).splitlines()[0] if str(err) else ""
+            where = f"{Path(last.filename).name}:{last.lineno}"
+            _send(conn_out, ("error", f"{type(err).__name__}: {message} ({where})"))
 
 
 class Child:
@@ -148,18 +165,22 @@ class Child:
 
     def __init__(self, contender: Contender, search: tuple[Path, ...]):
         self.contender, self.search = contender, search
-        self.process = self.conn = None
+        self.process = self.to_child = self.from_child = None
         self.load_error: str | None = None
 
     def _start(self) -> None:
-        ctx = multiprocessing.get_context("spawn")
-        self.conn, child_conn = ctx.Pipe()
-        self.process = ctx.Process(target=_child, args=(self.contender, self.search, child_conn),
-                                   daemon=True, name=f"contender-{self.contender.name}")
-        self.process.start()
-        child_conn.close()
-        # importing torch and the user's module: allowed the point's time limit on top of a minute
-        if not self.conn.poll(60 + self.contender.timeout_s):
+        down_r, down_w = os.pipe()
+        up_r, up_w = os.pipe()
+        src = str(Path(__file__).resolve().parents[2])  # this checkout's minimodel, first
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [src, os.environ.get("PYTHONPATH")]))}
+        command = [sys.executable, "-m", "minimodel.contenders.run", str(down_r), str(up_w)]
+        self.process = subprocess.Popen(command, pass_fds=(down_r, up_w), env=env)
+        os.close(down_r)
+        os.close(up_w)
+        self.to_child, self.from_child = Connection(down_w, readable=False), Connection(up_r, writable=False)
+        _send(self.to_child, (self.contender, tuple(self.search)))
+        # importing torch and the user's module: allowed a minute on top of the point's time limit
+        if not self.from_child.poll(60 + self.contender.timeout_s):
             self.stop()
             self.load_error = f"its module did not import within {60 + self.contender.timeout_s:.0f} s"
             return
@@ -170,36 +191,42 @@ class Child:
 
     def _recv(self):
         try:
-            return self.conn.recv()
+            return _receive(self.from_child)
         except EOFError:
-            self.process.join(5)
-            return "error", f"its process died (exit code {self.process.exitcode})"
+            code = self.process.wait(5)
+            return "error", f"its process died (exit code {code})"
 
     def call(self, task: str, payload):
         """("ok", result) or ("error", one line saying what went wrong)."""
-        if self.process is None or not self.process.is_alive():
+        if self.process is None or self.process.poll() is not None:
+            self.stop()
             self._start()
         if self.load_error:
             return "error", self.load_error
-        self.conn.send((task, payload))
-        if not self.conn.poll(self.contender.timeout_s):
+        _send(self.to_child, (task, payload))
+        if not self.from_child.poll(self.contender.timeout_s):
             self.stop()
             return "error", f"no answer within its time limit of {self.contender.timeout_s:g} s: stopped"
         status, detail = self._recv()
-        if status == "error" and not self.process.is_alive():
+        if status == "error" and self.process.poll() is not None:
             self.stop()
         return status, detail
 
     def stop(self) -> None:
         if self.process is not None:
-            if self.process.is_alive():
+            if self.process.poll() is None:
                 self.process.kill()
-            self.process.join(5)
-            self.conn.close()
-        self.process = self.conn = None
+            self.process.wait(5)
+            self.to_child.close()
+            self.from_child.close()
+        self.process = self.to_child = self.from_child = None
 
     def __enter__(self):
         return self
 
     def __exit__(self, *exc):
         self.stop()
+
+
+if __name__ == "__main__":
+    _serve(Connection(int(sys.argv[1]), writable=False), Connection(int(sys.argv[2]), readable=False))

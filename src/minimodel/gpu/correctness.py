@@ -128,13 +128,14 @@ def run_sweep(cfg: dict, backend: str, random_seed: int, progress=None) -> list[
     rows = []
     for case in tqdm(sweep_cases(cfg, backend), desc="correctness", file=progress, mininterval=2):
         if "skip" in case:
-            rows.append({**{k: case[k] for k in ("B", "H", "N", "d", "causal", "dtype")},
+            rows.append({"impl": contract.TRITON, **{k: case[k] for k in ("B", "H", "N", "d", "causal",
+                                                                          "dtype")},
                          "group": case["group"], "skipped": True, "reason": case["skip"],
                          "passed": None})
             continue
         row = check_case(case["B"], case["H"], case["N"], case["d"], case["causal"],
                          case["dtype"], device=device, generator=gen)
-        row["group"] = case["group"]
+        row.update(impl=contract.TRITON, group=case["group"])
         rows.append(row)
         log.info("N=%d d=%d causal=%s %s: kernel %.2e, torch %.2e, %s", row["N"], row["d"],
                  row["causal"], row["dtype"], row["err_kernel_vs_fp64"],
@@ -142,7 +143,33 @@ def run_sweep(cfg: dict, backend: str, random_seed: int, progress=None) -> list[
     return rows
 
 
+def run_contenders(cfg: dict, contenders, backend: str, random_seed: int, progress=None) -> list[dict]:
+    """The sweep's cases for each contender, each in a child process (`minimodel.contenders`).
+
+    A contender's inputs are drawn from random_seed + the case's index, the same for every
+    contender. The interpreter's smaller grid applies; its bf16 skip only to Triton contenders.
+    """
+    from minimodel.contenders import check, registry, run
+
+    device = "cuda" if backend == "cuda" else "cpu"
+    planned = sweep_cases(cfg, backend)
+    cases = [run.Case(c["B"], c["H"], c["H"], c["N"], c["d"], c["causal"], c["dtype"], device,
+                      seed=random_seed + i) for i, c in enumerate(planned)]
+    rows = []
+    for contender in tqdm(contenders, desc="contenders", file=progress):
+        found = check.sweep(contender, cases, registry.SEARCH, tolerance, backend == "interpreter")
+        rows += [{**row, "group": c["group"]} for row, c in zip(found, planned, strict=True)]
+    return rows
+
+
 def summarize(rows: list[dict], backend: str, random_seed: int) -> dict:
+    """The kernel's verdict (its rows), and each contender's counts beside it."""
+    contenders = {}
+    for r in rows:
+        if r.get("impl", contract.TRITON) != contract.TRITON:
+            counts = contenders.setdefault(r["impl"], {"passed": 0, "failed": 0, "skipped": 0})
+            counts["skipped" if r["skipped"] else "passed" if r["passed"] else "failed"] += 1
+    rows = [r for r in rows if r.get("impl", contract.TRITON) == contract.TRITON]
     ran = [r for r in rows if not r.get("skipped")]
     failed = [r for r in ran if not r["passed"]]
     return {
@@ -156,5 +183,6 @@ def summarize(rows: list[dict], backend: str, random_seed: int) -> dict:
         "max_err_vs_torch_fp16": max((r["err_vs_torch_fp16"] for r in ran), default=None),
         "lab_literal_all_pass": all(r["lab_literal_pass"] for r in ran),
         "device_l2_bytes": machine.device_l2_bytes() if backend == "cuda" else None,
+        "contenders": contenders,
         "cases_detail": rows,
     }

@@ -23,15 +23,16 @@ from __future__ import annotations
 import logging
 
 import torch
-import triton.testing
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.functional import scaled_dot_product_attention as sdpa
 from tqdm import tqdm
 
 from minimodel import contract, symbolic
+from minimodel.contenders.run import TimingCase, timing_inputs
 from minimodel.cpu import roofline
 from minimodel.cpu.references import reference_attn
 from minimodel.gpu import correctness, grids
+from minimodel.gpu.bench import bench_graph_ms, bench_ms
 from minimodel.kernel import default_config, flash_attn_forward, launch_config
 
 log = logging.getLogger(__name__)
@@ -39,16 +40,6 @@ log = logging.getLogger(__name__)
 SDPA_BACKENDS = contract.SDPA_BACKENDS
 NO_GPU_REASON = contract.NO_GPU_TIMING
 attention_flops = symbolic.attention_flops
-
-
-def bench_ms(fn, warmup_ms: float, rep_ms: float) -> float:
-    """Eager: median ms of one call at a time from Python, L2 flushed before each."""
-    return float(triton.testing.do_bench(fn, warmup=warmup_ms, rep=rep_ms, return_mode="median"))
-
-
-def bench_graph_ms(fn, rep_ms: float) -> float:
-    """GPU time: median ms per call over replays of a CUDA graph of about rep_ms of calls."""
-    return float(triton.testing.do_bench_cudagraph(fn, rep=rep_ms, return_mode="median"))
 
 
 def gpu_ceilings(warmup_ms: float = 25, rep_ms: float = 200) -> dict:
@@ -113,11 +104,11 @@ def one_head_reference(q, k, v, causal: bool):
 
 
 def time_point(grid: str, B: int, H: int, N: int, d: int, causal: bool, impl_names,
-               warmup_ms: float, rep_ms: float, ceilings: dict, random_seed: int) -> list[dict]:
-    """Every implementation at one (B, H, N, d, causal), with one checked run each."""
-    gen = torch.Generator(device="cuda").manual_seed(random_seed)
-    q, k, v = (torch.randn(B, H, N, d, device="cuda", dtype=torch.float16, generator=gen)
-               for _ in range(3))
+               warmup_ms: float, rep_ms: float, ceilings: dict, random_seed: int,
+               contenders=()) -> list[dict]:
+    """Every implementation at one (B, H, N, d, causal), with one checked run each; then each
+    contender (a `minimodel.contenders.run.Child`) in its own process."""
+    q, k, v = timing_inputs(TimingCase(B, H, N, d, causal, random_seed, warmup_ms, rep_ms))
     qs, ks, vs, exact, err_torch = one_head_reference(q, k, v, causal)
     cfg = launch_config(q, k, v, causal)  # what the call really runs, TMA or not
     flops = attention_flops(B, H, N, d, causal)
@@ -149,14 +140,47 @@ def time_point(grid: str, B: int, H: int, N: int, d: int, causal: bool, impl_nam
         except RuntimeError as err:  # a backend that does not support this shape
             row["status"] = f"unsupported: {str(err).splitlines()[0][:160]}"
         torch.cuda.empty_cache()
-        if row["ms"] is not None:
-            row["tflops"] = flops / (row["ms"] * 1e-3) / 1e12
-            row["tokens_per_s"] = B * N / (row["ms"] * 1e-3)
-            row["fraction_of_matmul_peak"] = flops / (row["ms"] * 1e-3) / ceilings["peak_flops_per_s"]
-        rows.append(row)
-        log.info("%s B=%d H=%d N=%d d=%d causal=%s %s: %s (%s)", grid, B, H, N, d, causal, name,
-                 f"{row['ms']:.4g} ms" if row["ms"] is not None else "no time", row["status"])
+        rows.append(_with_rates(row, ceilings))
+    for child in contenders:
+        rows.append(_with_rates(time_contender(child, row | {"impl": child.contender.name}, exact,
+                                               err_torch, random_seed, warmup_ms, rep_ms), ceilings))
     return rows
+
+
+def _with_rates(row: dict, ceilings: dict) -> dict:
+    if row["ms"] is not None:
+        seconds = row["ms"] * 1e-3
+        row.update(tflops=row["flops"] / seconds / 1e12, tokens_per_s=row["B"] * row["N"] / seconds,
+                   fraction_of_matmul_peak=row["flops"] / seconds / ceilings["peak_flops_per_s"])
+    log.info("%s B=%d H=%d N=%d d=%d causal=%s %s: %s (%s)", row["grid"], row["B"], row["H"], row["N"],
+             row["d"], row["causal"], row["impl"],
+             f"{row['ms']:.4g} ms" if row["ms"] is not None else "no time", row["status"])
+    return row
+
+
+def time_contender(child, base: dict, exact, err_torch: float, random_seed: int, warmup_ms: float,
+                   rep_ms: float) -> dict:
+    """A contender at one point, in its child process: the same inputs (drawn from the same seed),
+    the same one-head check, eager and graph times taken there (`minimodel.contenders.run`)."""
+    from minimodel.contenders import builtin
+
+    c = child.contender
+    row = {key: base[key] for key in ("grid", "B", "H", "N", "d", "causal", "impl", "dtype", "flops")}
+    row.update(status=contract.OK, checked=None, err_vs_fp64=None, ms=None, eager_ms=None, timing=None)
+    reason = (c.skip_reason("cuda", "float16", row["d"], row["causal"], False, interpreted=False)
+              or builtin.unavailable(c.name))
+    if reason:
+        return {**row, "status": f"skipped: {reason}"}
+    case = TimingCase(row["B"], row["H"], row["N"], row["d"], row["causal"], random_seed, warmup_ms, rep_ms)
+    status, result = child.call("time", case)
+    if status != "ok":
+        return {**row, "status": f"failed: {result}"}
+    row.update(ms=result["ms"], eager_ms=result["eager_ms"], timing=result["timing"])
+    if exact is not None:
+        err = (result["head"].to(exact.device).double() - exact).abs().max().item()
+        ok = not result["has_nan"] and err <= correctness.tolerance(err_torch)
+        row.update(checked=ok, err_vs_fp64=err, status=contract.OK if ok else "failed its correctness check")
+    return row
 
 
 def add_ratios(rows: list[dict]) -> None:
@@ -171,14 +195,27 @@ def add_ratios(rows: list[dict]) -> None:
                                              if r["ms"] and triton_ms else None)
 
 
-def run(cfg: dict, random_seed: int, cpu_prediction: dict | None = None, progress=None) -> dict:
-    """The whole timing stage on the CUDA device: ceilings, both grids, ratios, predictions."""
+def run(cfg: dict, random_seed: int, cpu_prediction: dict | None = None, progress=None,
+        contenders=()) -> dict:
+    """The whole timing stage on the CUDA device: ceilings, both grids, ratios, predictions.
+
+    `contenders` (`minimodel.contenders.Contender`) are timed at every point too, each in a
+    child process that lives for the whole stage.
+    """
+    from minimodel.contenders import registry
+    from minimodel.contenders.run import Child
+
     ceilings = gpu_ceilings(cfg["warmup_ms"])
     rows = []
-    for i, p in enumerate(tqdm(grids.points(cfg), desc="timing", file=progress)):
-        rows += time_point(p.grid, p.B, p.H, p.N, p.d, p.causal, contract.IMPLEMENTATIONS_BY_GRID[p.grid],
-                           cfg["warmup_ms"], cfg["rep_ms"], ceilings, random_seed + i)
-        torch.cuda.empty_cache()  # the point's inputs are gone: hand their memory back
+    children = [Child(c, registry.SEARCH) for c in contenders]
+    try:
+        for i, p in enumerate(tqdm(grids.points(cfg), desc="timing", file=progress)):
+            rows += time_point(p.grid, p.B, p.H, p.N, p.d, p.causal, contract.IMPLEMENTATIONS_BY_GRID[p.grid],
+                               cfg["warmup_ms"], cfg["rep_ms"], ceilings, random_seed + i, children)
+            torch.cuda.empty_cache()  # the point's inputs are gone: hand their memory back
+    finally:
+        for child in children:
+            child.stop()
     add_ratios(rows)
     machine = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__,
                "triton": __import__("triton").__version__}

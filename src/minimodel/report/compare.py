@@ -149,7 +149,7 @@ def compare_cpu_bytes(run: Path, ref: Path) -> list[dict]:
 
 
 def compare_correctness(run: Path, ref: Path) -> list[dict]:
-    keys = ["B", "H", "N", "d", "causal", "dtype"]
+    keys = ["impl", "B", "H", "N", "d", "causal", "dtype"]
     columns = keys + ["backend", "skipped", "reason", "passed", "err_kernel_vs_fp64"]
     a, b = (runs.table(folder, contract.CORRECTNESS, columns) for folder in (run, ref))
     if a is None or b is None:

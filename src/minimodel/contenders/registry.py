@@ -1,0 +1,80 @@
+"""Which contenders a run has: the built-ins, the config's own (`contenders:`), and which of them
+each stage runs (`gpu.correctness.contenders`, `gpu.timing.contenders`, besides the kernel).
+
+`check` runs before any job (the Snakefile calls it): an unknown name, a module that is not found
+or a function that its module does not define stops the run with one line naming the contender.
+It reads the module's source and does not import it: the workflow's process does not run a
+user's code.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from minimodel.contenders.builtin import BUILTINS
+from minimodel.contenders.spec import Contender, ContenderError, module_path, parse
+from minimodel.provenance.project import ROOT
+
+EXAMPLES = ROOT / "examples"  # where a contender's module is looked for after PYTHONPATH
+SEARCH = (EXAMPLES,)
+STAGES = ("correctness", "timing")
+
+
+def defined(config: dict) -> dict[str, Contender]:
+    """Every contender the run knows by name: the built-ins, then the config's."""
+    found = dict(BUILTINS)
+    for name, entry in (config.get("contenders") or {}).items():
+        if name in BUILTINS:
+            raise ContenderError(f"contender {name!r}: the name is a built-in's; choose another "
+                                 f"(built-ins: {', '.join(BUILTINS)})")
+        found[name] = parse(name, entry)
+    return found
+
+
+def selected(config: dict, stage: str) -> list[Contender]:
+    """The contenders `stage` runs besides the project's kernel, in the config's order."""
+    known = defined(config)
+    names = config["gpu"][stage].get("contenders") or []
+    for name in names:
+        if name not in known:
+            raise ContenderError(f"contender {name!r} (gpu.{stage}.contenders) is neither a built-in "
+                                 f"({', '.join(BUILTINS)}) nor under contenders:")
+    return [known[name] for name in names]
+
+
+def user_modules(config: dict, stage: str) -> list[Path]:
+    """The files of the user's contenders that `stage` runs: its rule's inputs, hashed into its
+    manifest, so that editing one re-runs exactly the rules that run it."""
+    return sorted({module_path(c, SEARCH) for c in selected(config, stage) if c.name not in BUILTINS})
+
+
+def check(config: dict) -> None:
+    """Every selected contender can be found and names a function its module defines."""
+    for stage in STAGES:
+        for contender in selected(config, stage):
+            if contender.name in BUILTINS:
+                continue
+            path = module_path(contender, SEARCH)
+            function = contender.fn.split(":")[1]
+            if function not in _top_level_names(path):
+                raise ContenderError(f"contender {contender.name!r}: module {contender.fn.split(':')[0]!r} "
+                                     f"({path}) defines no function {function!r}")
+
+
+def _top_level_names(path: Path) -> set[str]:
+    """Names bound at the top level of a module's source: defs, classes, assignments, imports."""
+    try:
+        tree = ast.parse(path.read_text(), filename=str(path))
+    except SyntaxError as err:
+        raise ContenderError(f"{path}, line {err.lineno}: not valid Python: {err.msg}") from None
+    names = set()
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names |= {t.id for t in targets if isinstance(t, ast.Name)}
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            names |= {(a.asname or a.name).split(".")[0] for a in node.names}
+    return names
