@@ -28,6 +28,9 @@ IMPL_LABELS = {
     contract.SDPA_FLASH: "SDPA flash (FA2)",
     contract.SDPA_EFFICIENT: "SDPA memory-efficient",
     contract.NAIVE: "naive PyTorch",
+    contract.TRITON_TL: "this kernel, tl path",
+    contract.FLEX: "FlexAttention",
+    contract.FLASH_ATTN: "flash_attn package",
 }
 LAB_GRID, FA_GRID = contract.LAB_GRID, contract.FLASHATTENTION_GRID
 
@@ -160,13 +163,25 @@ def _gpu_points(t: dict, rows: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
+def _label(impl: str) -> str:
+    """The legend's name of an implementation; a contender is shown by its config name."""
+    return IMPL_LABELS.get(impl, impl)
+
+
+def _order(impls: pd.Series) -> list[str]:
+    """Legend order: the built-in implementations as IMPL_LABELS lists them, then contenders."""
+    present = set(impls)
+    return ([IMPL_LABELS[k] for k in IMPL_LABELS if k in present]
+            + sorted(present - set(IMPL_LABELS)))
+
+
 def tflops_vs_n(rows: pd.DataFrame, device: str):
     data = rows[(rows["grid"] == FA_GRID) & rows["ms"].notna()].copy()
-    data["implementation"] = data["impl"].map(IMPL_LABELS)
+    data["implementation"] = data["impl"].map(_label)
     data["mask"] = np.where(data["causal"], "causal", "not causal")
     g = sns.relplot(data=data, x="N", y="tflops", hue="implementation", style="implementation",
                     col="mask", row="d", kind="line", markers=True, height=3.3, aspect=1.3,
-                    hue_order=[IMPL_LABELS[k] for k in IMPL_LABELS if k in set(data["impl"])])
+                    hue_order=_order(data["impl"]))
     for ax in g.axes.flat:
         ax.set_xscale("log", base=2)
     tokens = sorted(set(data["B"] * data["N"]))
@@ -178,17 +193,18 @@ def tflops_vs_n(rows: pd.DataFrame, device: str):
 
 
 def ratio_to_backends(rows: pd.DataFrame, device: str):
-    data = rows[(rows["grid"] == FA_GRID) & rows["impl"].isin(contract.SDPA_BACKENDS)
+    data = rows[(rows["grid"] == FA_GRID) & ~rows["impl"].isin([contract.TRITON, contract.NAIVE])
                 & rows["triton_speedup_over_this"].notna()].copy()
-    data["backend"] = data["impl"].map(IMPL_LABELS)
+    data["backend"] = data["impl"].map(_label)
     data["point"] = data["N"].astype(str) + (np.where(data["causal"], " causal", ""))
     g = sns.catplot(data=data, x="point", y="triton_speedup_over_this", hue="backend", col="d",
-                    kind="bar", height=3.8, aspect=1.5)
+                    kind="bar", height=3.8, aspect=1.5, hue_order=_order(data["impl"]))
     for ax in g.axes.flat:
         ax.axhline(1.0, color="black", lw=1)
         ax.tick_params(axis="x", rotation=60)
     g.set_axis_labels("N (and mask)", "kernel speed / backend speed")
-    g.figure.suptitle(f"This kernel against each SDPA backend (>1: the kernel is faster) — {device}", y=1.03)
+    g.figure.suptitle(f"This kernel against each SDPA backend and contender (>1: the kernel is faster) — "
+                      f"{device}", y=1.03)
     return g.figure, data
 
 
@@ -218,11 +234,14 @@ ERROR_FLOOR = 1e-7  # an exact result (N = 1) is drawn here on the log axis
 
 
 def correctness(rows: pd.DataFrame, machine: str):
-    data = rows[~rows["skipped"].astype(bool)].copy()
-    dtype = data["dtype"].map({"float16": "fp16", "bfloat16": "bf16"}).fillna(data["dtype"])
-    data["case"] = (dtype + " d=" + data["d"].astype(str) + " N=" + data["N"].astype(str)
-                    + np.where(data["causal"], " causal", ""))
-    data = data.sort_values(["dtype", "d", "N", "causal"])
+    """The kernel's error per case against the pass line; each contender's error beside it."""
+    every = rows[~rows["skipped"].astype(bool)].copy()
+    dtype = every["dtype"].map({"float16": "fp16", "bfloat16": "bf16"}).fillna(every["dtype"])
+    every["case"] = (dtype + " d=" + every["d"].astype(str) + " N=" + every["N"].astype(str)
+                     + np.where(every["causal"], " causal", ""))
+    impl = every["impl"] if "impl" in every else pd.Series(contract.TRITON, index=every.index)
+    data = every[impl == contract.TRITON].sort_values(["dtype", "d", "N", "causal"])
+    others = every[impl != contract.TRITON]
     passed = int(data["passed"].astype(bool).sum())
     fig, ax = plt.subplots(figsize=(max(9, 0.36 * len(data)), 5.4))
     x = np.arange(len(data))
@@ -230,6 +249,11 @@ def correctness(rows: pd.DataFrame, machine: str):
                label="this kernel vs float64")
     ax.scatter(x, np.maximum(data["err_torch_vs_fp64"], ERROR_FLOOR), marker="x", zorder=3,
                label="PyTorch, same dtype, vs float64")
+    position = dict(zip(data["case"], x, strict=True))
+    for (name, part), marker in zip(others.groupby("impl", sort=False), "^vs<>Dph*", strict=False):
+        part = part[part["case"].isin(position) & part["err_kernel_vs_fp64"].notna()]
+        ax.scatter(part["case"].map(position), np.maximum(part["err_kernel_vs_fp64"], ERROR_FLOOR),
+                   marker=marker, s=18, alpha=0.8, zorder=2, label=f"{name} (contender) vs float64")
     ax.step(x, data["tolerance"], where="mid", color="tab:green",
             label="pass line: max(1e-3, 2 × PyTorch's error)")
     ax.axhline(1e-3, color="tab:red", ls="--", label="1e-3 (the lab's threshold)")

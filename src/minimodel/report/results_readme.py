@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 
 import jinja2
+import numpy as np
 import pandas as pd
 
 from minimodel import contract, symbolic
@@ -125,12 +126,37 @@ def gpu_bytes_answers(table: pd.DataFrame, summary: dict, n: int = 4096, d: int 
     }
 
 
+def contenders(correctness_rows: pd.DataFrame, timing_rows: pd.DataFrame) -> list[dict]:
+    """Each contender's correctness counts, its first failure's reason, and where it was timed the
+    geometric mean over FlashAttention's grid of the kernel's speed over its speed."""
+    if "impl" not in correctness_rows:
+        return []
+    found = []
+    names = [n for n in dict.fromkeys(correctness_rows["impl"]) if n != contract.TRITON]
+    names += [n for n in dict.fromkeys(timing_rows.get("impl", pd.Series(dtype=str)))
+              if n not in contract.IMPLEMENTATIONS and n not in names]
+    for name in names:
+        rows = correctness_rows[correctness_rows["impl"] == name]
+        ran = rows[~rows["skipped"].astype(bool)]
+        failed = ran[~ran["passed"].astype(bool)]
+        timed = timing_rows[(timing_rows.get("impl") == name)
+                            & (timing_rows["grid"] == contract.FLASHATTENTION_GRID)]
+        ratios = timed["triton_speedup_over_this"].dropna() if "triton_speedup_over_this" in timed else []
+        found.append({"name": name, "passed": len(ran) - len(failed), "failed": len(failed),
+                      "skipped": len(rows) - len(ran),
+                      "first_failure": failed["reason"].iloc[0] if len(failed) else "",
+                      "kernel_over_this": float(np.exp(np.log(ratios).mean())) if len(ratios) else None,
+                      "timed_points": len(ratios)})
+    return found
+
+
 def collect(paths: dict) -> dict:
     """Every number the README states, from the run's files (keys of `paths`: see the readme rule)."""
     ceilings = _json(paths["cpu_ceilings"])
     timing = _json(paths["timing"])
     corr = _json(paths["correctness"])
-    corr_rows = pd.DataFrame(corr["cases_detail"])
+    every_row = pd.DataFrame(corr["cases_detail"])
+    corr_rows = every_row[every_row.get("impl", contract.TRITON) == contract.TRITON]  # the kernel's
     ran = corr_rows[~corr_rows["skipped"].astype(bool)]
     lab_cases = ran[ran["group"] == contract.LAB_CASES]
     bench = {Path(p).stem: float(pd.read_csv(p, sep="\t")["s"].iloc[0]) for p in paths["benchmarks"]}
@@ -155,6 +181,7 @@ def collect(paths: dict) -> dict:
             "torch_fp16_causal_err": float(ran[(ran["dtype"] == "float16") & ran["causal"].astype(bool)]
                                            ["err_torch_vs_fp64"].max()),
         },
+        "contenders": contenders(every_row, pd.read_csv(paths["timing_table"])),
         "gpu": gpu_answers(timing, pd.read_csv(paths["timing_table"])),
         "gpu_bytes": gpu_bytes_answers(pd.read_csv(paths["gpu_bytes"]), _json(paths["gpu_bytes_summary"])),
     }
