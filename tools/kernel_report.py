@@ -57,46 +57,40 @@ def _signature(kernel, args: dict) -> tuple[dict, dict, dict]:
     return signature, constants, attrs
 
 
-def _gluon_kernel_args(config, shape: tuple[int, int, int, int], causal: bool):
-    """The Gluon kernel and its arguments as types, from the launch's own `hopper.arguments`."""
+def _as_types(args: dict) -> dict:
+    """A launch's arguments as Triton's signature sees them: pointers and descriptors as their
+    types, numbers as they are (`_signature` specializes them as a launch would)."""
     import torch
     from triton.runtime.jit import mangle_type
 
-    from minimodel.kernel import hopper
-
-    t = torch.empty(shape, dtype=torch.float16)  # CPU tensors: only shapes, strides and dtype are read
-    _, args, options = hopper.arguments(t, t, t, t, torch.empty(1), 0.125, config, causal, False)
     def as_type(v):
-        if isinstance(v, hopper.TensorDescriptor):
-            return mangle_type(v)
-        return f"*{'fp16' if v.dtype == torch.float16 else 'fp32'}" if isinstance(v, torch.Tensor) else v
+        if isinstance(v, torch.Tensor):
+            return f"*{'fp16' if v.dtype == torch.float16 else 'fp32'}"
+        return v if isinstance(v, int | float) else mangle_type(v)
 
-    typed = {name: as_type(v) for name, v in args.items()}
-    return hopper._flash_fwd_hopper, typed, options
+    return {name: as_type(v) for name, v in args.items()}
+
+
+def _launch(config, shape: tuple[int, int, int, int], causal: bool):
+    """(kernel, arguments as types, options) of `flash_attn_forward`'s launch on a contiguous fp16
+    problem of this shape, from the package's own `arguments` (CPU tensors: only their shapes,
+    strides and dtype are read)."""
+    import torch
+
+    from minimodel.kernel import flash, hopper
+
+    t = torch.empty(shape, dtype=torch.float16)
+    if config.GLUON:
+        kernel = hopper._flash_fwd_hopper
+        _, args, options = hopper.arguments(t, t, t, t, t, 0.125, config, causal, False)
+    else:
+        kernel, _, args, options = flash.arguments(t, t, t, t, t, 0.125, config, causal, False)
+    return kernel, _as_types(args), options
 
 
 def kernel_args(config, shape: tuple[int, int, int, int], causal: bool):
     """The kernel `flash_attn_forward` launches for `config` and the arguments it passes."""
-    from minimodel.kernel import flash as af
-
-    if config.GLUON:
-        return _gluon_kernel_args(config, shape, causal)[:2]
-
-    B, H, N, d = shape
-    common = dict(HEAD_DIM=d, BLOCK_M=config.BLOCK_M, BLOCK_N=config.BLOCK_N, IS_CAUSAL=causal,
-                  STORE_LSE=False, WARP_SPECIALIZE=config.WARP_SPECIALIZE, H=H, N=N, GROUP=1,
-                  qk_scale=0.125)
-    if config.TMA:
-        def desc(rows):
-            return f"tensordesc<fp16[1,1,{rows},{d}]>"
-        return af._flash_fwd_kernel_tma, dict(
-            desc_q=desc(config.BLOCK_M), desc_k=desc(config.BLOCK_N), desc_v=desc(config.BLOCK_N),
-            desc_o=desc(config.BLOCK_M), LSE="*fp16", **common)
-    strides = dict(zip("bhnd", (H * N * d, N * d, d, 1), strict=True))
-    args = dict(Q="*fp16", K="*fp16", V="*fp16", O="*fp16", LSE="*fp16", **common)
-    for t in "qkvo":
-        args.update({f"stride_{t}{axis}": s for axis, s in strides.items()})
-    return af._flash_fwd_kernel, args
+    return _launch(config, shape, causal)[:2]
 
 
 def compile_cubin(config, shape, causal: bool, arch: int = 90):
@@ -109,18 +103,14 @@ def compile_cubin(config, shape, causal: bool, arch: int = 90):
 
     if INTERPRETED:
         raise RuntimeError("kernel_report compiles the real kernels: run it without TRITON_INTERPRET=1")
-    kernel, args = kernel_args(config, shape, causal)
+    kernel, args, options = _launch(config, shape, causal)
     signature, constants, attrs = _signature(kernel, args)
     if config.GLUON:  # layouts, stages and warps are in the source: only num_warps is an option
         from triton.experimental.gluon._runtime import GluonASTSource
 
-        options = _gluon_kernel_args(config, shape, causal)[2]
-        return triton.compile(GluonASTSource(kernel, signature, constants, attrs),
-                              target=GPUTarget("cuda", arch, 32), options=options)
-    source = ASTSource(kernel, signature, constants, attrs)
-    options = {"num_warps": config.num_warps, "num_stages": config.num_stages}
-    if config.MAXNREG:
-        options["maxnreg"] = config.MAXNREG
+        source = GluonASTSource(kernel, signature, constants, attrs)
+    else:
+        source = ASTSource(kernel, signature, constants, attrs)
     return triton.compile(source, target=GPUTarget("cuda", arch, 32), options=options)
 
 

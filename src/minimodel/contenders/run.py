@@ -28,6 +28,7 @@ from pathlib import Path
 import torch
 
 from minimodel.contenders.spec import Contender, load
+from minimodel.provenance.project import SRC
 
 
 @dataclass(frozen=True)
@@ -171,7 +172,7 @@ class Child:
     def _start(self) -> None:
         down_r, down_w = os.pipe()
         up_r, up_w = os.pipe()
-        src = str(Path(__file__).resolve().parents[2])  # this checkout's minimodel, first
+        src = str(SRC)  # this checkout's minimodel, first
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [src, os.environ.get("PYTHONPATH")]))}
         command = [sys.executable, "-m", "minimodel.contenders.run", str(down_r), str(up_w)]
         self.process = subprocess.Popen(command, pass_fds=(down_r, up_w), env=env)

@@ -302,6 +302,30 @@ def _grid(N: int, batch_heads: int, block_m: int) -> tuple[int]:
     return (programs,)
 
 
+def arguments(Q, K, V, O, LSE, qk_scale: float, cfg: FwdConfig, causal: bool, store_lse: bool):
+    """(kernel, grid, arguments in the kernel's order, launch options) of a tl-kernel call: what
+    `flash_attn_forward` launches, and what a compile for a GPU without one specializes on."""
+    B, H, N, d = Q.shape
+    common = dict(H=H, N=N, GROUP=H // K.shape[1], HEAD_DIM=d, BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N,
+                  IS_CAUSAL=bool(causal), STORE_LSE=bool(store_lse), WARP_SPECIALIZE=cfg.WARP_SPECIALIZE)
+    options = dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+                   **({"maxnreg": cfg.MAXNREG} if cfg.MAXNREG else {}))
+    grid = _grid(N, B * H, cfg.BLOCK_M)
+    if cfg.TMA:
+        from triton.tools.tensor_descriptor import TensorDescriptor
+
+        def desc(t, rows):
+            return TensorDescriptor(t, list(t.shape), list(t.stride()), [1, 1, rows, d])
+
+        args = dict(desc_q=desc(Q, cfg.BLOCK_M), desc_k=desc(K, cfg.BLOCK_N), desc_v=desc(V, cfg.BLOCK_N),
+                    desc_o=desc(O, cfg.BLOCK_M), LSE=LSE, qk_scale=qk_scale, **common)
+        return _flash_fwd_kernel_tma, grid, args, options
+    strides = {f"stride_{name}{axis}": stride for name, t in zip("qkvo", (Q, K, V, O), strict=True)
+               for axis, stride in zip("bhnd", t.stride(), strict=True)}
+    args = dict(Q=Q, K=K, V=V, O=O, LSE=LSE, qk_scale=qk_scale, **strides, **common)
+    return _flash_fwd_kernel, grid, args, options
+
+
 def flash_attn_forward(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, causal: bool = True,
                        sm_scale: float | None = None, return_lse: bool = False,
                        config: FwdConfig | None = None):
@@ -329,31 +353,12 @@ def flash_attn_forward(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, causal
     if O.numel() == 0:
         return (O, LSE) if return_lse else O
     cfg = launch_config(Q, K, V, causal, config)
-    grid = _grid(N, B * H, cfg.BLOCK_M)
-    common = dict(HEAD_DIM=d, BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N, IS_CAUSAL=bool(causal),
-                  STORE_LSE=bool(return_lse), WARP_SPECIALIZE=cfg.WARP_SPECIALIZE,
-                  num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+    _grid(N, B * H, cfg.BLOCK_M)  # one launch must hold every program
     if cfg.GLUON:
         from minimodel.kernel import hopper
 
         hopper.launch(Q, K, V, O, LSE, scale * LOG2E, cfg, causal, return_lse)
-        return (O, LSE) if return_lse else O
-    if cfg.MAXNREG:
-        common["maxnreg"] = cfg.MAXNREG
-    if cfg.TMA:
-        from triton.tools.tensor_descriptor import TensorDescriptor
-
-        def desc(t, rows):
-            return TensorDescriptor(t, list(t.shape), list(t.stride()), [1, 1, rows, d])
-
-        _flash_fwd_kernel_tma[grid](
-            desc(Q, cfg.BLOCK_M), desc(K, cfg.BLOCK_N), desc(V, cfg.BLOCK_N), desc(O, cfg.BLOCK_M),
-            LSE, scale * LOG2E, H, N, H // K.shape[1], **common,
-        )
     else:
-        _flash_fwd_kernel[grid](
-            Q, K, V, O, LSE, scale * LOG2E,
-            *Q.stride(), *K.stride(), *V.stride(), *O.stride(),
-            H, N, H // K.shape[1], **common,
-        )
+        kernel, grid, args, options = arguments(Q, K, V, O, LSE, scale * LOG2E, cfg, causal, return_lse)
+        kernel[grid](**args, **options)
     return (O, LSE) if return_lse else O
