@@ -250,7 +250,8 @@ def correctness(rows: pd.DataFrame, machine: str):
     ax.scatter(x, np.maximum(data["err_torch_vs_fp64"], ERROR_FLOOR), marker="x", zorder=3,
                label="PyTorch, same dtype, vs float64")
     position = dict(zip(data["case"], x, strict=True))
-    for (name, part), marker in zip(others.groupby("impl", sort=False), "^vs<>Dph*", strict=False):
+    contenders = others.groupby("impl", sort=False) if len(others) else []
+    for (name, part), marker in zip(contenders, "^vs<>Dph*", strict=False):
         part = part[part["case"].isin(position) & part["err_kernel_vs_fp64"].notna()]
         ax.scatter(part["case"].map(position), np.maximum(part["err_kernel_vs_fp64"], ERROR_FLOOR),
                    marker=marker, s=18, alpha=0.8, zorder=2, label=f"{name} (contender) vs float64")

@@ -156,7 +156,9 @@ def collect(paths: dict) -> dict:
     timing = _json(paths["timing"])
     corr = _json(paths["correctness"])
     every_row = pd.DataFrame(corr["cases_detail"])
-    corr_rows = every_row[every_row.get("impl", contract.TRITON) == contract.TRITON]  # the kernel's
+    # the kernel's rows (a run from before contenders has only those, and no impl column)
+    impl = every_row["impl"] if "impl" in every_row else pd.Series(contract.TRITON, index=every_row.index)
+    corr_rows = every_row[impl == contract.TRITON]
     ran = corr_rows[~corr_rows["skipped"].astype(bool)]
     lab_cases = ran[ran["group"] == contract.LAB_CASES]
     bench = {Path(p).stem: float(pd.read_csv(p, sep="\t")["s"].iloc[0]) for p in paths["benchmarks"]}
