@@ -86,6 +86,27 @@ def test_a_timing_ratio_is_judged_by_its_grids_band(run):
     assert (bad["tolerance"] == compare.timing_band("flashattention", 4096)).all()
 
 
+def test_a_contender_timed_in_both_runs_is_compared_by_its_ratio(run, tmp_path):
+    timing = run / "gpu/timing/timing.csv"
+    frame = pd.read_csv(timing)
+    frame = pd.concat([frame, frame[frame["impl"] == "sdpa_cudnn"].assign(impl="mine")])  # as fast as cuDNN
+    frame.to_csv(timing, index=False)
+    vouch(timing)
+    other = tmp_path / "other"
+    shutil.copytree(run, other)
+    table, verdict = compare.compare_runs(run, other)
+    assert verdict["verdict"] == "agree" and "kernel/mine" in set(table["metric"])
+
+    def slower_mine(f):
+        rows = (f["impl"] == "mine") & (f["grid"] == "flashattention") & (f["N"] == 4096) & (f["d"] == 64)
+        f.loc[rows, "ms"] *= 1.08
+
+    edit_csv(other / "gpu/timing/timing.csv", slower_mine)
+    table, _ = compare.compare_runs(run, other)
+    bad = table[table["verdict"] == "disagree"]
+    assert set(bad["metric"]) == {"kernel/mine"} and len(bad) == 2  # causal and not
+
+
 def test_another_gpu_or_none_is_not_comparable_and_not_a_failure(run):
     summary = json.loads((run / "gpu/timing/timing.json").read_text())
     summary["device"] = "NVIDIA A100-SXM4-80GB"

@@ -177,12 +177,13 @@ def compare_correctness(run: Path, ref: Path) -> list[dict]:
 
 
 def _ratios(timing: pd.DataFrame) -> pd.DataFrame:
-    """Per point and ratio name: the other implementation's time over the kernel's."""
+    """Per point and ratio name: another implementation's time over the kernel's (kernel/<contender>)."""
     point = ["grid", "B", "H", "N", "d", "causal"]
     ok = timing[timing["status"] == contract.OK]
     ms = ok.pivot_table(index=point, columns="impl", values="ms", aggfunc="first")
     kernel = contract.TRITON
-    out = pd.DataFrame({name: ms[impl] / ms[kernel] for name, impl in RATIOS.items()
+    ratios = RATIOS | {f"kernel/{i}": i for i in ms.columns if i not in contract.IMPLEMENTATIONS}
+    out = pd.DataFrame({name: ms[impl] / ms[kernel] for name, impl in ratios.items()
                         if impl in ms and kernel in ms})
     out.columns.name = "metric"
     return out.stack().rename("ratio").reset_index()
