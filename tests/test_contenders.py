@@ -197,3 +197,37 @@ def test_an_unknown_function_stops_the_run_before_any_job(tmp_path):
             f"({(root / 'examples' / 'bad_contenders.py').resolve()}) defines no function 'nope'")
     said = proc.stdout + proc.stderr  # Snakemake prints a WorkflowError on stdout
     assert line in said, said[-2000:]
+
+
+def _config(contenders, correctness=(), timing=()):
+    return {"contenders": contenders, "gpu": {"correctness": {"contenders": list(correctness)},
+                                              "timing": {"contenders": list(timing)}}}
+
+
+def test_the_registry_refuses_in_one_line_before_any_job(tmp_path, monkeypatch):
+    from minimodel.contenders import registry
+
+    monkeypatch.setattr(registry, "SEARCH", (tmp_path, EXAMPLES))
+    (tmp_path / "broken.py").write_text("def forward(q, k, v, causal=False)\n    return q\n")
+    cases = [
+        (_config({"triton": {"fn": "torch_blocked:forward"}}), "the name is a built-in's"),
+        (_config({}, correctness=["nobody"]), "contender 'nobody' (gpu.correctness.contenders) is neither"),
+        (_config({"b": {"fn": "broken:forward"}}, timing=["b"]), "broken.py, line 1: not valid Python"),
+        (_config({"b": {"fn": "torch_blocked:nope"}}, timing=["b"]), "defines no function 'nope'"),
+    ]
+    for config, words in cases:
+        with pytest.raises(ContenderError) as err:
+            registry.check(config)
+        assert words in str(err.value) and "\n" not in str(err.value)
+    ok = _config({"b": {"fn": "torch_blocked:forward"}}, correctness=["b", "naive"], timing=["flex"])
+    registry.check(ok)
+    assert [c.name for c in registry.selected(ok, "correctness")] == ["b", "naive"]
+    assert registry.user_modules(ok, "correctness") == [EXAMPLES / "torch_blocked.py"]
+    assert registry.user_modules(ok, "timing") == []  # built-ins are the project's code
+
+
+def test_every_builtin_names_a_function_of_its_own_name():
+    from minimodel.contenders import builtin
+
+    for name, contender in builtin.BUILTINS.items():
+        assert contender.fn == f"minimodel.contenders.builtin:{name}" and callable(getattr(builtin, name))
