@@ -194,8 +194,7 @@ class Child:
         try:
             return _receive(self.from_child)
         except EOFError:
-            code = self.process.wait(5)
-            return "error", f"its process died (exit code {code})"
+            return "error", f"its process died (exit code {self._wait()})"
 
     def call(self, task: str, payload):
         """("ok", result) or ("error", one line saying what went wrong)."""
@@ -213,11 +212,19 @@ class Child:
             self.stop()
         return status, detail
 
+    def _wait(self) -> int | None:
+        """The child's exit code, waiting a few seconds at most: a process stuck in a driver call
+        may outlive SIGKILL for a while, and the stage must not wait on it."""
+        try:
+            return self.process.wait(5)
+        except subprocess.TimeoutExpired:
+            return None
+
     def stop(self) -> None:
         if self.process is not None:
             if self.process.poll() is None:
                 self.process.kill()
-            self.process.wait(5)
+            self._wait()
             self.to_child.close()
             self.from_child.close()
         self.process = self.to_child = self.from_child = None
