@@ -231,3 +231,37 @@ def test_every_builtin_names_a_function_of_its_own_name():
 
     for name, contender in builtin.BUILTINS.items():
         assert contender.fn == f"minimodel.contenders.builtin:{name}" and callable(getattr(builtin, name))
+
+
+def test_a_function_bound_under_try_or_if_is_found(tmp_path, monkeypatch):
+    from minimodel.contenders import registry
+
+    monkeypatch.setattr(registry, "SEARCH", (tmp_path,))
+    (tmp_path / "guarded.py").write_text(
+        "try:\n    from torch_blocked_missing import forward\nexcept ImportError:\n"
+        "    def forward(q, k, v, causal=False):\n        return q\nif True:\n    other = forward\n")
+    for fn in ("guarded:forward", "guarded:other"):
+        registry.check(_config({"g": {"fn": fn}}, correctness=["g"]))
+
+
+def test_a_stage_refuses_a_builtin_it_runs_anyway():
+    from minimodel.contenders import registry
+
+    with pytest.raises(ContenderError, match="the stage runs it already"):
+        registry.selected(_config({}, timing=["sdpa_cudnn"]), "timing")
+    with pytest.raises(ContenderError, match="the stage runs it already"):
+        registry.selected(_config({}, correctness=["triton"]), "correctness")
+    assert [c.name for c in registry.selected(_config({}, timing=["triton_tl", "flex"]), "timing")] == [
+        "triton_tl", "flex"]
+
+
+def test_a_module_that_fails_to_load_is_not_loaded_again(tmp_path):
+    from minimodel.contenders.run import Child
+
+    (tmp_path / "fails.py").write_text("raise RuntimeError('no')\n"
+                                       "def f(q, k, v, causal=False):\n    return q\n")
+    c = parse("fails", {"fn": "fails:f"})
+    with Child(c, (tmp_path,)) as child:
+        first = child.call("output", cases((33,))[0])
+        assert child.process is None and "RuntimeError: no" in first[1]
+        assert child.call("output", cases((33,))[1]) == first and child.process is None

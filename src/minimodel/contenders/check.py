@@ -45,11 +45,13 @@ def skipped_row(contender: Contender, case: Case, reason: str) -> dict:
 
 def sweep(contender: Contender, cases: list[Case], search, tolerance, interpreted: bool) -> list[dict]:
     """Every case for one contender, each in its child process; unsupported cases are skipped rows."""
+    from minimodel.contenders.builtin import unavailable
+
     rows = []
     with Child(contender, tuple(search)) as child:
         for case in cases:
-            reason = contender.skip_reason(case.device, case.dtype, case.d, case.causal,
-                                           case.H_kv != case.H, interpreted)
+            reason = unavailable(contender.name) or contender.skip_reason(
+                case.device, case.dtype, case.d, case.causal, case.H_kv != case.H, interpreted)
             rows.append(skipped_row(contender, case, reason) if reason
                         else check_case(child, case, tolerance))
     return rows

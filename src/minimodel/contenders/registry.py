@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from minimodel import contract as C
 from minimodel.contenders.builtin import BUILTINS
 from minimodel.contenders.spec import Contender, ContenderError, module_path, parse
 from minimodel.provenance.project import ROOT
@@ -19,6 +20,9 @@ from minimodel.provenance.project import ROOT
 EXAMPLES = ROOT / "examples"  # where a contender's module is looked for after PYTHONPATH
 SEARCH = (EXAMPLES,)
 STAGES = ("correctness", "timing")
+# what each stage runs whatever its contenders list says: naming one of these again would give
+# two rows of one implementation per point
+ALWAYS_RUN = {"correctness": (C.TRITON,), "timing": C.IMPLEMENTATIONS}
 
 
 def defined(config: dict) -> dict[str, Contender]:
@@ -36,7 +40,11 @@ def selected(config: dict, stage: str) -> list[Contender]:
     """The contenders `stage` runs besides the project's kernel, in the config's order."""
     known = defined(config)
     names = config["gpu"][stage].get("contenders") or []
+    always = ALWAYS_RUN[stage]
     for name in names:
+        if name in always:
+            raise ContenderError(f"contender {name!r} (gpu.{stage}.contenders): the stage runs it already; "
+                                 f"leave out {', '.join(always)}")
         if name not in known:
             raise ContenderError(f"contender {name!r} (gpu.{stage}.contenders) is neither a built-in "
                                  f"({', '.join(BUILTINS)}) nor under contenders:")
@@ -57,24 +65,35 @@ def check(config: dict) -> None:
                 continue
             path = module_path(contender, SEARCH)
             function = contender.fn.split(":")[1]
-            if function not in _top_level_names(path):
+            names = _top_level_names(path)
+            if names is not None and function not in names:
                 raise ContenderError(f"contender {contender.name!r}: module {contender.fn.split(':')[0]!r} "
                                      f"({path}) defines no function {function!r}")
 
 
-def _top_level_names(path: Path) -> set[str]:
-    """Names bound at the top level of a module's source: defs, classes, assignments, imports."""
+def _top_level_names(path: Path) -> set[str] | None:
+    """Names a module's source binds outside any function (under `if`, `try` and `with` too), or
+    None where the source cannot say: not a .py file (a compiled extension), or `import *`."""
+    if path.suffix != ".py":
+        return None
     try:
         tree = ast.parse(path.read_text(), filename=str(path))
     except SyntaxError as err:
         raise ContenderError(f"{path}, line {err.lineno}: not valid Python: {err.msg}") from None
-    names = set()
-    for node in tree.body:
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
-            names.add(node.name)
-        elif isinstance(node, ast.Assign | ast.AnnAssign):
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            names |= {t.id for t in targets if isinstance(t, ast.Name)}
-        elif isinstance(node, ast.Import | ast.ImportFrom):
-            names |= {(a.asname or a.name).split(".")[0] for a in node.names}
+    names: set[str] = set()
+    blocks = [tree.body]
+    while blocks:
+        for node in blocks.pop():
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                names.add(node.name)
+            elif isinstance(node, ast.Assign | ast.AnnAssign):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                names |= {t.id for t in targets if isinstance(t, ast.Name)}
+            elif isinstance(node, ast.Import | ast.ImportFrom):
+                if any(a.name == "*" for a in node.names):
+                    return None
+                names |= {(a.asname or a.name).split(".")[0] for a in node.names}
+            elif isinstance(node, ast.If | ast.Try | ast.With):
+                blocks += [node.body, getattr(node, "orelse", []), getattr(node, "finalbody", [])]
+                blocks += [h.body for h in getattr(node, "handlers", [])]
     return names

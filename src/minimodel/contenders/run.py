@@ -138,6 +138,16 @@ def _receive(conn: Connection):
     return pickle.loads(conn.recv_bytes())
 
 
+def _cuda_usable() -> bool:
+    if not torch.cuda.is_initialized():
+        return True
+    try:
+        torch.cuda.synchronize()
+        return True
+    except Exception:  # noqa: BLE001 (an illegal address, a device-side assert, ...)
+        return False
+
+
 def _serve(conn_in: Connection, conn_out: Connection) -> None:
     """The child: load the contender it is sent, then answer (task, payload) until the pipe closes."""
     contender, search = _receive(conn_in)
@@ -159,6 +169,10 @@ def _serve(conn_in: Connection, conn_out: Connection) -> None:
             message = str(err).splitlines()[0] if str(err) else ""
             where = f"{Path(last.filename).name}:{last.lineno}"
             _send(conn_out, ("error", f"{type(err).__name__}: {message} ({where})"))
+            if not _cuda_usable():  # a sticky CUDA error would fail every later point: start afresh
+                return
+        if torch.cuda.is_initialized():
+            torch.cuda.empty_cache()  # the next point, and the stage's own timings, get the memory
 
 
 class Child:
@@ -174,7 +188,9 @@ class Child:
         up_r, up_w = os.pipe()
         src = str(SRC)  # this checkout's minimodel, first
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [src, os.environ.get("PYTHONPATH")]))}
-        command = [sys.executable, "-m", "minimodel.contenders.run", str(down_r), str(up_w)]
+        # -P: the working directory is not put on sys.path, so the child finds the same module file
+        # the workflow hashed (PYTHONPATH, then examples/)
+        command = [sys.executable, "-P", "-m", "minimodel.contenders.run", str(down_r), str(up_w)]
         self.process = subprocess.Popen(command, pass_fds=(down_r, up_w), env=env)
         os.close(down_r)
         os.close(up_w)
@@ -197,7 +213,10 @@ class Child:
             return "error", f"its process died (exit code {self._wait()})"
 
     def call(self, task: str, payload):
-        """("ok", result) or ("error", one line saying what went wrong)."""
+        """("ok", result) or ("error", one line saying what went wrong). A module that failed to
+        load is not tried again: every later point gets the same reason."""
+        if self.load_error:
+            return "error", self.load_error
         if self.process is None or self.process.poll() is not None:
             self.stop()
             self._start()
