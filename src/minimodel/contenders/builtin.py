@@ -106,3 +106,10 @@ def unavailable(name: str) -> str | None:
     if name == C.FLASH_ATTN and importlib.util.find_spec("flash_attn") is None:
         return "the flash_attn package is not installed"
     return None
+
+
+def not_run_reason(contender: Contender, device: str, dtype: str, d: int, causal: bool, grouped: bool,
+                   interpreted: bool) -> str | None:
+    """Why a contender does not run at a point (what it supports, or a built-in missing here)."""
+    return unavailable(contender.name) or contender.skip_reason(device, dtype, d, causal, grouped,
+                                                                interpreted)

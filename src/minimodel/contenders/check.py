@@ -14,11 +14,15 @@ from minimodel.contenders.spec import Contender
 from minimodel.cpu.references import reference_attn
 
 
+def _row(contender: Contender, case: Case, **values) -> dict:
+    """A correctness-table row of `contender` at `case`: the case's keys, then `values`."""
+    return {"impl": contender.name, "B": case.B, "H": case.H, "H_kv": case.H_kv, "N": case.N,
+            "d": case.d, "causal": case.causal, "dtype": case.dtype, "layout": case.layout, **values}
+
+
 def check_case(child: Child, case: Case, tolerance) -> dict:
     """One row of the correctness table for the child's contender at `case`."""
-    row = {"impl": child.contender.name, "B": case.B, "H": case.H, "H_kv": case.H_kv, "N": case.N,
-           "d": case.d, "causal": case.causal, "dtype": case.dtype, "layout": case.layout,
-           "skipped": False, "reason": "", "has_nan": None, "err_kernel_vs_fp64": None}
+    row = _row(child.contender, case, skipped=False, reason="", has_nan=None, err_kernel_vs_fp64=None)
     q, k, v = inputs(case)
     exact = reference_attn(q, k, v, causal=case.causal, upcast=True).cpu()
     err_torch = (reference_attn(q, k, v, causal=case.causal).double().cpu() - exact).abs().max().item()
@@ -37,21 +41,15 @@ def check_case(child: Child, case: Case, tolerance) -> dict:
     return {**row, "passed": True}
 
 
-def skipped_row(contender: Contender, case: Case, reason: str) -> dict:
-    return {"impl": contender.name, "B": case.B, "H": case.H, "H_kv": case.H_kv, "N": case.N,
-            "d": case.d, "causal": case.causal, "dtype": case.dtype, "layout": case.layout,
-            "skipped": True, "reason": reason, "passed": None}
-
-
 def sweep(contender: Contender, cases: list[Case], search, tolerance, interpreted: bool) -> list[dict]:
     """Every case for one contender, each in its child process; unsupported cases are skipped rows."""
-    from minimodel.contenders.builtin import unavailable
+    from minimodel.contenders.builtin import not_run_reason
 
     rows = []
     with Child(contender, tuple(search)) as child:
         for case in cases:
-            reason = unavailable(contender.name) or contender.skip_reason(
-                case.device, case.dtype, case.d, case.causal, case.H_kv != case.H, interpreted)
-            rows.append(skipped_row(contender, case, reason) if reason
+            reason = not_run_reason(contender, case.device, case.dtype, case.d, case.causal,
+                                    case.H_kv != case.H, interpreted)
+            rows.append(_row(contender, case, skipped=True, reason=reason, passed=None) if reason
                         else check_case(child, case, tolerance))
     return rows

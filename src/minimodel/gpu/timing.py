@@ -20,11 +20,10 @@ number is also a fraction of a ceiling.
 
 from __future__ import annotations
 
+import functools
 import logging
 
 import torch
-from torch.nn.attention import SDPBackend, sdpa_kernel
-from torch.nn.functional import scaled_dot_product_attention as sdpa
 from tqdm import tqdm
 
 from minimodel import contract, symbolic
@@ -60,20 +59,13 @@ def gpu_ceilings(warmup_ms: float = 25, rep_ms: float = 200) -> dict:
 
 
 def implementations(causal: bool, config=None) -> dict:
-    """name -> fn(q, k, v) for every implementation timed; `config` fixes the kernel's tiles."""
-    def with_backend(name):
-        backend = getattr(SDPBackend, SDPA_BACKENDS[name])
+    """name -> fn(q, k, v) for every implementation timed; `config` fixes the kernel's tiles.
+    Naive and the SDPA backends are the built-in contenders' functions."""
+    from minimodel.contenders import builtin
 
-        def run(q, k, v):
-            with sdpa_kernel(backend):
-                return sdpa(q, k, v, is_causal=causal)
-        return run
-
-    impls = {
-        contract.TRITON: lambda q, k, v: flash_attn_forward(q, k, v, causal=causal, config=config),
-        contract.NAIVE: lambda q, k, v: reference_attn(q, k, v, causal=causal),
-    }
-    impls.update({name: with_backend(name) for name in SDPA_BACKENDS})
+    impls = {contract.TRITON: lambda q, k, v: flash_attn_forward(q, k, v, causal=causal, config=config)}
+    impls.update({name: functools.partial(getattr(builtin, name), causal=causal)
+                  for name in (contract.NAIVE, *SDPA_BACKENDS)})
     return impls
 
 
@@ -111,15 +103,14 @@ def time_point(grid: str, B: int, H: int, N: int, d: int, causal: bool, impl_nam
     q, k, v = timing_inputs(TimingCase(B, H, N, d, causal, random_seed, warmup_ms, rep_ms))
     qs, ks, vs, exact, err_torch = one_head_reference(q, k, v, causal)
     cfg = launch_config(q, k, v, causal)  # what the call really runs, TMA or not
+    point = {"grid": grid, "B": B, "H": H, "N": N, "d": d, "causal": causal}
     flops = attention_flops(B, H, N, d, causal)
     # the one-head check must run the configuration chosen for the whole problem, the one timed
     impls = implementations(causal, cfg)
     rows = []
     for name in impl_names:
         fn = impls[name]
-        row = {"grid": grid, "B": B, "H": H, "N": N, "d": d, "causal": causal, "impl": name,
-               "dtype": "float16", "flops": flops, "status": contract.OK, "checked": None,
-               "err_vs_fp64": None, "ms": None, "eager_ms": None, "timing": None}
+        row = _empty_row(point, name, flops)
         if name == contract.TRITON:  # which kernel flash_attn_forward chose, and its configuration
             row.update({"path": cfg.path, **{f"cfg_{key}": val for key, val in cfg.as_dict().items()}})
         try:
@@ -142,9 +133,15 @@ def time_point(grid: str, B: int, H: int, N: int, d: int, causal: bool, impl_nam
         torch.cuda.empty_cache()
         rows.append(_with_rates(row, ceilings))
     for child in contenders:
-        rows.append(_with_rates(time_contender(child, row | {"impl": child.contender.name}, exact,
+        rows.append(_with_rates(time_contender(child, _empty_row(point, child.contender.name, flops), exact,
                                                err_torch, random_seed, warmup_ms, rep_ms), ceilings))
     return rows
+
+
+def _empty_row(point: dict, impl: str, flops: float) -> dict:
+    """A timing row of `impl` at `point` before anything ran (fp16, as every timed input)."""
+    return {**point, "impl": impl, "dtype": "float16", "flops": flops, "status": contract.OK,
+            "checked": None, "err_vs_fp64": None, "ms": None, "eager_ms": None, "timing": None}
 
 
 def _with_rates(row: dict, ceilings: dict) -> dict:
@@ -158,17 +155,15 @@ def _with_rates(row: dict, ceilings: dict) -> dict:
     return row
 
 
-def time_contender(child, base: dict, exact, err_torch: float, random_seed: int, warmup_ms: float,
+def time_contender(child, row: dict, exact, err_torch: float, random_seed: int, warmup_ms: float,
                    rep_ms: float) -> dict:
-    """A contender at one point, in its child process: the same inputs (drawn from the same seed),
-    the same one-head check, eager and graph times taken there (`minimodel.contenders.run`)."""
-    from minimodel.contenders import builtin
+    """A contender at one point (`row`, its empty timing row), in its child process: the same
+    inputs (drawn from the same seed), the same one-head check, eager and graph times taken there
+    (`minimodel.contenders.run`)."""
+    from minimodel.contenders.builtin import not_run_reason
 
-    c = child.contender
-    row = {key: base[key] for key in ("grid", "B", "H", "N", "d", "causal", "impl", "dtype", "flops")}
-    row.update(status=contract.OK, checked=None, err_vs_fp64=None, ms=None, eager_ms=None, timing=None)
-    reason = (c.skip_reason("cuda", "float16", row["d"], row["causal"], False, interpreted=False)
-              or builtin.unavailable(c.name))
+    reason = not_run_reason(child.contender, "cuda", "float16", row["d"], row["causal"], False,
+                            interpreted=False)
     if reason:
         return {**row, "status": f"skipped: {reason}"}
     case = TimingCase(row["B"], row["H"], row["N"], row["d"], row["causal"], random_seed, warmup_ms, rep_ms)
