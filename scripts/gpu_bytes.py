@@ -1,4 +1,5 @@
-"""Rule `gpu_bytes`: DRAM bytes of naive and flash read with Nsight Compute; planned points without it."""
+"""Rule `gpu_bytes`: DRAM bytes of naive, flash and the contenders read with Nsight Compute; planned
+points without it."""
 
 import sys
 import tempfile
@@ -8,6 +9,7 @@ import pandas as pd
 import torch
 
 from minimodel import kernel
+from minimodel.contenders import registry
 from minimodel.provenance import machine
 from minimodel.provenance.io import write_csv, write_json
 from minimodel.provenance.manifest import stage
@@ -20,17 +22,19 @@ with stage(snakemake) as st:
     cfg, l2_bytes = snakemake.params.cfg, snakemake.params.l2_bytes
     if machine.gpu_required(snakemake.params.require_cuda):
         machine.require_cuda()
+    contenders = registry.selected(snakemake.config, "bytes")
     kernels = pd.DataFrame(columns=hbm.KERNEL_COLUMNS)
     ncu = hbm.find_ncu(cfg["ncu"]) if torch.cuda.is_available() else None
     if ncu is None:
-        rows = hbm.planned_rows(cfg, l2_bytes, hbm.NO_NCU if torch.cuda.is_available() else hbm.NO_CUDA)
+        reason = hbm.NO_NCU if torch.cuda.is_available() else hbm.NO_CUDA
+        rows = hbm.planned_rows(cfg, l2_bytes, reason, contenders)
     else:
         with tempfile.TemporaryDirectory() as work:
             try:
-                rows, kernels = hbm.measure(cfg, l2_bytes, snakemake.params.random_seed, ncu, work)
-            finally:  # ncu's own output, kept beside the rule's log
-                log = Path(work) / "ncu.log"
-                if log.exists():
+                rows, kernels = hbm.measure(cfg, l2_bytes, snakemake.params.random_seed, ncu, work,
+                                            contenders)
+            finally:  # ncu's own output, each profiled process's, kept in the rule's log
+                for log in sorted(Path(work).glob("*.log")):
                     print(log.read_text(), file=sys.stderr)
     table = pd.DataFrame(rows)
     summary = hbm.summary(table, ncu, l2_bytes)

@@ -144,6 +144,8 @@ MINE = textwrap.dedent('''
     gpu:
       correctness:
         contenders: [blocked, raises, wrong]
+      bytes:
+        contenders: [blocked]
 ''')
 
 
@@ -177,6 +179,11 @@ def test_three_contenders_through_the_whole_workflow(tmp_path):
         assert inputs[f"examples/{name}"] == hashlib.sha256(path.read_bytes()).hexdigest()
     timing = json.loads((root / "results" / contract.manifest("gpu_timing")).read_text())
     assert not any(e["path"].startswith("examples/") for e in timing["inputs"])  # it runs none
+    measured = json.loads((root / "results" / contract.manifest("gpu_bytes")).read_text())
+    assert [e["path"] for e in measured["inputs"] if e["path"].startswith("examples/")] == [
+        "examples/torch_blocked.py"]
+    gpu_bytes = pd.read_csv(root / "results" / contract.GPU_BYTES)  # planned, with no GPU: blocked's too
+    assert (gpu_bytes["impl"] == "blocked").sum() * 2 == gpu_bytes["impl"].isin(["naive", "flash"]).sum()
     assert manifest.main([str(root / "results")]) == 0
     # editing a contender re-plans the rule that runs it and what reads its outputs, nothing else
     module = root / "examples" / "torch_blocked.py"
@@ -184,7 +191,8 @@ def test_three_contenders_through_the_whole_workflow(tmp_path):
     dry = _snakemake(root, "-n")
     stats = dry.stdout.split("Job stats:")[1].split("total")[0]
     jobs = {line.split()[0] for line in stats.splitlines()[3:] if line.strip()}
-    assert jobs == {"gpu_correctness", "gpu_timing", "plots", "readme", "compare", "verify", "all"}, stats
+    assert jobs == {"gpu_correctness", "gpu_bytes", "gpu_timing", "plots", "readme", "compare", "verify",
+                    "all"}, stats
 
 
 @pytest.mark.workflow
@@ -199,9 +207,10 @@ def test_an_unknown_function_stops_the_run_before_any_job(tmp_path):
     assert line in said, said[-2000:]
 
 
-def _config(contenders, correctness=(), timing=()):
+def _config(contenders, correctness=(), timing=(), measured=()):
     return {"contenders": contenders, "gpu": {"correctness": {"contenders": list(correctness)},
-                                              "timing": {"contenders": list(timing)}}}
+                                              "timing": {"contenders": list(timing)},
+                                              "bytes": {"contenders": list(measured)}}}
 
 
 def test_the_registry_refuses_in_one_line_before_any_job(tmp_path, monkeypatch):
@@ -210,7 +219,8 @@ def test_the_registry_refuses_in_one_line_before_any_job(tmp_path, monkeypatch):
     monkeypatch.setattr(registry, "SEARCH", (tmp_path, EXAMPLES))
     (tmp_path / "broken.py").write_text("def forward(q, k, v, causal=False)\n    return q\n")
     cases = [
-        (_config({"triton": {"fn": "torch_blocked:forward"}}), "the name is a built-in's"),
+        (_config({"triton": {"fn": "torch_blocked:forward"}}), "contender 'triton': the name is taken"),
+        (_config({"flash": {"fn": "torch_blocked:forward"}}), "the project's rows: naive, flash)"),
         (_config({}, correctness=["nobody"]), "contender 'nobody' (gpu.correctness.contenders) is neither"),
         (_config({"b": {"fn": "broken:forward"}}, timing=["b"]), "broken.py, line 1: not valid Python"),
         (_config({"b": {"fn": "torch_blocked:nope"}}, timing=["b"]), "defines no function 'nope'"),
@@ -251,6 +261,9 @@ def test_a_stage_refuses_a_builtin_it_runs_anyway():
         registry.selected(_config({}, timing=["sdpa_cudnn"]), "timing")
     with pytest.raises(ContenderError, match="the stage runs it already"):
         registry.selected(_config({}, correctness=["triton"]), "correctness")
+    with pytest.raises(ContenderError, match=r"'naive' \(gpu.bytes.contenders\): the stage runs it"):
+        registry.selected(_config({}, measured=["naive"]), "bytes")
+    assert [c.name for c in registry.selected(_config({}, measured=["flex"]), "bytes")] == ["flex"]
     assert [c.name for c in registry.selected(_config({}, timing=["triton_tl", "flex"]), "timing")] == [
         "triton_tl", "flex"]
 

@@ -5,7 +5,6 @@ The fixture tests/data/ncu_raw_h200.csv is the start of a real `ncu --import ...
 the first four points of the plan, one head, N = 1024, d = 64.
 """
 
-import os
 import stat
 from pathlib import Path
 
@@ -14,6 +13,7 @@ import pytest
 from conftest import HAS_CUDA, snakemake_until
 
 from minimodel import symbolic
+from minimodel.contenders.spec import Contender
 from minimodel.gpu import hbm
 
 DATA = Path(__file__).parent / "data"
@@ -60,84 +60,14 @@ def _measured_rows():
     return rows[:4]  # the fixture's four points: one head, N = 1024, d = 64
 
 
-def test_real_ncu_table_is_read_in_bytes_and_split_at_the_markers():
-    kernels = hbm.parse_ncu_csv((DATA / "ncu_raw_h200.csv").read_text())
-    assert len(kernels) == 16 and kernels["id"].tolist() == list(range(16))
-    # "2,816" with a thousands separator, bytes as they are; sectors of 32 bytes
-    assert kernels.loc[0, "dram_read_bytes"] == 2816
-    assert kernels.loc[1, "l2_write_bytes"] == 65536 * 32
-    rows = hbm.assign(kernels, _measured_rows())
-    assert [r["kernels"] for r in rows] == [3, 1, 7, 1]  # naive: matmul, softmax, matmul (+ mask)
-    assert "softmax_warp_forward" in rows[0]["kernel_names"]
-    assert rows[1]["kernel_names"] == "_flash_fwd_kernel"
-    body = kernels[kernels["kernel"] != hbm.MARKER]
-    assert rows[0]["dram_read_bytes"] == body[body["row"] == 0]["dram_read_bytes"].sum()
-    # the kernel stores O once: 1024 x 64 fp16
-    assert rows[1]["l2_write_bytes"] == 1024 * 64 * 2
-    assert kernels[kernels["kernel"] == hbm.MARKER]["row"].isna().all()
-
-
-def test_a_count_that_does_not_match_the_plan_is_refused():
-    kernels = hbm.parse_ncu_csv((DATA / "ncu_raw_h200.csv").read_text())
-    with pytest.raises(hbm.ProbeMismatch, match="4 marked calls, the plan measured 3"):
-        hbm.assign(kernels, _measured_rows()[:3])
-    with pytest.raises(hbm.ProbeMismatch, match="before the first marker"):
-        hbm.assign(kernels.iloc[1:].reset_index(drop=True), _measured_rows())
-
-
-def _raw(units: str, value: str = "1,000") -> str:
-    header = '"ID","Kernel Name","dram__bytes_read.sum","dram__bytes_write.sum",' \
-             '"lts__t_sectors_srcunit_tex_op_write.sum"'
-    return "\n".join(["==PROF== Disconnected", header, f'"","","{units}","byte","sector"',
-                      f'"0","{hbm.MARKER}","{value}","0","1"', f'"1","k(int)","{value}","5","2"'])
-
-
-def test_details_page_gives_the_same_numbers_as_the_raw_page():
-    lines = ['"ID","Kernel Name","Section Name","Metric Name","Metric Unit","Metric Value"']
-    for i, name in enumerate([hbm.MARKER, "k(int)"]):
-        lines += [f'"{i}","{name}","Command line profiler metrics","dram__bytes_read.sum","byte","1,000"',
-                  f'"{i}","{name}","Command line profiler metrics","dram__bytes_write.sum","byte","{5 * i}"',
-                  f'"{i}","{name}","Command line profiler metrics",'
-                  f'"lts__t_sectors_srcunit_tex_op_write.sum","sector","{i + 1}"']
-    details = hbm.parse_ncu_csv("\n".join(lines))
-    raw = hbm.parse_ncu_csv(_raw("byte"))
-    pd.testing.assert_frame_equal(details, raw)
-    assert raw["l2_write_bytes"].tolist() == [32.0, 64.0]
-
-
-def test_scaled_units_and_missing_metrics_are_refused():
-    with pytest.raises(hbm.ProbeMismatch, match="--print-units base"):
-        hbm.parse_ncu_csv(_raw("Kbyte"))
-    with pytest.raises(hbm.ProbeMismatch, match="lacks the metrics"):
-        hbm.parse_ncu_csv('"ID","Kernel Name","dram__bytes_read.sum"\n"","","byte"\n"0","k","1"')
-    with pytest.raises(hbm.ProbeMismatch, match="no table of kernels"):
-        hbm.parse_ncu_csv("==ERROR== the application returned an error")
-
-
 def test_planned_rows_say_why_nothing_was_measured():
-    rows = pd.DataFrame(hbm.planned_rows(CFG, L2, hbm.NO_NCU))
+    rows = pd.DataFrame(hbm.planned_rows(CFG, L2, hbm.NO_NCU, [Contender("mine", "m:f")]))
     assert (rows["status"] == hbm.NO_NCU).all() and rows["dram_read_bytes"].isna().all()
-    assert rows["model_read_bytes"].gt(0).all()
+    ours = rows["impl"] != "mine"
+    assert rows[ours]["model_read_bytes"].gt(0).all() and rows[~ours]["model_read_bytes"].isna().all()
+    assert ours.sum() == (~ours).sum() * 2  # the contender at every point
     summary = hbm.summary(rows, None, L2)
-    assert summary["measured"] == 0 and summary["status"] == hbm.NO_NCU
-
-
-def test_ncu_is_found_where_cuda_keeps_it(tmp_path, monkeypatch):
-    fake = tmp_path / "cuda" / "bin" / "ncu"
-    fake.parent.mkdir(parents=True)
-    fake.write_text("#!/bin/sh\necho 'NVIDIA Nsight Compute\nVersion 2025.3.1.0'\n")
-    fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
-    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
-    monkeypatch.setenv("CUDA_HOME", str(tmp_path / "cuda"))
-    assert hbm.find_ncu(None) == str(fake)
-    assert hbm.ncu_version(str(fake)) == "Version 2025.3.1.0"
-    assert hbm.find_ncu(str(fake)) == str(fake)
-    with pytest.raises(FileNotFoundError, match="gpu.bytes.ncu: .* is not an executable file"):
-        hbm.find_ncu(str(tmp_path / "nowhere" / "ncu"))
-    monkeypatch.setenv("CUDA_HOME", str(tmp_path / "none"))
-    monkeypatch.delenv("CUDA_PATH", raising=False)
-    if not os.access("/usr/local/cuda/bin/ncu", os.X_OK):
-        assert hbm.find_ncu(None) is None
+    assert summary["measured"] == 0 and summary["status"] == hbm.NO_NCU and summary["contenders"] == ["mine"]
 
 
 def test_a_point_the_device_cannot_hold_is_skipped_with_the_reason():
@@ -147,36 +77,25 @@ def test_a_point_the_device_cannot_hold_is_skipped_with_the_reason():
     assert status.startswith("skipped: needs") and "gpu.bytes.many_heads_l2_multiple" in status
 
 
-def test_dram_writes_beyond_the_stores_set_the_row_aside():
-    kernels = hbm.parse_ncu_csv((DATA / "ncu_raw_h200.csv").read_text())
-    flash = kernels.index[kernels["kernel"] == "_flash_fwd_kernel"][0]
-    kernels.loc[flash, "dram_write_bytes"] = 32 * kernels.loc[flash, "l2_write_bytes"]  # 4 MiB
-    rows = hbm.assign(kernels, _measured_rows())
-    assert rows[1]["status"].startswith("suspect: DRAM took 32.0x the bytes the kernels stored")
-    assert [r["status"] for r in rows[::2] + rows[3:]] == [hbm.MEASURED] * 3
-
-
 FAKE_NCU = r"""#!{python}
-# Stands in for Nsight Compute: `--import` prints a raw-page table with a marker and one kernel
-# per measured row of the plan it was run on; a profile run records the plan's path.
-import json, sys
+# Stands in for Nsight Compute. A profile run goes through the plan's measured rows as the probe
+# would: it records each ("marked"), and keeps the rows it marked for `--import`, which prints a
+# raw-page table of a marker and one kernel per marked row. Contenders named raises, hangs and
+# dies do so at their first point with N = 512 and not causal.
+import json, sys, time
 from pathlib import Path
 args = sys.argv[1:]
 mode = "{mode}"
 if "--version" in args:
     print("Version 0.0 (fake)")
 elif "--import" in args:
-    plan = json.loads(Path(args[args.index("--import") + 1] + ".plan").read_text())
+    rows = json.loads(Path(args[args.index("--import") + 1] + ".marked").read_text())
     print('"ID","Kernel Name","dram__bytes_read.sum","dram__bytes_write.sum",'
           '"lts__t_sectors_srcunit_tex_op_write.sum"')
     print('"","","byte","byte","sector"')
-    i = 0
-    for row in plan["rows"]:
-        if row["status"] != "measured":
-            continue
-        print(f'"{{i}}","minimodel_bytes_marker","0","0","1"')
-        print(f'"{{i + 1}}","kernel_{{row["impl"]}}(int)","{{row["N"]:,}}","0","{{row["H"]}}"')
-        i += 2
+    for i, row in enumerate(rows):
+        print(f'"{{2 * i}}","minimodel_bytes_marker","0","0","1"')
+        print(f'"{{2 * i + 1}}","kernel_{{row["impl"]}}(int)","{{row["N"]:,}}","0","{{row["H"]}}"')
 else:
     if mode == "noperm":
         print("==ERROR== ERR_NVGPUCTRPERM - The user does not have permission")
@@ -184,8 +103,28 @@ else:
     if mode == "crash":
         print("Traceback: the probe failed", file=sys.stderr)
         sys.exit(3)
+    plan_path = Path(args[-1])
+    plan = json.loads(plan_path.read_text())
+    name = (plan["contender"] or {{}}).get("name")
+    marked = []
+    for i, row in enumerate(plan["rows"]):
+        if row["status"] != "measured":
+            continue
+        outcome = "marked"
+        if row["N"] == 512 and not row["causal"]:
+            if name == "hangs":
+                time.sleep(600)
+            if name == "dies":
+                print("Segmentation fault in the contender", file=sys.stderr)
+                sys.exit(139)
+            if name == "raises":
+                outcome = "ValueError: deliberate"
+        with open(plan_path.with_suffix(".rows.jsonl"), "a") as f:
+            f.write(json.dumps({{"row": i, "outcome": outcome}}) + "\n")
+        if outcome == "marked":
+            marked.append(row)
     report = args[args.index("--export") + 1]
-    Path(report + ".ncu-rep.plan").write_text(Path(args[-1]).read_text())
+    Path(report + ".ncu-rep.marked").write_text(json.dumps(marked))
 """
 
 
@@ -213,7 +152,7 @@ def test_measure_runs_the_plan_under_ncu_and_fills_every_row(tmp_path, as_if_on_
     assert (table["dram_read_bytes"] == 256).all() and (table["kernels"] == 1).all()
     assert (table["l2_write_bytes"] == table["H"] * 32).all()  # the row's own numbers, in order
     assert (table["model_read_bytes"] > 0).all() and len(kernels) == 16
-    command = (tmp_path / "work" / "ncu.log").read_text().splitlines()[0]
+    command = (tmp_path / "work" / "project_0.log").read_text().splitlines()[0]
     for option in (*hbm.NCU_OPTIONS, "-m minimodel.gpu.hbm", ",".join(hbm.NCU_METRICS)):
         assert option in command
 
@@ -235,6 +174,36 @@ def test_measure_with_no_point_that_fits_runs_nothing(tmp_path, as_if_on_a_gpu, 
     rows, kernels = hbm.measure(CFG, L2, 0, str(tmp_path / "no-ncu-needed"), tmp_path / "work")
     assert all(r["status"].startswith("skipped: needs") for r in rows) and kernels.empty
     assert all(r["model_read_bytes"] > 0 for r in rows)
+
+
+def test_each_contender_is_profiled_apart_and_its_failures_stay_in_its_rows(tmp_path, as_if_on_a_gpu):
+    cfg = {**CFG, "n": [256, 512], "head_dims": [64]}
+    contenders = [Contender(name, f"somewhere:{name}", timeout_s=1)
+                  for name in ("fine", "raises", "hangs", "dies")]
+    contenders.append(Contender("cpu_only", "somewhere:f", devices=("cpu",)))
+    rows, kernels = hbm.measure(cfg, L2, 0, _fake_ncu(tmp_path), tmp_path / "work", contenders)
+    table = pd.DataFrame(rows)
+    assert len(table) == 8 * 2 + 8 * len(contenders)  # 8 points: the project's two rows, each contender's
+    by = {name: part for name, part in table.groupby("impl")}
+    assert (by["flash"]["status"] == hbm.MEASURED).all() and (by["naive"]["status"] == hbm.MEASURED).all()
+    fine = by["fine"]
+    assert (fine["status"] == hbm.MEASURED).all() and (fine["dram_read_bytes"] == fine["N"]).all()
+    assert fine["model_read_bytes"].isna().all() and fine["compulsory_bytes"].gt(0).all()
+    at_512 = lambda part: (part["N"] == 512) & ~part["causal"]  # noqa: E731
+    for name, status in (("raises", "failed: ValueError: deliberate"),
+                         ("hangs", "failed: no answer within its time limit of 1 s: stopped"),
+                         ("dies", "failed: its process died (exit code 139): Segmentation fault in the "
+                                  "contender")):
+        part = by[name]
+        assert (part[at_512(part)]["status"] == status).all(), (name, part[at_512(part)]["status"].tolist())
+        assert part[at_512(part)]["dram_read_bytes"].isna().all()
+        assert (part[~at_512(part)]["status"] == hbm.MEASURED).all(), name  # its other points, measured
+    assert by["cpu_only"]["status"].str.startswith("skipped: cpu_only runs on cpu").all()
+    # every kernel's row is the full table's row of its implementation
+    body = kernels[kernels["row"].notna()]
+    assert len(body) == (table["status"] == hbm.MEASURED).sum()
+    impls = table.loc[body["row"].astype(int), "impl"]
+    assert all(k.startswith(f"kernel_{impl}(") for impl, k in zip(impls, body["kernel"], strict=True))
 
 
 @pytest.mark.workflow

@@ -98,6 +98,17 @@ def test_intensity_ratio_at_a_tile_the_table_lacks_says_which_it_has():
         plots.intensity_ratio(table, (64, 64))
 
 
+@pytest.mark.skipif(not (REF / "gpu" / "bytes" / "bytes.csv").exists(), reason="no reference run")
+def test_gpu_bytes_figure_draws_a_contender_as_a_measured_line_without_a_model():
+    table = pd.read_csv(REF / "gpu" / "bytes" / "bytes.csv")
+    mine = table[table["impl"] == "flash"].assign(impl="mine")
+    mine[["model_read_bytes", "model_B_r", "model_B_c"]] = None
+    fig, data = plots.gpu_bytes(pd.concat([table, mine], ignore_index=True), "H200")
+    assert set(data[data["impl"] == "mine"]["kind"]) == {"measured (DRAM)"}
+    assert "mine" in [t.get_text() for t in fig.legends[0].get_texts()]
+    plt.close(fig)
+
+
 @pytest.mark.skipif(not (REF / "gpu" / "timing" / "timing.csv").exists(), reason="no reference run")
 def test_gpu_figures_from_the_reference_timing_table(reference):
     REF = reference  # in today's names (conftest.reference)

@@ -82,13 +82,34 @@ def test_readme_gpu_bytes_are_the_tables():
     text = results_readme.render(TEMPLATE, numbers)
     table = pd.read_csv(REF / "gpu" / "bytes" / "bytes.csv")
     point = table[(table["N"] == 4096) & (table["d"] == 64) & ~table["causal"]]
-    assert len(point) == 4 and (point["status"] == "measured").all()
+    ours = point["impl"].isin(["naive", "flash"])
+    assert ours.sum() == 4 and (point["status"] == "measured").all()
     for _, r in point.iterrows():
         cells = [f"{r[c] / 2**20:,.1f} MiB" for c in ("dram_read_bytes", "dram_write_bytes",
                                                        "l2_write_bytes", "model_read_bytes")]
         assert f"| {r['H']} | {r['impl']}" in text and " | ".join(cells) in text
     low, high = numbers["gpu_bytes"]["naive_many_read_over_model"]
     assert f"{low:,.2f}–{high:,.2f}× the model's" in text
+
+
+def test_readme_gpu_bytes_of_a_contender_have_no_model_and_a_line_of_their_own(tmp_path):
+    table = pd.read_csv(REF / "gpu" / "bytes" / "bytes.csv")
+    mine = table[table["impl"] == "flash"].assign(impl="mine")
+    mine["dram_read_bytes"] *= 2
+    mine[list(hbm.MODEL_COLUMNS)] = None
+    table = pd.concat([table[table["impl"] != "mine"], mine], ignore_index=True)
+    table.to_csv(tmp_path / "bytes.csv", index=False)
+    numbers = results_readme.collect(ref_paths(gpu_bytes=tmp_path / "bytes.csv"))
+    text = results_readme.render(TEMPLATE, numbers)
+    r = mine[(mine["N"] == 4096) & (mine["d"] == 64) & ~mine["causal"].astype(bool)].iloc[-1]
+    assert f"| {r['H']} | mine (contender) | {r['dram_read_bytes'] / 2**20:,.1f} MiB |" in text
+    assert "| — | — | — | — |" in text  # its model cells
+    [c] = [c for c in numbers["gpu_bytes"]["contenders"] if c["name"] == "mine"]
+    low, high = c["read_over_inputs"]
+    assert f"- mine: DRAM reads {low:,.2f}–{high:,.2f}× Q, K and V once" in text
+    # the flash numbers are the same as without the contender
+    assert numbers["gpu_bytes"]["flash_read_over_inputs_max"] == results_readme.collect(
+        ref_paths())["gpu_bytes"]["flash_read_over_inputs_max"]
 
 
 def test_intensity_question_shows_its_arithmetic():

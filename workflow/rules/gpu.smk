@@ -82,9 +82,10 @@ rule gpu_timing:
 
 
 rule gpu_bytes:
-    """Stage 3: the GPU's DRAM bytes (Nsight Compute) beside the model; planned points without ncu."""
+    """Stage 3: the GPU's DRAM bytes (Nsight Compute) of naive, the kernel and contenders beside the model; planned points without ncu."""
     input:
         code=code("scripts/gpu_bytes.py"),
+        contenders=contender_modules("bytes"),
     output:
         table=report(
             out(C.GPU_BYTES),
@@ -107,5 +108,6 @@ rule gpu_bytes:
         l2_bytes=config["symbolic"]["l2_bytes"],
         require_cuda=config["gpu"]["require_cuda"],
         random_seed=config["random_seed"],
+        contenders=contender_entries("bytes"),
     script:
         "../../scripts/gpu_bytes.py"

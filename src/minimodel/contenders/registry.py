@@ -1,5 +1,6 @@
 """Which contenders a run has: the built-ins, the config's own (`contenders:`), and which of them
-each stage runs (`gpu.correctness.contenders`, `gpu.timing.contenders`, besides the kernel).
+each stage runs (`gpu.correctness.contenders`, `gpu.timing.contenders`, `gpu.bytes.contenders`,
+besides the kernel).
 
 `check` runs before any job (the Snakefile calls it): an unknown name, a module that is not found
 or a function that its module does not define stops the run with one line naming the contender.
@@ -19,19 +20,21 @@ from minimodel.provenance.project import ROOT
 
 EXAMPLES = ROOT / "examples"  # where a contender's module is looked for after PYTHONPATH
 SEARCH = (EXAMPLES,)
-STAGES = ("correctness", "timing")
+STAGES = ("correctness", "timing", "bytes")
 # what each stage runs whatever its contenders list says: naming one of these again would give
 # two rows of one implementation per point
-ALWAYS_RUN = {"correctness": (C.TRITON,), "timing": C.IMPLEMENTATIONS}
+ALWAYS_RUN = {"correctness": (C.TRITON,), "timing": C.IMPLEMENTATIONS, "bytes": (C.TRITON, C.NAIVE)}
+# names the stages' tables already give to the project's own rows (the bytes stage's schemes)
+RESERVED = (C.NAIVE_SCHEME, C.FLASH_SCHEME)
 
 
 def defined(config: dict) -> dict[str, Contender]:
     """Every contender the run knows by name: the built-ins, then the config's."""
     found = dict(BUILTINS)
     for name, entry in (config.get("contenders") or {}).items():
-        if name in BUILTINS:
-            raise ContenderError(f"contender {name!r}: the name is a built-in's; choose another "
-                                 f"(built-ins: {', '.join(BUILTINS)})")
+        if name in BUILTINS or name in RESERVED:
+            raise ContenderError(f"contender {name!r}: the name is taken; choose another (built-ins: "
+                                 f"{', '.join(BUILTINS)}; the project's rows: {', '.join(RESERVED)})")
         found[name] = parse(name, entry)
     return found
 

@@ -280,6 +280,7 @@ def gpu_bytes(table: pd.DataFrame, device: str):
 
     One panel per head count (one head; many heads, past the L2) and head dim. The flash model
     uses the tile the kernel ran (the table's model_B_r). The floor: Q, K and V read once.
+    Contenders are measured lines of their own, with no model.
     """
     rows = table[(table["status"] == contract.MEASURED) & ~table["causal"].astype(bool)].copy()
     heads = rows["B"] * rows["H"]
@@ -294,11 +295,15 @@ def gpu_bytes(table: pd.DataFrame, device: str):
     long.append(floor.rename(columns={"inputs": "bytes_per_head"})
                 .assign(kind="Q, K, V once", series="Q, K, V once", impl="Q, K, V once"))
     data = pd.concat(long, ignore_index=True)
-    palette = {**SCHEME_COLORS, "Q, K, V once": "tab:gray"}
+    data = data.dropna(subset=["bytes_per_head"])  # a contender has no model: its tiles are its own
+    contenders = [i for i in dict.fromkeys(rows["impl"]) if i not in SCHEME_COLORS]
+    spare = [c for c in sns.color_palette("tab10").as_hex() if c not in ("#1f77b4", "#ff7f0e", "#7f7f7f")]
+    palette = {**SCHEME_COLORS, **dict(zip(contenders, spare * 2, strict=False)), "Q, K, V once": "tab:gray"}
     g = sns.relplot(data=data, x="N", y="bytes_per_head", hue="series", style="kind", col="regime",
                     row="d", kind="line", markers={"measured (DRAM)": "o", "model": "X", "Q, K, V once": "s"},
                     dashes={"measured (DRAM)": "", "model": (4, 2), "Q, K, V once": (1, 2)},
-                    palette=palette, height=3.2, aspect=1.3, hue_order=["naive", "flash", "Q, K, V once"],
+                    palette=palette, height=3.2, aspect=1.3,
+                    hue_order=["naive", "flash", *contenders, "Q, K, V once"],
                     style_order=["measured (DRAM)", "model", "Q, K, V once"], facet_kws={"sharey": False})
     for ax in g.axes.flat:
         ax.set(xscale="log", yscale="log")
