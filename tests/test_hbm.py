@@ -119,12 +119,16 @@ else:
                 sys.exit(139)
             if name == "raises":
                 outcome = "ValueError: deliberate"
+        if name == "raises_everywhere":
+            outcome = "RuntimeError: never runs"
         with open(plan_path.with_suffix(".rows.jsonl"), "a") as f:
             f.write(json.dumps({{"row": i, "outcome": outcome}}) + "\n")
         if outcome == "marked":
             marked.append(row)
     report = args[args.index("--export") + 1]
-    Path(report + ".ncu-rep.marked").write_text(json.dumps(marked))
+    if marked:  # as ncu: a report only where a kernel was profiled
+        Path(report + ".ncu-rep").write_text("")
+        Path(report + ".ncu-rep.marked").write_text(json.dumps(marked))
 """
 
 
@@ -181,6 +185,7 @@ def test_each_contender_is_profiled_apart_and_its_failures_stay_in_its_rows(tmp_
     contenders = [Contender(name, f"somewhere:{name}", timeout_s=1)
                   for name in ("fine", "raises", "hangs", "dies")]
     contenders.append(Contender("cpu_only", "somewhere:f", devices=("cpu",)))
+    contenders.append(Contender("raises_everywhere", "somewhere:f"))
     rows, kernels = hbm.measure(cfg, L2, 0, _fake_ncu(tmp_path), tmp_path / "work", contenders)
     table = pd.DataFrame(rows)
     assert len(table) == 8 * 2 + 8 * len(contenders)  # 8 points: the project's two rows, each contender's
@@ -199,6 +204,7 @@ def test_each_contender_is_profiled_apart_and_its_failures_stay_in_its_rows(tmp_
         assert part[at_512(part)]["dram_read_bytes"].isna().all()
         assert (part[~at_512(part)]["status"] == hbm.MEASURED).all(), name  # its other points, measured
     assert by["cpu_only"]["status"].str.startswith("skipped: cpu_only runs on cpu").all()
+    assert (by["raises_everywhere"]["status"] == "failed: RuntimeError: never runs").all()  # ncu: no report
     # every kernel's row is the full table's row of its implementation
     body = kernels[kernels["row"].notna()]
     assert len(body) == (table["status"] == hbm.MEASURED).sum()

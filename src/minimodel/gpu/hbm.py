@@ -276,11 +276,18 @@ def _profile_rows(ncu: str, rows: list[dict], contender, workdir: Path) -> pd.Da
                 rows[i]["status"] = f"failed: {outcome}"
         if result.returncode == 0:
             break
-        stuck = next(i for i, row in enumerate(rows) if todo[i] and i not in result.outcome)
-        rows[stuck]["status"] = ("failed: " + (
+        reason = ("failed: " + (
             f"no answer within its time limit of {contender.timeout_s:g} s: stopped"
             if result.returncode is None else
             f"its process died (exit code {result.returncode}): {_last_line(result.log)}"))
+        stuck = [i for i, row in enumerate(rows) if todo[i] and i not in result.outcome]
+        # the row it was at; past the last row, every row it profiled (their report is lost)
+        for i in stuck[:1] or [i for i, row in enumerate(rows) if row["status"] == MEASURED]:
+            rows[i]["status"] = reason
+    if not any(r["status"] == MEASURED for r in rows):  # every row raised: nothing was profiled
+        return pd.DataFrame(columns=KERNEL_COLUMNS)
+    if result.table is None:
+        raise ncu_tool.ProbeMismatch(f"ncu wrote no report of {name}'s profiled rows:\n{result.log[-3000:]}")
     kernels = ncu_tool.parse_ncu_csv(result.table)
     ncu_tool.assign(kernels, rows, MEASURED)
     for i, outcome in result.outcome.items():  # marked, then raised: its kernels are not a call

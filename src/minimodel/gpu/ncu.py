@@ -135,7 +135,7 @@ def profile(ncu: str, module: str, plan: dict, workdir: Path, name: str,
                                    start_new_session=True)
         returncode = _wait(process, record, row_limit_s, setup_s)
     table = None
-    if returncode == 0:
+    if returncode == 0 and Path(f"{report}.ncu-rep").exists():  # no report: no kernel was profiled
         table = subprocess.run([ncu, "--import", f"{report}.ncu-rep", "--csv", "--page", "raw",
                                 "--print-units", "base"], capture_output=True, text=True,
                                check=True).stdout
