@@ -29,6 +29,7 @@ import torch
 
 from minimodel.contenders.spec import Contender, load
 from minimodel.provenance.project import SRC
+from minimodel.subprocesses import die_with_parent
 
 
 @dataclass(frozen=True)
@@ -191,7 +192,8 @@ class Child:
         # -P: the working directory is not put on sys.path, so the child finds the same module file
         # the workflow hashed (PYTHONPATH, then examples/)
         command = [sys.executable, "-P", "-m", "minimodel.contenders.run", str(down_r), str(up_w)]
-        self.process = subprocess.Popen(command, pass_fds=(down_r, up_w), env=env)
+        # killed with the stage, even in the middle of a contender's call
+        self.process = subprocess.Popen(command, pass_fds=(down_r, up_w), env=env, preexec_fn=die_with_parent)
         os.close(down_r)
         os.close(up_w)
         self.to_child, self.from_child = Connection(down_w, readable=False), Connection(up_r, writable=False)

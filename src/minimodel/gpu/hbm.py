@@ -38,6 +38,7 @@ from minimodel import contract, symbolic
 from minimodel.gpu import ncu as ncu_tool
 from minimodel.gpu.ncu import KERNEL_COLUMNS, NCU_METRICS, NCU_OPTIONS, find_ncu  # noqa: F401
 from minimodel.provenance import project
+from minimodel.subprocesses import die_with_parent
 
 DTYPE = "float16"
 REGIMES = ("one head", "many heads")
@@ -327,6 +328,7 @@ def summary(table: pd.DataFrame, ncu: str | None, l2_bytes: int) -> dict:
 def main(argv: list[str] | None = None) -> int:
     """The profiled process: `python -m minimodel.gpu.hbm PLAN.json` (run by `measure` under ncu)."""
     argv = sys.argv[1:] if argv is None else argv
+    die_with_parent()  # ncu, its parent, is killed with the stage: this process goes too
     if len(argv) != 1:
         print("usage: python -m minimodel.gpu.hbm PLAN.json  (run under ncu by the gpu_bytes rule)",
               file=sys.stderr)

@@ -31,6 +31,7 @@ from pathlib import Path
 import pandas as pd
 
 from minimodel.provenance import project
+from minimodel.subprocesses import die_with_parent
 
 NVTX_RANGE = "minimodel_bytes"
 MARKER = "minimodel_bytes_marker"  # the name of the marker kernel (a Triton function's name)
@@ -131,8 +132,9 @@ def profile(ncu: str, module: str, plan: dict, workdir: Path, name: str,
     with open(log_path, "w") as log:
         log.write(" ".join(command) + "\n")
         log.flush()
+        # its own process group, so that a hang can be stopped whole; killed with the stage
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                   start_new_session=True)
+                                   start_new_session=True, preexec_fn=die_with_parent)
         returncode = _wait(process, record, row_limit_s, setup_s)
     table = None
     if returncode == 0 and Path(f"{report}.ncu-rep").exists():  # no report: no kernel was profiled
