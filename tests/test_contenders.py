@@ -58,7 +58,7 @@ def test_fn_alone_runs_everywhere_with_the_defaults():
     c = parse("mine", {"fn": "torch_blocked:forward"})
     assert c.devices == ("cuda", "cpu") and c.dtypes == ("float16", "bfloat16")
     assert c.head_dims is None and c.causal == (False, True) and not c.gqa and not c.triton
-    assert c.timeout_s == DEFAULT_TIMEOUT_S
+    assert c.timeout_s == DEFAULT_TIMEOUT_S and c.grids == ("lab", "flashattention")
     assert c.skip_reason("cpu", "bfloat16", 64, True, False, interpreted=True) is None  # plain PyTorch
     assert "grouped-query" in c.skip_reason("cpu", "float16", 64, True, True, interpreted=True)
 
@@ -83,12 +83,27 @@ def test_optional_keys_say_what_it_supports():
     ({"fn": "m:f", "head_dims": [64.0]}, "head_dims is [64.0]"),
     ({"fn": "m:f", "timeout_s": 0}, "timeout_s is 0"),
     ({"fn": "m:f", "gqa": "yes"}, "gqa is 'yes'"),
+    ({"fn": "m:f", "grids": ["fa"]}, "grids is ['fa']; accepted: lab, flashattention"),
 ])
 def test_a_bad_entry_is_one_line_naming_the_contender(entry, words):
     with pytest.raises(ContenderError) as err:
         parse("mine", entry)
     assert str(err.value).startswith("contender 'mine': ") and words in str(err.value)
     assert "\n" not in str(err.value)
+
+
+def test_a_contender_is_timed_on_the_grids_it_names_only():
+    from minimodel.gpu import timing
+
+    class NotCalled:
+        contender = parse("fa_only", {"fn": "m:f", "grids": ["flashattention"]})
+
+        def call(self, *args):
+            raise AssertionError("a point off its grids was run")
+
+    row = {"grid": "lab", "B": 2, "H": 4, "N": 64, "d": 64, "causal": False, "impl": "fa_only"}
+    out = timing.time_contender(NotCalled(), row, None, float("nan"), 0, 1, 1)
+    assert out["status"] == "skipped: fa_only is timed on the flashattention grid only"
 
 
 def test_the_module_is_found_under_examples_and_hashed_by_its_bytes():

@@ -13,9 +13,10 @@ with q of shape (B, H, N, d) and O of q's shape and dtype:
         gqa: false                   # K, V with fewer heads than Q
         triton: true                 # a Triton kernel: under the CPU interpreter, bf16 is skipped
         timeout_s: 60                # per point; a call that outlasts it is a failed row
+        grids: [flashattention]      # the timing grids it is timed on (lab, flashattention)
 
 With `fn` alone a contender runs on every device, dtype and head dim, causal and not, without
-grouped-query heads, with `DEFAULT_TIMEOUT_S` per point.
+grouped-query heads, on both timing grids, with `DEFAULT_TIMEOUT_S` per point.
 """
 
 from __future__ import annotations
@@ -27,10 +28,13 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from minimodel import contract
+
 DEVICES = ("cuda", "cpu")
 DTYPES = ("float16", "bfloat16")
 DEFAULT_TIMEOUT_S = 120.0
-KEYS = {"fn", "devices", "dtypes", "head_dims", "causal", "gqa", "triton", "timeout_s"}
+GRIDS = (contract.LAB_GRID, contract.FLASHATTENTION_GRID)
+KEYS = {"fn", "devices", "dtypes", "head_dims", "causal", "gqa", "triton", "timeout_s", "grids"}
 # bf16 tl.dot is wrong under Triton 3.6's interpreter (minimodel.kernel.flash says the same)
 BF16_INTERPRETER_REASON = ("bfloat16 skipped: tl.dot on bf16 operands is wrong under Triton's "
                            "interpreter (3.6)")
@@ -51,6 +55,7 @@ class Contender:
     gqa: bool = False
     triton: bool = False
     timeout_s: float = DEFAULT_TIMEOUT_S
+    grids: tuple[str, ...] = GRIDS  # the timing grids it is timed on
 
     def skip_reason(self, device: str, dtype: str, d: int, causal: bool, grouped: bool,
                     interpreted: bool) -> str | None:
@@ -107,6 +112,7 @@ def parse(name: str, entry: dict) -> Contender:
         head_dims=listed("head_dims", kind=int),
         causal=listed("causal", (False, True), kind=bool) or (False, True),
         gqa=entry.get("gqa", False), triton=entry.get("triton", False), timeout_s=float(timeout),
+        grids=listed("grids", GRIDS) or GRIDS,
     )
 
 

@@ -185,6 +185,8 @@ def time_contender(child, row: dict, exact, err_torch: float, random_seed: int, 
 
     reason = not_run_reason(child.contender, "cuda", "float16", row["d"], row["causal"], False,
                             interpreted=False)
+    if row["grid"] not in child.contender.grids:
+        reason = f"{child.contender.name} is timed on the {', '.join(child.contender.grids)} grid only"
     if reason:
         return {**row, "status": f"skipped: {reason}"}
     case = TimingCase(row["B"], row["H"], row["N"], row["d"], row["causal"], random_seed, warmup_ms, rep_ms)
