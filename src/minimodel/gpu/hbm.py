@@ -160,7 +160,7 @@ def probe(spec: dict, plan_path: Path) -> None:
     for i, row in enumerate(spec["rows"]):
         if row["status"] != MEASURED:
             continue
-        gen = torch.Generator(device="cuda").manual_seed(row["seed"])
+        gen = torch.Generator(device="cuda").manual_seed(row["input_seed"])
         q, k, v = (torch.randn(row["B"], row["H"], row["N"], row["d"], device="cuda",
                                dtype=getattr(torch, row["dtype"]), generator=gen) for _ in range(3))
         fn = _implementation(row, contender)
@@ -231,7 +231,7 @@ def measure(cfg: dict, l2_bytes: int, random_seed: int, ncu: str, workdir: str |
     workdir.mkdir(parents=True, exist_ok=True)
     free_bytes, _ = torch.cuda.mem_get_info()
     by_name = {c.name: c for c in contenders}
-    rows = [{**row, "seed": random_seed + i, "status": _initial_status(row, free_bytes, by_name),
+    rows = [{**row, "input_seed": random_seed + i, "status": _initial_status(row, free_bytes, by_name),
              "kernels": None, "kernel_names": None, **dict.fromkeys(NCU_METRICS.values())}
             for i, row in enumerate(plan(cfg, l2_bytes, contenders))]
     parts = []
