@@ -293,3 +293,26 @@ def test_a_module_that_fails_to_load_is_not_loaded_again(tmp_path):
         first = child.call("output", cases((33,))[0])
         assert child.process is None and "RuntimeError: no" in first[1]
         assert child.call("output", cases((33,))[1]) == first and child.process is None
+
+
+def test_a_dotted_module_is_found_without_running_its_packages(tmp_path, monkeypatch):
+    from minimodel.contenders import registry
+
+    package = tmp_path / "mykernels" / "attn"
+    package.mkdir(parents=True)
+    marker = tmp_path / "ran"
+    for init in (package.parent / "__init__.py", package / "__init__.py"):
+        init.write_text(f"open({str(marker)!r}, 'a').write('x')\n")
+    (package / "fast.py").write_text("def forward(q, k, v, causal=False):\n    return q\n")
+    monkeypatch.setattr(registry, "SEARCH", (tmp_path,))
+    config = _config({"mine": {"fn": "mykernels.attn.fast:forward"}}, timing=["mine"])
+    registry.check(config)
+    # the files Python runs to import it, each package's __init__ first: all inputs of the rule
+    assert registry.user_modules(config, "timing") == sorted(
+        [package.parent / "__init__.py", package / "__init__.py", package / "fast.py"])
+    assert not marker.exists()  # no __init__ ran in this process
+    with pytest.raises(ContenderError, match="module 'mykernels.attn.slow' not found"):
+        registry.check(_config({"mine": {"fn": "mykernels.attn.slow:forward"}}, timing=["mine"]))
+    with pytest.raises(ContenderError, match="module 'mykernels.attn.fast.deeper' not found"):
+        registry.check(_config({"mine": {"fn": "mykernels.attn.fast.deeper:forward"}}, timing=["mine"]))
+    assert not marker.exists()

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from minimodel import contract as C
 from minimodel.contenders.builtin import BUILTINS
-from minimodel.contenders.spec import Contender, ContenderError, module_path, parse
+from minimodel.contenders.spec import Contender, ContenderError, module_files, module_path, parse
 from minimodel.provenance.project import ROOT
 
 EXAMPLES = ROOT / "examples"  # where a contender's module is looked for after PYTHONPATH
@@ -55,9 +55,11 @@ def selected(config: dict, stage: str) -> list[Contender]:
 
 
 def user_modules(config: dict, stage: str) -> list[Path]:
-    """The files of the user's contenders that `stage` runs: its rule's inputs, hashed into its
-    manifest, so that editing one re-runs exactly the rules that run it."""
-    return sorted({module_path(c, SEARCH) for c in selected(config, stage) if c.name not in BUILTINS})
+    """The files of the user's contenders that `stage` runs (each module's, and its packages'
+    `__init__`): its rule's inputs, hashed into its manifest, so that editing one re-runs exactly
+    the rules that run it."""
+    return sorted({path for c in selected(config, stage) if c.name not in BUILTINS
+                   for path in module_files(c, SEARCH)})
 
 
 def check(config: dict) -> None:

@@ -116,19 +116,49 @@ def parse(name: str, entry: dict) -> Contender:
     )
 
 
-def module_path(contender: Contender, search: tuple[Path, ...]) -> Path:
-    """The file of the contender's module (PYTHONPATH first, then `search`), without importing it."""
+def module_files(contender: Contender, search: tuple[Path, ...]) -> list[Path]:
+    """The files Python runs to import the contender's module (PYTHONPATH first, then `search`):
+    each parent package's `__init__` and the module's own file, last. Found without importing
+    anything, so no code of the user's runs in the workflow's process."""
     module = contender.fn.split(":")[0]
+    files, locations, spec = [], None, None
     with _searching(search):
-        try:
-            spec = importlib.util.find_spec(module)
-        except (ImportError, ValueError):
-            spec = None
+        for depth in range(1, module.count(".") + 2):
+            spec = _find_spec(".".join(module.split(".")[:depth]), locations)
+            if spec is None:
+                break
+            if spec.origin and Path(spec.origin).is_file():  # a namespace package has no file
+                files.append(Path(spec.origin).resolve())
+            locations = spec.submodule_search_locations
+            if locations is None and depth <= module.count("."):  # a module where a package must be
+                spec = None
+                break
     if spec is None or not spec.origin or not Path(spec.origin).is_file():
         where = ", ".join(str(p) for p in search)
         raise ContenderError(f"contender {contender.name!r}: module {module!r} not found "
                              f"(looked on PYTHONPATH and in {where})")
-    return Path(spec.origin).resolve()
+    return files
+
+
+def _find_spec(name: str, locations):
+    """A module's spec, importing nothing: a top-level name through importlib (which imports
+    only the parents of dotted names), a submodule through the finders, in its package's folders."""
+    if locations is None:
+        try:
+            return importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            return None
+    for finder in sys.meta_path:
+        find = getattr(finder, "find_spec", None)
+        spec = find(name, list(locations)) if find else None
+        if spec is not None:
+            return spec
+    return None
+
+
+def module_path(contender: Contender, search: tuple[Path, ...]) -> Path:
+    """The file of the contender's module (PYTHONPATH first, then `search`), without importing it."""
+    return module_files(contender, search)[-1]
 
 
 def load(contender: Contender, search: tuple[Path, ...]):
