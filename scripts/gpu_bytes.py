@@ -34,7 +34,7 @@ with stage(snakemake) as st:
                 rows, kernels = hbm.measure(cfg, l2_bytes, snakemake.params.random_seed, ncu, work,
                                             contenders)
             finally:  # ncu's own output, each profiled process's, kept in the rule's log
-                for log in sorted(Path(work).glob("*.log")):
+                for log in sorted(Path(work).glob("*.log"), key=lambda p: p.stat().st_mtime):
                     print(log.read_text(), file=sys.stderr)
     table = pd.DataFrame(rows)
     summary = hbm.summary(table, ncu, l2_bytes)

@@ -80,8 +80,11 @@ def test_a_point_the_device_cannot_hold_is_skipped_with_the_reason():
 FAKE_NCU = r"""#!{python}
 # Stands in for Nsight Compute. A profile run goes through the plan's measured rows as the probe
 # would: it records each ("marked"), and keeps the rows it marked for `--import`, which prints a
-# raw-page table of a marker and one kernel per marked row. Contenders named raises, hangs and
-# dies do so at their first point with N = 512 and not causal.
+# raw-page table of a marker and one kernel per marked row, named after the row's point. At
+# their first point with N = 512 and not causal the contenders named raises, hangs and dies do
+# so, late raises after its marker, restarts records a sticky CUDA error and exits for a fresh
+# process, and nan's kernel reads "n/a"; loadfail's module does not load, and extra_marker's
+# table has a marker too many.
 import json, sys, time
 from pathlib import Path
 args = sys.argv[1:]
@@ -93,9 +96,18 @@ elif "--import" in args:
     print('"ID","Kernel Name","dram__bytes_read.sum","dram__bytes_write.sum",'
           '"lts__t_sectors_srcunit_tex_op_write.sum"')
     print('"","","byte","byte","sector"')
-    for i, row in enumerate(rows):
-        print(f'"{{2 * i}}","minimodel_bytes_marker","0","0","1"')
-        print(f'"{{2 * i + 1}}","kernel_{{row["impl"]}}(int)","{{row["N"]:,}}","0","{{row["H"]}}"')
+    i = 0
+    for row in rows:
+        print(f'"{{i}}","minimodel_bytes_marker","0","0","1"')
+        i += 1
+        if row.get("empty"):
+            continue
+        read = "n/a" if row.get("nan") else f'{{row["N"]:,}}'
+        name = f'kernel_{{row["impl"]}}_{{row["H"]}}_{{row["N"]}}_{{row["causal"]}}'
+        print(f'"{{i}}","{{name}}(int)","{{read}}","0","{{row["H"]}}"')
+        i += 1
+    if rows and rows[0]["impl"] == "extra_marker":
+        print(f'"{{i}}","minimodel_bytes_marker","0","0","1"')
 else:
     if mode == "noperm":
         print("==ERROR== ERR_NVGPUCTRPERM - The user does not have permission")
@@ -107,6 +119,7 @@ else:
     plan = json.loads(plan_path.read_text())
     name = (plan["contender"] or {{}}).get("name")
     marked = []
+    code = 0
     for i, row in enumerate(plan["rows"]):
         if row["status"] != "measured":
             continue
@@ -116,15 +129,27 @@ else:
                 time.sleep(600)
             if name == "dies":
                 print("Segmentation fault in the contender", file=sys.stderr)
+                print("==ERROR== The application returned an error code (139)")
                 sys.exit(139)
             if name == "raises":
                 outcome = "ValueError: deliberate"
+            if name == "late":
+                outcome = "marked, then ValueError: late"
+                row = {{**row, "empty": True}}
+            if name == "restarts":
+                outcome, code = "AcceleratorError: CUDA error: an illegal memory access", 75
+            if name == "nan":
+                row = {{**row, "nan": True}}
         if name == "raises_everywhere":
             outcome = "RuntimeError: never runs"
+        if name == "loadfail":
+            outcome = "its module did not load: ImportError: no module named cutlass"
         with open(plan_path.with_suffix(".rows.jsonl"), "a") as f:
             f.write(json.dumps({{"row": i, "outcome": outcome}}) + "\n")
-        if outcome == "marked":
+        if outcome.startswith("marked"):
             marked.append(row)
+        if code:
+            sys.exit(code)
     report = args[args.index("--export") + 1]
     if marked:  # as ncu: a report only where a kernel was profiled
         Path(report + ".ncu-rep").write_text("")
@@ -183,9 +208,10 @@ def test_measure_with_no_point_that_fits_runs_nothing(tmp_path, as_if_on_a_gpu, 
 def test_each_contender_is_profiled_apart_and_its_failures_stay_in_its_rows(tmp_path, as_if_on_a_gpu):
     cfg = {**CFG, "n": [256, 512], "head_dims": [64]}
     contenders = [Contender(name, f"somewhere:{name}", timeout_s=1)
-                  for name in ("fine", "raises", "hangs", "dies")]
+                  for name in ("fine", "raises", "hangs", "dies", "late", "restarts", "nan")]
     contenders.append(Contender("cpu_only", "somewhere:f", devices=("cpu",)))
-    contenders.append(Contender("raises_everywhere", "somewhere:f"))
+    contenders += [Contender(name, "somewhere:f")
+                   for name in ("raises_everywhere", "loadfail", "extra_marker")]
     rows, kernels = hbm.measure(cfg, L2, 0, _fake_ncu(tmp_path), tmp_path / "work", contenders)
     table = pd.DataFrame(rows)
     assert len(table) == 8 * 2 + 8 * len(contenders)  # 8 points: the project's two rows, each contender's
@@ -198,18 +224,29 @@ def test_each_contender_is_profiled_apart_and_its_failures_stay_in_its_rows(tmp_
     for name, status in (("raises", "failed: ValueError: deliberate"),
                          ("hangs", "failed: no answer within its time limit of 1 s: stopped"),
                          ("dies", "failed: its process died (exit code 139): Segmentation fault in the "
-                                  "contender")):
+                                  "contender"),
+                         ("late", "failed: ValueError: late"),
+                         ("restarts", "failed: AcceleratorError: CUDA error: an illegal memory access"),
+                         ("nan", "failed: ncu gave no value of dram_read_bytes for a kernel of this call")):
         part = by[name]
         assert (part[at_512(part)]["status"] == status).all(), (name, part[at_512(part)]["status"].tolist())
         assert part[at_512(part)]["dram_read_bytes"].isna().all()
         assert (part[~at_512(part)]["status"] == hbm.MEASURED).all(), name  # its other points, measured
     assert by["cpu_only"]["status"].str.startswith("skipped: cpu_only runs on cpu").all()
     assert (by["raises_everywhere"]["status"] == "failed: RuntimeError: never runs").all()  # ncu: no report
-    # every kernel's row is the full table's row of its implementation
+    assert (by["loadfail"]["status"] == "failed: its module did not load: ImportError: no module named "
+                                        "cutlass").all()
+    assert by["extra_marker"]["status"].str.startswith("failed: ncu profiled 9 marked calls, the plan "
+                                                       "measured 8").all()
+    assert by["extra_marker"]["dram_read_bytes"].isna().all()
+    # every kernel's row is the full table's row of its point: the measured rows' and nan's (its
+    # kernels ran; their numbers were not usable)
     body = kernels[kernels["row"].notna()]
-    assert len(body) == (table["status"] == hbm.MEASURED).sum()
-    impls = table.loc[body["row"].astype(int), "impl"]
-    assert all(k.startswith(f"kernel_{impl}(") for impl, k in zip(impls, body["kernel"], strict=True))
+    assert len(body) == (table["status"] == hbm.MEASURED).sum() + at_512(by["nan"]).sum()
+    assert set(kernels["profile"]) >= {"project_0", "contender_fine_0", "contender_restarts_2"}
+    point = table.loc[body["row"].astype(int)]
+    names = [f"kernel_{r.impl}_{r.H}_{r.N}_{r.causal}(int)" for r in point.itertuples()]
+    assert names == body["kernel"].tolist()
 
 
 @pytest.mark.workflow

@@ -108,6 +108,14 @@ def test_dram_writes_beyond_the_stores_set_the_row_aside():
     assert [r["status"] for r in rows[::2] + rows[3:]] == [MEASURED] * 3
 
 
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:  # a zombie is gone, waiting for its parent to read it
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
 def _script(tmp_path, body: str) -> str:
     path = tmp_path / "fake_ncu"
     path.write_text(f"#!{sys.executable}\n" + body)
@@ -116,8 +124,12 @@ def _script(tmp_path, body: str) -> str:
 
 
 def test_a_profiled_process_that_records_nothing_for_too_long_is_stopped(tmp_path):
-    # records its first row, then hangs: stopped `row_limit_s` after that record, not at setup_s
-    fake = _script(tmp_path, "import json, sys, time\nplan = sys.argv[-1]\n"
+    # records its first row, then hangs in a process of its own, as the profiled process under
+    # ncu's launchers: stopped `row_limit_s` after that record, not at setup_s, all of it
+    grandchild = tmp_path / "grandchild.pid"
+    fake = _script(tmp_path, "import json, subprocess, sys, time\nplan = sys.argv[-1]\n"
+                   "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])\n"
+                   f"open({str(grandchild)!r}, 'w').write(str(p.pid))\n"
                    "with open(plan[:-5] + '.rows.jsonl', 'a') as f:\n"
                    "    f.write(json.dumps({'row': 0, 'outcome': 'marked'}) + '\\n')\n"
                    "time.sleep(600)\n")
@@ -126,6 +138,11 @@ def test_a_profiled_process_that_records_nothing_for_too_long_is_stopped(tmp_pat
                          setup_s=30)
     assert time.monotonic() - start < 15
     assert result.returncode is None and result.table is None and result.outcome == {0: "marked"}
+    pid = int(grandchild.read_text())
+    deadline = time.monotonic() + 5
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _alive(pid)
 
 
 def test_a_profiled_process_gets_the_setup_time_before_its_first_row(tmp_path):

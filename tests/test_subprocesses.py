@@ -53,3 +53,30 @@ def test_a_contender_child_dies_when_its_stage_is_killed_in_the_middle_of_a_call
         assert not _alive(child)
     finally:
         stage.kill()
+
+
+WATCHED = """
+import sys, time
+from minimodel.subprocesses import exit_with_stage
+exit_with_stage(poll_s=0.1)
+print("watching", flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_a_process_below_launchers_exits_when_the_stage_named_to_it_is_gone():
+    # the stage: a process that starts a launcher, which starts the watched process (as ncu does)
+    stage = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    env = {**os.environ, "PYTHONPATH": str(SRC), "MINIMODEL_STAGE_PID": str(stage.pid)}
+    watched = subprocess.Popen([sys.executable, "-c", WATCHED], stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        assert watched.stdout.readline().strip() == "watching"
+        time.sleep(0.3)
+        assert watched.poll() is None  # the stage lives: so does it
+        stage.kill()
+        stage.wait()
+        assert watched.wait(10) == 1
+    finally:
+        stage.kill()
+        watched.kill()

@@ -7,8 +7,11 @@ not leave them holding the GPU.
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
+import threading
+import time
 
 PR_SET_PDEATHSIG = 1
 # looked up once, here: a preexec_fn runs between fork and exec, where loading a library could
@@ -26,3 +29,29 @@ def die_with_parent() -> None:
     or called first thing in a child; the setting is kept across exec. Elsewhere it does nothing."""
     if _prctl is not None:
         _prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL))
+
+
+# The pid of the stage whose processes must end with it, for a process further down a tree it did
+# not start itself: ncu starts the profiled process through launchers of its own, so that process's
+# parent is not the stage, and its parent-death signal would wait on the launcher.
+STAGE_PID_ENV = "MINIMODEL_STAGE_PID"
+
+
+def exit_with_stage(poll_s: float = 1.0) -> None:
+    """Exit this process (at once, no cleanup) when the stage named by `STAGE_PID_ENV` is gone,
+    watched from a daemon thread. Without the variable it does nothing."""
+    stage = os.environ.get(STAGE_PID_ENV)
+    if not stage:
+        return
+
+    def watch(pid: int) -> None:
+        while True:
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                os._exit(1)
+            except PermissionError:  # alive, another user's: not ours to judge
+                pass
+            time.sleep(poll_s)
+
+    threading.Thread(target=watch, args=(int(stage),), daemon=True, name="exit-with-stage").start()

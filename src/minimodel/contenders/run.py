@@ -214,6 +214,11 @@ class Child:
         except EOFError:
             return "error", f"its process died (exit code {self._wait()})"
 
+    def start(self) -> None:
+        """Start the child now (`call` starts it when first needed): its module loads, once."""
+        if self.process is None and not self.load_error:
+            self._start()
+
     def call(self, task: str, payload):
         """("ok", result) or ("error", one line saying what went wrong). A module that failed to
         load is not tried again: every later point gets the same reason."""

@@ -38,7 +38,7 @@ from minimodel import contract, symbolic
 from minimodel.gpu import ncu as ncu_tool
 from minimodel.gpu.ncu import KERNEL_COLUMNS, NCU_METRICS, NCU_OPTIONS, find_ncu  # noqa: F401
 from minimodel.provenance import project
-from minimodel.subprocesses import die_with_parent
+from minimodel.subprocesses import exit_with_stage
 
 DTYPE = "float16"
 REGIMES = ("one head", "many heads")
@@ -53,6 +53,7 @@ NO_PERMISSION = (f"{contract.NOT_MEASURED}: ncu may not read the GPU's performan
                  "(ERR_NVGPUCTRPERM; an administrator can allow it for all users)")
 ELEMENT_BYTES = symbolic.DTYPE_BYTES[DTYPE]
 MARKED = "marked"  # the probe's record of a row it profiled
+RESTART = 75  # the probe's exit code after a contender left CUDA unusable: the rest, afresh
 MODEL_COLUMNS = ("model_B_r", "model_B_c", "model_read_bytes", "model_write_bytes",
                  *(f"model_{convention}_bytes" for convention in contract.CONVENTIONS))
 
@@ -133,33 +134,39 @@ def _implementation(row: dict, contender):
     return lambda q, k, v: flash_attn_forward(q, k, v, causal=causal)
 
 
-def probe(spec: dict, plan_path: Path) -> None:
+def probe(spec: dict, plan_path: Path) -> int:
     """Run every row whose status is `MEASURED`: once unprofiled, then marked in the NVTX range.
 
     Each row's outcome is recorded as it ends (`ncu.record_row`). The project's rows let an error
-    end the process; a contender's error is recorded for its row, and the next row runs.
+    end the process; a contender's error is recorded for its row, and the next row runs. A
+    contender that does not load has that error recorded for every row. Returns the exit code:
+    `RESTART` after an error that left CUDA unusable, so the rows left go to a fresh process.
     """
     import torch
     import triton
     import triton.language as tl
 
     from minimodel.contenders.registry import SEARCH
-    from minimodel.contenders.run import _validated
+    from minimodel.contenders.run import _cuda_usable, _validated
     from minimodel.contenders.spec import Contender, load
 
     @triton.jit
     def minimodel_bytes_marker(X):
         tl.store(X, 1)
 
+    todo = [i for i, row in enumerate(spec["rows"]) if row["status"] == MEASURED]
     contender = None
     if spec.get("contender"):
-        entry = spec["contender"]
-        contender = load(Contender(**{k: tuple(v) if isinstance(v, list) else v
-                                      for k, v in entry.items()}), SEARCH)
+        entry = {k: tuple(v) if isinstance(v, list) else v for k, v in spec["contender"].items()}
+        try:
+            contender = load(Contender(**entry), SEARCH)
+        except Exception as err:  # noqa: BLE001 (a user's module may raise anything on import)
+            for i in todo:
+                ncu_tool.record_row(plan_path, i, f"its module did not load: {_one_line(err)}")
+            return 0
     marker_buffer = torch.zeros(1, device="cuda", dtype=torch.int32)
-    for i, row in enumerate(spec["rows"]):
-        if row["status"] != MEASURED:
-            continue
+    for i in todo:
+        row = spec["rows"][i]
         gen = torch.Generator(device="cuda").manual_seed(row["input_seed"])
         q, k, v = (torch.randn(row["B"], row["H"], row["N"], row["d"], device="cuda",
                                dtype=getattr(torch, row["dtype"]), generator=gen) for _ in range(3))
@@ -178,19 +185,16 @@ def probe(spec: dict, plan_path: Path) -> None:
             if contender is None:
                 raise
             ncu_tool.record_row(plan_path, i, f"{MARKED}, then " * marked + _one_line(err))
-            del q, k, v
-            torch.cuda.empty_cache()  # an out-of-memory row leaves nothing behind for the next
+            del q, k, v  # kept in PyTorch's cache (see below), out-of-memory rows included
+            if not _cuda_usable():  # a sticky CUDA error would fail every later row
+                return RESTART
             continue
         ncu_tool.record_row(plan_path, i, MARKED)
         # kept in PyTorch's cache, not handed back to the driver: on the H200 a profiled kernel
         # that ran after 50 GB had been freed saw 17-32x its own stores written to DRAM (the
         # freed memory being cleared beside it, counted by the device-wide DRAM counters)
         del q, k, v, out
-
-
-def _last_line(log: str) -> str:
-    lines = [line for line in log.splitlines() if line.strip()]
-    return lines[-1][:200] if lines else "no output"
+    return 0
 
 
 def _one_line(err: Exception) -> str:
@@ -240,7 +244,7 @@ def measure(cfg: dict, l2_bytes: int, random_seed: int, ncu: str, workdir: str |
         index = [i for i, row in enumerate(rows) if row["impl"] in impls]
         try:
             kernels = _profile_rows(ncu, [rows[i] for i in index], contender, workdir)
-        except PermissionError:
+        except ncu_tool.NoCounterPermission:
             rows = planned_rows(cfg, l2_bytes, NO_PERMISSION, contenders)
             return rows, pd.DataFrame(columns=KERNEL_COLUMNS)
         kernels["row"] = [index[int(j)] if pd.notna(j) else None for j in kernels["row"]]
@@ -259,43 +263,62 @@ def measure(cfg: dict, l2_bytes: int, random_seed: int, ncu: str, workdir: str |
 def _profile_rows(ncu: str, rows: list[dict], contender, workdir: Path) -> pd.DataFrame:
     """Profile `rows` (the project's, or one contender's) and fill them in place; their kernels,
     `row` being the index in `rows`. A contender's process that hangs or dies fails the row it
-    was at, and the rows left are profiled again in a fresh one."""
+    was at, and the rows left are profiled again in a fresh one; kernels that cannot be matched
+    to its rows fail its rows, not the stage."""
     name = "project" if contender is None else f"contender_{contender.name}"
     spec = {"contender": dataclasses.asdict(contender) if contender else None}
     for attempt in range(len(rows) + 1):
         todo = [r["status"] == MEASURED for r in rows]
         if not any(todo):
             return pd.DataFrame(columns=KERNEL_COLUMNS)
-        result = ncu_tool.profile(ncu, "minimodel.gpu.hbm", {**spec, "rows": rows}, workdir,
-                                  f"{name}_{attempt}", contender.timeout_s if contender else None)
+        profile = f"{name}_{attempt}"
+        result = ncu_tool.profile(ncu, "minimodel.gpu.hbm", {**spec, "rows": rows}, workdir, profile,
+                                  contender.timeout_s if contender else None)
         if result.no_permission:
-            raise PermissionError(ncu_tool.PERMISSION_ERROR)
+            raise ncu_tool.NoCounterPermission(result.log[-500:])
         if contender is None and result.returncode != 0:
             raise RuntimeError(f"ncu exited with {result.returncode}:\n{result.log[-3000:]}")
         for i, outcome in result.outcome.items():
             if not outcome.startswith(MARKED):
                 rows[i]["status"] = f"failed: {outcome}"
-        if result.returncode == 0:
+        unreached = [i for i, row in enumerate(rows) if todo[i] and i not in result.outcome]
+        if result.returncode == 0 and not unreached:
             break
+        if contender is None:
+            raise ncu_tool.ProbeMismatch(f"the probe stopped before rows {unreached}:\n{result.log[-3000:]}")
+        if result.returncode in (0, RESTART):  # it stopped after a recorded error that left CUDA
+            continue  # unusable (ncu may or may not pass its exit code on): the rest, afresh
         reason = ("failed: " + (
             f"no answer within its time limit of {contender.timeout_s:g} s: stopped"
             if result.returncode is None else
-            f"its process died (exit code {result.returncode}): {_last_line(result.log)}"))
-        stuck = [i for i, row in enumerate(rows) if todo[i] and i not in result.outcome]
+            f"its process died (exit code {result.returncode}): {result.last_words()}"))
         # the row it was at; past the last row, every row it profiled (their report is lost)
-        for i in stuck[:1] or [i for i, row in enumerate(rows) if row["status"] == MEASURED]:
+        for i in unreached[:1] or [i for i, row in enumerate(rows) if row["status"] == MEASURED]:
             rows[i]["status"] = reason
     if not any(r["status"] == MEASURED for r in rows):  # every row raised: nothing was profiled
         return pd.DataFrame(columns=KERNEL_COLUMNS)
-    if result.table is None:
-        raise ncu_tool.ProbeMismatch(f"ncu wrote no report of {name}'s profiled rows:\n{result.log[-3000:]}")
-    kernels = ncu_tool.parse_ncu_csv(result.table)
-    ncu_tool.assign(kernels, rows, MEASURED)
-    for i, outcome in result.outcome.items():  # marked, then raised: its kernels are not a call
-        if outcome.startswith(f"{MARKED}, then "):
-            rows[i].update({"status": f"failed: {outcome[len(MARKED) + 7:]}",
-                            **dict.fromkeys(NCU_METRICS.values())})
+    raised = {i: o[len(f"{MARKED}, then "):] for i, o in result.outcome.items()
+              if o.startswith(f"{MARKED}, then ")}  # marked, then raised: its kernels are not a call
+    try:
+        if result.table is None:
+            raise ncu_tool.ProbeMismatch(f"ncu wrote no report of the profiled rows: {result.last_words()}")
+        kernels = ncu_tool.parse_ncu_csv(result.table)
+        ncu_tool.assign(kernels, rows, MEASURED, may_be_empty=frozenset(raised))
+    except ncu_tool.ProbeMismatch as err:
+        if contender is None:
+            raise
+        for row in rows:  # none of its numbers can be trusted to belong to its row
+            if row["status"] == MEASURED or row.get("kernels") is not None:
+                row.update({"status": f"failed: {str(err).splitlines()[0][:200]}", "kernels": None,
+                            "kernel_names": None, **dict.fromkeys(NCU_METRICS.values())})
+        return pd.DataFrame(columns=KERNEL_COLUMNS)
+    for i, error in raised.items():
+        rows[i].update({"status": f"failed: {error}", "kernels": None, "kernel_names": None,
+                        **dict.fromkeys(NCU_METRICS.values())})
+    kernels.insert(1, "profile", profile)
     return kernels
+
+
 def _flash_config(row) -> tuple[int, int, bool]:
     """The tile `flash_attn_forward` chose for the row's shape (as the probe's inputs: contiguous)."""
     import torch
@@ -328,13 +351,12 @@ def summary(table: pd.DataFrame, ncu: str | None, l2_bytes: int) -> dict:
 def main(argv: list[str] | None = None) -> int:
     """The profiled process: `python -m minimodel.gpu.hbm PLAN.json` (run by `measure` under ncu)."""
     argv = sys.argv[1:] if argv is None else argv
-    die_with_parent()  # ncu, its parent, is killed with the stage: this process goes too
+    exit_with_stage()  # ncu's launchers stand between this process and the stage
     if len(argv) != 1:
         print("usage: python -m minimodel.gpu.hbm PLAN.json  (run under ncu by the gpu_bytes rule)",
               file=sys.stderr)
         return 2
-    probe(json.loads(Path(argv[0]).read_text()), Path(argv[0]))
-    return 0
+    return probe(json.loads(Path(argv[0]).read_text()), Path(argv[0]))
 
 
 if __name__ == "__main__":

@@ -31,7 +31,7 @@ from pathlib import Path
 import pandas as pd
 
 from minimodel.provenance import project
-from minimodel.subprocesses import die_with_parent
+from minimodel.subprocesses import STAGE_PID_ENV, die_with_parent
 
 NVTX_RANGE = "minimodel_bytes"
 MARKER = "minimodel_bytes_marker"  # the name of the marker kernel (a Triton function's name)
@@ -43,7 +43,8 @@ NCU_METRICS = {
     "lts__t_sectors_srcunit_tex_op_write.sum": "l2_write_bytes",
 }
 SECTOR_BYTES = 32
-KERNEL_COLUMNS = ["row", "id", "kernel", *NCU_METRICS.values()]  # kernels.csv: row = the plan's row
+# kernels.csv: row = the plan's row; profile = the ncu run (ids restart in each)
+KERNEL_COLUMNS = ["row", "profile", "id", "kernel", *NCU_METRICS.values()]
 NCU_OPTIONS = ["--nvtx", "--nvtx-include", f"{NVTX_RANGE}/", "--cache-control", "all",
                "--clock-control", "none", "--replay-mode", "kernel"]
 PERMISSION_ERROR = "ERR_NVGPUCTRPERM"
@@ -56,6 +57,10 @@ FOREIGN_WRITE_SLACK = (1.05, 2**20)  # (ratio, bytes) of DRAM writes over stores
 
 class ProbeMismatch(RuntimeError):
     """ncu's kernels do not line up with the plan: no number is assigned to a wrong point."""
+
+
+class NoCounterPermission(RuntimeError):
+    """ncu may not read the GPU's performance counters on this machine (ERR_NVGPUCTRPERM)."""
 
 
 def find_ncu(configured: str | None = None) -> str | None:
@@ -98,6 +103,11 @@ class Profile:
     def no_permission(self) -> bool:
         return PERMISSION_ERROR in self.log
 
+    def last_words(self) -> str:
+        """The log's last line that is not ncu's own (`==PROF==`, `==ERROR==`, ...)."""
+        lines = [line for line in self.log.splitlines() if line.strip() and not line.startswith("==")]
+        return lines[-1][:200] if lines else "no output"
+
 
 def record_path(plan_path: Path) -> Path:
     return plan_path.with_suffix(".rows.jsonl")
@@ -125,10 +135,11 @@ def profile(ncu: str, module: str, plan: dict, workdir: Path, name: str,
     record.unlink(missing_ok=True)
     report = workdir / name
     log_path = workdir / f"{name}.log"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+    env = {**os.environ, STAGE_PID_ENV: str(os.getpid()), "PYTHONPATH": os.pathsep.join(
         filter(None, [str(project.SRC), os.environ.get("PYTHONPATH")]))}
+    # -P: the working directory is not put on sys.path (a contender's module is the file hashed)
     command = [ncu, *NCU_OPTIONS, "--metrics", ",".join(NCU_METRICS), "--force-overwrite",
-               "--export", str(report), sys.executable, "-m", module, str(plan_path)]
+               "--export", str(report), sys.executable, "-P", "-m", module, str(plan_path)]
     with open(log_path, "w") as log:
         log.write(" ".join(command) + "\n")
         log.flush()
@@ -214,11 +225,13 @@ def parse_ncu_csv(text: str) -> pd.DataFrame:
     return kernels.sort_values("id").reset_index(drop=True)
 
 
-def assign(kernels: pd.DataFrame, rows: list[dict], measured_status: str) -> list[dict]:
+def assign(kernels: pd.DataFrame, rows: list[dict], measured_status: str,
+           may_be_empty: frozenset[int] = frozenset()) -> list[dict]:
     """Sum each measured row's kernels: the kernels after each marker, markers in plan order.
 
     Fills the rows in place and gives `kernels` a column `row`, the index in `rows` of each
-    kernel's row (empty for the markers).
+    kernel's row (empty for the markers). A row without a kernel after its marker is a mismatch,
+    unless its index is in `may_be_empty` (a call that raised after its marker).
     """
     measured = [r for r in rows if r["status"] == measured_status]
     groups: list[list[dict]] = []
@@ -235,15 +248,19 @@ def assign(kernels: pd.DataFrame, rows: list[dict], measured_status: str) -> lis
     position = {id(r): i for i, r in enumerate(rows)}
     row_of = {}
     for row, group in zip(measured, groups, strict=True):
-        if not group:
+        if not group and position[id(row)] not in may_be_empty:
             raise ProbeMismatch(f"no kernel was profiled for {row}")
         row_of.update({k["id"]: position[id(row)] for k in group})
         row["kernels"] = len(group)
         row["kernel_names"] = "; ".join(k["kernel"].split("(")[0][:80] for k in group)
         for column in NCU_METRICS.values():
             row[column] = float(sum(k[column] for k in group))
+        missing = [c for c in NCU_METRICS.values() if not math.isfinite(row[c])]
         ratio, extra = FOREIGN_WRITE_SLACK
-        if row["dram_write_bytes"] > ratio * row["l2_write_bytes"] + extra:
-            row["status"] = FOREIGN_WRITES.format(ratio=row["dram_write_bytes"] / row["l2_write_bytes"])
+        if missing:  # ncu gave "n/a" for a kernel: no number is better than a wrong one
+            row["status"] = f"failed: ncu gave no value of {', '.join(missing)} for a kernel of this call"
+        elif row["dram_write_bytes"] > ratio * row["l2_write_bytes"] + extra:
+            over = row["dram_write_bytes"] / row["l2_write_bytes"] if row["l2_write_bytes"] else math.inf
+            row["status"] = FOREIGN_WRITES.format(ratio=over)
     kernels.insert(0, "row", kernels["id"].map(row_of))
     return rows

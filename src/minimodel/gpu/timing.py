@@ -185,8 +185,9 @@ def time_contender(child, row: dict, exact, err_torch: float, random_seed: int, 
 
     reason = not_run_reason(child.contender, "cuda", "float16", row["d"], row["causal"], False,
                             interpreted=False)
-    if row["grid"] not in child.contender.grids:
-        reason = f"{child.contender.name} is timed on the {', '.join(child.contender.grids)} grid only"
+    grids = child.contender.grids
+    if row["grid"] not in grids:
+        reason = reason or f"{child.contender.name} is timed on the {', '.join(grids)} grid only"
     if reason:
         return {**row, "status": f"skipped: {reason}"}
     case = TimingCase(row["B"], row["H"], row["N"], row["d"], row["causal"], random_seed, warmup_ms, rep_ms)
@@ -223,9 +224,11 @@ def run(cfg: dict, random_seed: int, cpu_prediction: dict | None = None, progres
     from minimodel.contenders import registry
     from minimodel.contenders.run import Child
 
+    children = [Child(c, registry.SEARCH) for c in contenders]
+    for child in children:  # started before the ceilings: no idle GPU between them and the points
+        child.start()
     ceilings = gpu_ceilings(cfg["warmup_ms"])
     rows = []
-    children = [Child(c, registry.SEARCH) for c in contenders]
     try:
         for i, p in enumerate(tqdm(grids.points(cfg), desc="timing", file=progress)):
             rows += time_point(p.grid, p.B, p.H, p.N, p.d, p.causal, contract.IMPLEMENTATIONS_BY_GRID[p.grid],
