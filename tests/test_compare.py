@@ -109,6 +109,18 @@ def test_a_contender_timed_in_both_runs_is_compared_by_its_ratio(run, tmp_path):
     assert set(bad["metric"]) == {"kernel/mine"} and len(bad) == 2  # causal and not
 
 
+def test_a_contender_timed_in_one_run_only_is_said_not_compared(run, tmp_path):
+    timing = run / "gpu/timing/timing.csv"
+    frame = pd.read_csv(timing)
+    pd.concat([frame, frame[frame["impl"] == "sdpa_cudnn"].assign(impl="mine")]).to_csv(timing, index=False)
+    vouch(timing)
+    table, verdict = compare.compare_runs(run, REFERENCE)
+    said = table[(table["part"] == "timing") & (table["verdict"] == "not comparable")]
+    points = frame[frame["impl"] == "sdpa_cudnn"]["status"].eq("ok").sum()
+    assert f"{points} points" in set(said["item"]) and verdict["verdict"] == "agree"
+    assert any(r.startswith("only in the run: a grid point or contender") for r in said["reason"])
+
+
 def test_another_gpu_or_none_is_not_comparable_and_not_a_failure(run):
     summary = json.loads((run / "gpu/timing/timing.json").read_text())
     summary["device"] = "NVIDIA A100-SXM4-80GB"
