@@ -84,14 +84,10 @@ def _missing(part: str, name: str, run: pd.DataFrame | None) -> list[dict]:
                  reason=f"{name} missing in the {'run' if run is None else 'reference'}")]
 
 
-def _only_in(part: str, run_keys: set, ref_keys: set,
-             why: str = "the two configs have different grids") -> list[dict]:
-    rows = []
-    for side, keys in (("run", run_keys - ref_keys), ("reference", ref_keys - run_keys)):
-        if keys:
-            rows.append(_row(part, f"{len(keys)} points", "presence", None, None, verdict=NOT_COMPARABLE,
-                             reason=f"only in the {side}: {why}"))
-    return rows
+def _only_in(part: str, run_keys: set, ref_keys: set, why: str = "the two configs have different grids"):
+    return [_row(part, f"{len(keys)} points", "presence", None, None, verdict=NOT_COMPARABLE,
+                 reason=f"only in the {side}: {why}")
+            for side, keys in (("run", run_keys - ref_keys), ("reference", ref_keys - run_keys)) if keys]
 
 
 def _exact(part: str, run: pd.DataFrame | None, ref: pd.DataFrame | None, keys: list[str],
@@ -224,8 +220,7 @@ def compare_timing(run: Path, ref: Path) -> list[dict]:
         return _missing("timing", contract.TIMING, a)
     a, b = _ratios(a), _ratios(b)
     keys = [set(map(tuple, t[point].itertuples(index=False))) for t in (a, b)]
-    rows = _only_in("timing", *keys, why="a grid point or contender the other config lacks, or a "
-                    "point that did not time there")
+    rows = _only_in("timing", *keys, "a grid point or contender the other lacks, or a point not timed there")
     for _, r in a.merge(b, on=point, suffixes=("_run", "_ref")).iterrows():
         band = timing_band(r["grid"], int(r["N"]))
         diff = _relative(r["ratio_run"], r["ratio_ref"])
