@@ -139,6 +139,11 @@ def _receive(conn: Connection):
     return pickle.loads(conn.recv_bytes())
 
 
+def one_line(err: Exception) -> str:
+    """An error as one line: its type and the first line of its message."""
+    return f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
+
+
 def _cuda_usable() -> bool:
     if not torch.cuda.is_initialized():
         return True
@@ -167,9 +172,7 @@ def _serve(conn_in: Connection, conn_out: Connection) -> None:
             _send(conn_out, ("ok", TASKS[task](fn, payload)))
         except Exception as err:  # noqa: BLE001
             last = traceback.extract_tb(err.__traceback__)[-1]
-            message = str(err).splitlines()[0] if str(err) else ""
-            where = f"{Path(last.filename).name}:{last.lineno}"
-            _send(conn_out, ("error", f"{type(err).__name__}: {message} ({where})"))
+            _send(conn_out, ("error", f"{one_line(err)} ({Path(last.filename).name}:{last.lineno})"))
             if not _cuda_usable():  # a sticky CUDA error would fail every later point: start afresh
                 return
         if torch.cuda.is_initialized():

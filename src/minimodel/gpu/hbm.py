@@ -53,6 +53,7 @@ NO_PERMISSION = (f"{contract.NOT_MEASURED}: ncu may not read the GPU's performan
                  "(ERR_NVGPUCTRPERM; an administrator can allow it for all users)")
 ELEMENT_BYTES = symbolic.DTYPE_BYTES[DTYPE]
 MARKED = "marked"  # the probe's record of a row it profiled
+RAISED_AFTER_MARK = f"{MARKED}, then "  # ... of a row whose profiled call raised: then the error
 RESTART = 75  # the probe's exit code after a contender left CUDA unusable: the rest, afresh
 MODEL_COLUMNS = ("model_B_r", "model_B_c", "model_read_bytes", "model_write_bytes",
                  *(f"model_{convention}_bytes" for convention in contract.CONVENTIONS))
@@ -147,7 +148,7 @@ def probe(spec: dict, plan_path: Path) -> int:
     import triton.language as tl
 
     from minimodel.contenders.registry import SEARCH
-    from minimodel.contenders.run import _cuda_usable, _validated
+    from minimodel.contenders.run import _cuda_usable, _validated, one_line
     from minimodel.contenders.spec import Contender, load
 
     @triton.jit
@@ -162,7 +163,7 @@ def probe(spec: dict, plan_path: Path) -> int:
             contender = load(Contender(**entry), SEARCH)
         except Exception as err:  # noqa: BLE001 (a user's module may raise anything on import)
             for i in todo:
-                ncu_tool.record_row(plan_path, i, f"its module did not load: {_one_line(err)}")
+                ncu_tool.record_row(plan_path, i, f"its module did not load: {one_line(err)[:240]}")
             return 0
     marker_buffer = torch.zeros(1, device="cuda", dtype=torch.int32)
     for i in todo:
@@ -184,7 +185,7 @@ def probe(spec: dict, plan_path: Path) -> int:
         except Exception as err:  # noqa: BLE001 (a contender may raise anything)
             if contender is None:
                 raise
-            ncu_tool.record_row(plan_path, i, f"{MARKED}, then " * marked + _one_line(err))
+            ncu_tool.record_row(plan_path, i, RAISED_AFTER_MARK * marked + one_line(err)[:240])
             del q, k, v  # kept in PyTorch's cache (see below), out-of-memory rows included
             if not _cuda_usable():  # a sticky CUDA error would fail every later row
                 return RESTART
@@ -195,11 +196,6 @@ def probe(spec: dict, plan_path: Path) -> int:
         # freed memory being cleared beside it, counted by the device-wide DRAM counters)
         del q, k, v, out
     return 0
-
-
-def _one_line(err: Exception) -> str:
-    message = str(err).splitlines()[0][:200] if str(err) else ""
-    return f"{type(err).__name__}: {message}"
 
 
 # ---- the stage ------------------------------------------------------------------------------
@@ -235,8 +231,7 @@ def measure(cfg: dict, l2_bytes: int, random_seed: int, ncu: str, workdir: str |
     workdir.mkdir(parents=True, exist_ok=True)
     free_bytes, _ = torch.cuda.mem_get_info()
     by_name = {c.name: c for c in contenders}
-    rows = [{**row, "input_seed": random_seed + i, "status": _initial_status(row, free_bytes, by_name),
-             "kernels": None, "kernel_names": None, **dict.fromkeys(NCU_METRICS.values())}
+    rows = [{**row, "input_seed": random_seed + i, **_unmeasured(_initial_status(row, free_bytes, by_name))}
             for i, row in enumerate(plan(cfg, l2_bytes, contenders))]
     parts = []
     for contender in (None, *contenders):
@@ -255,9 +250,13 @@ def measure(cfg: dict, l2_bytes: int, random_seed: int, ncu: str, workdir: str |
         row.update(model_columns(row, block_m, block_n))
         if ran_flash:
             row.update(cfg_BLOCK_M=block_m, cfg_BLOCK_N=block_n, cfg_TMA=tma)
-    kernels = pd.concat([p for p in parts if len(p)], ignore_index=True) if any(len(p) for p in parts) \
-        else pd.DataFrame(columns=KERNEL_COLUMNS)
-    return rows, kernels
+    parts = [p for p in parts if len(p)]
+    return rows, pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=KERNEL_COLUMNS)
+
+
+def _unmeasured(status: str) -> dict:
+    """A row's measurement columns where no number stands: its status, and nothing else."""
+    return {"status": status, "kernels": None, "kernel_names": None, **dict.fromkeys(NCU_METRICS.values())}
 
 
 def _profile_rows(ncu: str, rows: list[dict], contender, workdir: Path) -> pd.DataFrame:
@@ -297,8 +296,8 @@ def _profile_rows(ncu: str, rows: list[dict], contender, workdir: Path) -> pd.Da
             rows[i]["status"] = reason
     if not any(r["status"] == MEASURED for r in rows):  # every row raised: nothing was profiled
         return pd.DataFrame(columns=KERNEL_COLUMNS)
-    raised = {i: o[len(f"{MARKED}, then "):] for i, o in result.outcome.items()
-              if o.startswith(f"{MARKED}, then ")}  # marked, then raised: its kernels are not a call
+    raised = {i: o[len(RAISED_AFTER_MARK):] for i, o in result.outcome.items()
+              if o.startswith(RAISED_AFTER_MARK)}  # its kernels are not a whole call
     try:
         if result.table is None:
             raise ncu_tool.ProbeMismatch(f"ncu wrote no report of the profiled rows: {result.last_words()}")
@@ -309,12 +308,10 @@ def _profile_rows(ncu: str, rows: list[dict], contender, workdir: Path) -> pd.Da
             raise
         for row in rows:  # none of its numbers can be trusted to belong to its row
             if row["status"] == MEASURED or row.get("kernels") is not None:
-                row.update({"status": f"failed: {str(err).splitlines()[0][:200]}", "kernels": None,
-                            "kernel_names": None, **dict.fromkeys(NCU_METRICS.values())})
+                row.update(_unmeasured(f"failed: {str(err).splitlines()[0][:200]}"))
         return pd.DataFrame(columns=KERNEL_COLUMNS)
     for i, error in raised.items():
-        rows[i].update({"status": f"failed: {error}", "kernels": None, "kernel_names": None,
-                        **dict.fromkeys(NCU_METRICS.values())})
+        rows[i].update(_unmeasured(f"failed: {error}"))
     kernels.insert(1, "profile", profile)
     return kernels
 
@@ -343,7 +340,7 @@ def summary(table: pd.DataFrame, ncu: str | None, l2_bytes: int) -> dict:
     status = MEASURED if measured else next(iter(statuses), "no points")
     contenders = [i for i in dict.fromkeys(table["impl"]) if i not in IMPLEMENTATIONS]
     return {"status": status, "contenders": contenders, "measured": measured, "statuses": statuses,
-            "device": device,            "device_l2_bytes": device_l2, "plan_l2_bytes": l2_bytes, "ncu": ncu,
+            "device": device, "device_l2_bytes": device_l2, "plan_l2_bytes": l2_bytes, "ncu": ncu,
             "ncu_version": ncu_tool.ncu_version(ncu) if measured else None,
             "ncu_options": NCU_OPTIONS, "metrics": NCU_METRICS, "dtype": DTYPE}
 
