@@ -19,7 +19,22 @@ def test_interpreter_grid_is_small_and_skips_bf16_with_its_reason():
     assert all(c["B"] == 1 and c["H"] == 2 for c in cases)
     bf16 = [c for c in cases if c["dtype"] == "bfloat16"]
     assert bf16 and all(c["skip"] == flash.BF16_INTERPRETER_REASON for c in bf16)
-    assert {c["group"] for c in ran} == {"lab grid", "awkward N", "head dim"}
+    assert {c["group"] for c in ran} == {"lab grid", "awkward N", "head dim", "grouped heads"}
+
+
+def test_grouped_cases_come_last_with_fewer_kv_heads():
+    cases = correctness.sweep_cases(CFG, "cuda")
+    grouped = [c for c in cases if c["group"] == "grouped heads"]
+    assert grouped and cases[-len(grouped):] == grouped  # the other cases keep their inputs
+    assert all(c["H_kv"] == CFG["gqa_kv_heads"] < c["H"] for c in grouped)
+    assert all(c["H_kv"] == c["H"] for c in cases[:-len(grouped)])
+    assert {c["N"] for c in grouped} == set(CFG["gqa_n"])
+    assert correctness.sweep_cases({**CFG, "gqa_n": []}, "cuda")[-1]["group"] != "grouped heads"
+
+
+def test_kv_heads_that_do_not_divide_the_heads_are_refused():
+    with pytest.raises(ValueError, match="gqa_kv_heads is 3.*divisor of 4"):
+        correctness.sweep_cases({**CFG, "gqa_kv_heads": 3}, "cuda")
 
 
 def test_gpu_grid_is_the_lab_grid():
@@ -31,7 +46,7 @@ def test_gpu_grid_is_the_lab_grid():
 
 def tiny_cfg():
     return {**CFG, "n": [64], "awkward_n": [33], "other_head_dims": [16], "other_head_dims_n": 20,
-            "interpreter": {**CFG["interpreter"], "max_n": 64}}
+            "gqa_n": [20], "interpreter": {**CFG["interpreter"], "max_n": 64}}
 
 
 def test_sweep_passes_and_summary_reports_both_errors():
@@ -40,8 +55,9 @@ def test_sweep_passes_and_summary_reports_both_errors():
     summary = correctness.summarize(rows, backend, 1234)
     assert summary["all_passed"], rows
     ran = [r for r in rows if not r["skipped"]]
-    # 3 shapes x causal or not, per dtype that runs (bf16 only on a GPU)
-    assert len(ran) == 6 * (2 if backend == "cuda" else 1)
+    # 4 shapes (one grouped) x causal or not, per dtype that runs (bf16 only on a GPU)
+    assert len(ran) == 8 * (2 if backend == "cuda" else 1)
+    assert any(r["H_kv"] < r["H"] for r in ran)
     for r in ran:
         assert r["err_kernel_vs_fp64"] <= r["tolerance"]
         assert r["err_torch_vs_fp64"] > 0  # PyTorch fp16 is not exact either

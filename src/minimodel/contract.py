@@ -84,6 +84,7 @@ CONSISTENT_CONVENTION = "consistent"
 CONVENTIONS = (LAB_CONVENTION, CONSISTENT_CONVENTION)
 # The correctness sweep's groups of cases (correctness.csv's `group`).
 LAB_CASES, AWKWARD_CASES, HEAD_DIM_CASES = "lab grid", "awkward N", "head dim"
+GQA_CASES = "grouped heads"  # K and V with fewer heads than Q
 
 # The implementations timed (timing.csv's `impl`): this project's kernel, naive PyTorch, and
 # PyTorch's SDPA backends (name -> torch.nn.attention.SDPBackend member).
@@ -97,8 +98,9 @@ SDPA_BACKENDS = {
 SDPA_FLASH, SDPA_EFFICIENT, SDPA_CUDNN = SDPA_BACKENDS
 IMPLEMENTATIONS = (TRITON, NAIVE, *SDPA_BACKENDS)
 # Built-in contenders beyond those (minimodel.contenders.builtin): the kernel forced onto its tl
-# path, FlexAttention, and the flash_attn package. A user's contender is named by the config.
-TRITON_TL, FLEX, FLASH_ATTN = "triton_tl", "flex", "flash_attn"
+# path, FlexAttention, the flash_attn package (FlashAttention-2) and FlashAttention-4
+# (`flash_attn.cute`, pip's flash-attn-4). A user's contender is named by the config.
+TRITON_TL, FLEX, FLASH_ATTN, FA4 = "triton_tl", "flex", "flash_attn", "fa4"
 # What each grid times, in this order.
 IMPLEMENTATIONS_BY_GRID = {LAB_GRID: [TRITON, NAIVE, *SDPA_BACKENDS],
                            FLASHATTENTION_GRID: [TRITON, *SDPA_BACKENDS, NAIVE]}

@@ -5,7 +5,10 @@
 - `naive`: theory 02's three steps in PyTorch (`reference_attn`);
 - `sdpa_flash`, `sdpa_efficient`, `sdpa_cudnn`: PyTorch's SDPA with one backend each;
 - `flex`: FlexAttention, `torch.compile(flex_attention)` with a block mask for causal (CUDA only);
-- `flash_attn`: the `flash_attn` package's `flash_attn_func` when it is installed.
+- `flash_attn`: FlashAttention-2, the `flash_attn` package's `flash_attn_func`, when installed;
+- `fa4`: FlashAttention-4, `flash_attn.cute.flash_attn_func` (pip's `flash-attn-4`), on the GPUs
+  its forward supports (compute capability 9.x and 10.x). A case it refuses (its own asserts, a
+  head dim it lacks say) is a skipped row carrying its reason, never a failed one.
 Like a user's, each runs in a child process of the stage (`minimodel.contenders.run`). Importing
 this module imports no torch: the workflow reads the names before any job.
 """
@@ -14,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import warnings
 
 from minimodel import contract as C
 from minimodel.contenders.spec import Contender
@@ -83,6 +87,30 @@ def flash_attn(q, k, v, causal=False):
     return out.transpose(1, 2)
 
 
+# FA4's forward: Hopper (sm90) and Blackwell (sm100, sm103) chips
+FA4_COMPUTE_CAPABILITIES = (9, 10)
+# printed by the CuTe DSL at each of FA4's compiles, about an argument it keeps at compile time
+FA4_COMPILE_WARNING = r".*aux_data.*cannot be converted to a JitArgument"
+
+
+@functools.cache
+def _fa4():
+    warnings.filterwarnings("ignore", message=FA4_COMPILE_WARNING, category=UserWarning)
+    from flash_attn.cute import flash_attn_func
+
+    return flash_attn_func
+
+
+def fa4(q, k, v, causal=False):
+    # FA4 takes (B, N, H, d); the transposed views of the stage's (B, H, N, d) tensors are read as
+    # they are (no copy), and its (B, N, H, d) output goes back as a view
+    try:
+        out, _lse = _fa4()(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), causal=causal)
+    except AssertionError as err:  # FA4 refuses what it does not support with an assert
+        raise NotImplementedError(f"FA4 refuses this case: {err}") from err
+    return out.transpose(1, 2)
+
+
 sdpa_flash, sdpa_efficient, sdpa_cudnn = (_sdpa(name) for name in C.SDPA_BACKENDS)
 
 
@@ -98,13 +126,47 @@ BUILTINS = {
     **{name: _builtin(name, devices=("cuda",)) for name in C.SDPA_BACKENDS},
     C.FLEX: _builtin(C.FLEX, devices=("cuda",)),
     C.FLASH_ATTN: _builtin(C.FLASH_ATTN, devices=("cuda",), head_dims=(64, 128, 256)),
+    C.FA4: _builtin(C.FA4, devices=("cuda",)),
 }
 
 
 def unavailable(name: str) -> str | None:
     """Why a built-in cannot run on this machine at all, or None."""
-    if name == C.FLASH_ATTN and importlib.util.find_spec("flash_attn") is None:
-        return "the flash_attn package is not installed"
+    if name == C.FLASH_ATTN:
+        return _fa2_unavailable()
+    if name == C.FA4:
+        return _fa4_unavailable()
+    return None
+
+
+def _fa2_unavailable() -> str | None:
+    # FlashAttention-4 installs `flash_attn` as a namespace holding only `flash_attn.cute`: FA2 is
+    # there only when `flash_attn.flash_attn_func` imports
+    spec = importlib.util.find_spec("flash_attn")
+    if spec is None or spec.origin is None:
+        return "the flash_attn package (FlashAttention-2) is not installed"
+    try:
+        from flash_attn import flash_attn_func  # noqa: F401
+    except ImportError as err:
+        return f"the flash_attn package (FlashAttention-2) does not import: {err}"
+    return None
+
+
+def _fa4_unavailable() -> str | None:
+    try:
+        spec = importlib.util.find_spec("flash_attn.cute")
+    except ImportError:  # a flash_attn package that fails to import
+        spec = None
+    if spec is None:
+        return "FlashAttention-4 (flash_attn.cute, pip install flash-attn-4) is not installed"
+    import torch
+
+    if not torch.cuda.is_available():
+        return None  # the contender's devices say why it does not run here
+    major, minor = torch.cuda.get_device_capability()
+    if major not in FA4_COMPUTE_CAPABILITIES:
+        return (f"FlashAttention-4's forward runs on compute capability "
+                f"{' and '.join(f'{c}.x' for c in FA4_COMPUTE_CAPABILITIES)}, not {major}.{minor}")
     return None
 
 

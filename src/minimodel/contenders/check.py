@@ -2,14 +2,15 @@
 
 The rule is the project kernel's (`minimodel.gpu.correctness`): err <= max(1e-3, 2 × err_torch),
 where err_torch is PyTorch's own low-precision attention's error on the same inputs. A contender
-that raises, hangs, returns the wrong shape or dtype, or NaN gets a failed row with the reason.
+that raises, hangs, returns the wrong shape or dtype, or NaN gets a failed row with the reason; one
+that raises NotImplementedError declines the case, a skipped row with its message.
 """
 
 from __future__ import annotations
 
 import torch
 
-from minimodel.contenders.run import Case, Child, inputs
+from minimodel.contenders.run import SKIPPED, Case, Child, inputs
 from minimodel.contenders.spec import Contender
 from minimodel.cpu.references import reference_attn
 
@@ -28,6 +29,8 @@ def check_case(child: Child, case: Case, tolerance) -> dict:
     err_torch = (reference_attn(q, k, v, causal=case.causal).double().cpu() - exact).abs().max().item()
     row.update(err_torch_vs_fp64=err_torch, tolerance=tolerance(err_torch))
     status, out = child.call("output", case)
+    if status == SKIPPED:  # the contender declined this case
+        return _row(child.contender, case, skipped=True, reason=out, passed=None)
     if status != "ok":
         return {**row, "passed": False, "reason": out}
     has_nan = bool(torch.isnan(out).any())

@@ -74,6 +74,7 @@ class TimingCase:
     seed: int
     warmup_ms: float
     rep_ms: float
+    host_cost: bool = False  # also read the host's cost per call (`bench.host_ms`)
 
 
 def timing_inputs(case: TimingCase) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -109,8 +110,9 @@ def checked_output(fn, case: Case) -> torch.Tensor:
 
 def timed(fn, case: TimingCase) -> dict:
     """One checked call (its first head comes back for the float64 check), then eager and
-    CUDA-graph times, as the timing stage takes them for its own implementations."""
-    from minimodel.gpu.bench import bench_graph_ms, bench_ms
+    CUDA-graph times (and the host's cost, with `host_cost`), as the timing stage takes them for
+    its own implementations."""
+    from minimodel.gpu.bench import bench_graph_ms, bench_ms, host_ms
 
     q, k, v = timing_inputs(case)
     poison = torch.full_like(q, float("nan"))
@@ -121,11 +123,12 @@ def timed(fn, case: TimingCase) -> dict:
     del out
     call = lambda: fn(q, k, v, causal=case.causal)
     eager = bench_ms(call, case.warmup_ms, case.rep_ms)
+    host = host_ms(call) if case.host_cost else None
     try:
         ms, how = bench_graph_ms(call, case.rep_ms), "cuda_graph"
     except RuntimeError:  # not capturable: the eager time is all there is
         ms, how = eager, "eager"
-    return {"head": head, "has_nan": has_nan, "ms": ms, "eager_ms": eager, "timing": how}
+    return {"head": head, "has_nan": has_nan, "ms": ms, "eager_ms": eager, "host_ms": host, "timing": how}
 
 
 TASKS = {"output": checked_output, "time": timed}
@@ -137,6 +140,15 @@ def _send(conn: Connection, obj) -> None:
 
 def _receive(conn: Connection):
     return pickle.loads(conn.recv_bytes())
+
+
+# Child.call's status for a point the contender declined by raising NotImplementedError
+SKIPPED = "skipped"
+
+
+def declined(err: NotImplementedError) -> str:
+    """Why a contender declined a point: its NotImplementedError's message, on one line."""
+    return str(err).splitlines()[0] if str(err) else "the contender does not implement this case"
 
 
 def one_line(err: Exception) -> str:
@@ -170,6 +182,8 @@ def _serve(conn_in: Connection, conn_out: Connection) -> None:
             return
         try:
             _send(conn_out, ("ok", TASKS[task](fn, payload)))
+        except NotImplementedError as err:  # the contender declines this point: a skipped row
+            _send(conn_out, (SKIPPED, declined(err)))
         except Exception as err:  # noqa: BLE001
             last = traceback.extract_tb(err.__traceback__)[-1]
             _send(conn_out, ("error", f"{one_line(err)} ({Path(last.filename).name}:{last.lineno})"))
@@ -223,8 +237,9 @@ class Child:
             self._start()
 
     def call(self, task: str, payload):
-        """("ok", result) or ("error", one line saying what went wrong). A module that failed to
-        load is not tried again: every later point gets the same reason."""
+        """("ok", result), (SKIPPED, why) when the contender raised NotImplementedError, or
+        ("error", one line saying what went wrong). A module that failed to load is not tried
+        again: every later point gets the same reason."""
         if self.load_error:
             return "error", self.load_error
         if self.process is None or self.process.poll() is not None:

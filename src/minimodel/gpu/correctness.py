@@ -91,7 +91,8 @@ def check_case(B: int, H: int, N: int, d: int, causal: bool, dtype: str = "float
 
 
 def sweep_cases(cfg: dict, backend: str) -> list[dict]:
-    """The cases of the sweep: the lab's grid, awkward N, other head dims, each dtype.
+    """The cases of the sweep: the lab's grid, awkward N, other head dims, each dtype, then the
+    grouped-query cases (K and V with `gqa_kv_heads` heads).
 
     Under the interpreter the grid shrinks to cfg['interpreter'] (batch, heads, N <= max_n).
     """
@@ -103,20 +104,26 @@ def sweep_cases(cfg: dict, backend: str) -> list[dict]:
         B, H, max_n, dtypes = cfg["batch"], cfg["heads"], None, cfg["dtypes"]
         run_dtypes = set(dtypes)
     cases = []
-    shapes = [(n, cfg["head_dim"], contract.LAB_CASES) for n in cfg["n"]]
-    shapes += [(n, cfg["head_dim"], contract.AWKWARD_CASES) for n in cfg["awkward_n"]]
-    shapes += [(cfg["other_head_dims_n"], hd, contract.HEAD_DIM_CASES) for hd in cfg["other_head_dims"]]
-    for dtype in dtypes:
-        for n, d, group in shapes:
-            if max_n is not None and n > max_n:
-                continue
-            for causal in (False, True):
-                case = {"B": B, "H": H, "N": n, "d": d, "causal": causal, "dtype": dtype,
-                        "group": group}
-                if dtype not in run_dtypes:
-                    case["skip"] = (BF16_INTERPRETER_REASON if dtype == "bfloat16"
-                                    else "not in the interpreter's dtypes")
-                cases.append(case)
+    H_kv = cfg.get("gqa_kv_heads", 1)
+    if H % H_kv:
+        raise ValueError(f"gpu.correctness.gqa_kv_heads is {H_kv}, which does not divide the {H} query "
+                         f"heads of the {backend} sweep; accepted: a divisor of {H}")
+    shapes = [(n, cfg["head_dim"], H, contract.LAB_CASES) for n in cfg["n"]]
+    shapes += [(n, cfg["head_dim"], H, contract.AWKWARD_CASES) for n in cfg["awkward_n"]]
+    shapes += [(cfg["other_head_dims_n"], hd, H, contract.HEAD_DIM_CASES) for hd in cfg["other_head_dims"]]
+    grouped = [(n, cfg["head_dim"], H_kv, contract.GQA_CASES) for n in cfg.get("gqa_n", ())]
+    # the grouped cases come last, so every other case keeps the inputs it was drawn before them
+    planned = [(t, s) for t in dtypes for s in shapes] + [(t, s) for t in dtypes for s in grouped]
+    for dtype, (n, d, heads_kv, group) in planned:
+        if max_n is not None and n > max_n:
+            continue
+        for causal in (False, True):
+            case = {"B": B, "H": H, "H_kv": heads_kv, "N": n, "d": d, "causal": causal, "dtype": dtype,
+                    "group": group}
+            if dtype not in run_dtypes:
+                case["skip"] = (BF16_INTERPRETER_REASON if dtype == "bfloat16"
+                                else "not in the interpreter's dtypes")
+            cases.append(case)
     return cases
 
 
@@ -128,13 +135,13 @@ def run_sweep(cfg: dict, backend: str, random_seed: int, progress=None) -> list[
     rows = []
     for case in tqdm(sweep_cases(cfg, backend), desc="correctness", file=progress, mininterval=2):
         if "skip" in case:
-            rows.append({"impl": contract.TRITON, **{k: case[k] for k in ("B", "H", "N", "d", "causal",
-                                                                          "dtype")},
+            rows.append({"impl": contract.TRITON, **{k: case[k] for k in ("B", "H", "H_kv", "N", "d",
+                                                                          "causal", "dtype")},
                          "group": case["group"], "skipped": True, "reason": case["skip"],
                          "passed": None})
             continue
         row = check_case(case["B"], case["H"], case["N"], case["d"], case["causal"],
-                         case["dtype"], device=device, generator=gen)
+                         case["dtype"], H_kv=case["H_kv"], device=device, generator=gen)
         row.update(impl=contract.TRITON, group=case["group"])
         rows.append(row)
         log.info("N=%d d=%d causal=%s %s: kernel %.2e, torch %.2e, %s", row["N"], row["d"],
@@ -153,7 +160,7 @@ def run_contenders(cfg: dict, contenders, backend: str, random_seed: int, progre
 
     device = "cuda" if backend == "cuda" else "cpu"
     planned = sweep_cases(cfg, backend)
-    cases = [run.Case(c["B"], c["H"], c["H"], c["N"], c["d"], c["causal"], c["dtype"], device,
+    cases = [run.Case(c["B"], c["H"], c["H_kv"], c["N"], c["d"], c["causal"], c["dtype"], device,
                       seed=random_seed + i) for i, c in enumerate(planned)]
     rows = []
     for contender in tqdm(contenders, desc="contenders", file=progress):

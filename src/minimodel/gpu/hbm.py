@@ -148,7 +148,7 @@ def probe(spec: dict, plan_path: Path) -> int:
     import triton.language as tl
 
     from minimodel.contenders.registry import SEARCH
-    from minimodel.contenders.run import _cuda_usable, _validated, one_line
+    from minimodel.contenders.run import _cuda_usable, _validated, declined, one_line
     from minimodel.contenders.spec import Contender, load
 
     @triton.jit
@@ -182,6 +182,12 @@ def probe(spec: dict, plan_path: Path) -> int:
                     marked = True
                     out = fn(q, k, v)
                     torch.cuda.synchronize()
+        except NotImplementedError as err:  # a contender that declines this point: a skipped row
+            if contender is None or marked:
+                raise
+            ncu_tool.record_row(plan_path, i, f"{contract.SKIPPED}: {declined(err)[:240]}")
+            del q, k, v
+            continue
         except Exception as err:  # noqa: BLE001 (a contender may raise anything)
             if contender is None:
                 raise
@@ -278,7 +284,9 @@ def _profile_rows(ncu: str, rows: list[dict], contender, workdir: Path) -> pd.Da
         if contender is None and result.returncode != 0:
             raise RuntimeError(f"ncu exited with {result.returncode}:\n{result.log[-3000:]}")
         for i, outcome in result.outcome.items():
-            if not outcome.startswith(MARKED):
+            if outcome.startswith(contract.SKIPPED):  # the contender declined the point
+                rows[i]["status"] = outcome
+            elif not outcome.startswith(MARKED):
                 rows[i]["status"] = f"failed: {outcome}"
         unreached = [i for i, row in enumerate(rows) if todo[i] and i not in result.outcome]
         if result.returncode == 0 and not unreached:

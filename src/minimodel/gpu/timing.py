@@ -29,11 +29,11 @@ import torch
 from tqdm import tqdm
 
 from minimodel import contract, symbolic
-from minimodel.contenders.run import TimingCase, timing_inputs
+from minimodel.contenders.run import SKIPPED, TimingCase, timing_inputs
 from minimodel.cpu import roofline
 from minimodel.cpu.references import reference_attn
 from minimodel.gpu import correctness, grids
-from minimodel.gpu.bench import bench_graph_ms, bench_ms
+from minimodel.gpu.bench import bench_graph_ms, bench_ms, host_ms
 from minimodel.kernel import default_config, flash_attn_forward, launch_config
 
 log = logging.getLogger(__name__)
@@ -142,6 +142,8 @@ def time_point(grid: str, B: int, H: int, N: int, d: int, causal: bool, impl_nam
                     row["status"] = "failed its correctness check"
             call = lambda fn=fn: fn(q, k, v)
             row["eager_ms"] = bench_ms(call, warmup_ms, rep_ms)
+            if grid == contract.LAB_GRID:  # where N is small enough for the host to matter
+                row["host_ms"] = host_ms(call)
             try:
                 row["ms"], row["timing"] = bench_graph_ms(call, rep_ms), "cuda_graph"
             except RuntimeError as err:  # not capturable: the eager time is all there is
@@ -162,7 +164,8 @@ def time_point(grid: str, B: int, H: int, N: int, d: int, causal: bool, impl_nam
 def _empty_row(point: dict, impl: str, flops: float) -> dict:
     """A timing row of `impl` at `point` before anything ran (fp16, as every timed input)."""
     return {**point, "impl": impl, "dtype": "float16", "flops": flops, "status": contract.OK,
-            "checked": None, "err_vs_fp64": None, "ms": None, "eager_ms": None, "timing": None}
+            "checked": None, "err_vs_fp64": None, "ms": None, "eager_ms": None, "host_ms": None,
+            "timing": None}
 
 
 def _with_rates(row: dict, ceilings: dict) -> dict:
@@ -190,11 +193,14 @@ def time_contender(child, row: dict, exact, err_torch: float, random_seed: int, 
         reason = reason or f"{child.contender.name} is timed on the {', '.join(grids)} grid only"
     if reason:
         return {**row, "status": f"skipped: {reason}"}
-    case = TimingCase(row["B"], row["H"], row["N"], row["d"], row["causal"], random_seed, warmup_ms, rep_ms)
+    case = TimingCase(row["B"], row["H"], row["N"], row["d"], row["causal"], random_seed, warmup_ms, rep_ms,
+                      host_cost=row["grid"] == contract.LAB_GRID)
     status, result = child.call("time", case)
+    if status == SKIPPED:  # the contender declined this point
+        return {**row, "status": f"{contract.SKIPPED}: {result}"}
     if status != "ok":
         return {**row, "status": f"failed: {result}"}
-    row.update(ms=result["ms"], eager_ms=result["eager_ms"], timing=result["timing"])
+    row.update({key: result[key] for key in ("ms", "eager_ms", "host_ms", "timing")})
     if exact is not None:
         err = (result["head"].to(exact.device).double() - exact).abs().max().item()
         ok = not result["has_nan"] and err <= correctness.tolerance(err_torch)

@@ -1,0 +1,117 @@
+"""FlashAttention-4 as a built-in contender, and a contender declining a point it does not support.
+
+The CPU suite has no FA4: a stand-in package with FA4's layout and FA4's way of refusing (an
+assert) takes its place, the way `pip install flash-attn-4` lays it out (`flash_attn` a namespace
+holding only `flash_attn.cute`).
+"""
+
+import importlib.util
+import sys
+import textwrap
+
+import pytest
+import torch
+
+from minimodel import contract
+from minimodel.contenders import builtin
+from minimodel.contenders.check import sweep
+from minimodel.contenders.run import Case
+from minimodel.contenders.spec import Contender
+from minimodel.gpu import timing
+from minimodel.gpu.correctness import tolerance
+
+STAND_IN = textwrap.dedent('''
+    import torch
+
+    def flash_attn_func(q, k, v, causal=False):
+        # (B, N, H, d) in and out, like FA4; returns (out, lse)
+        assert q.shape[-1] % 8 == 0, f"head_dim={q.shape[-1]} is not supported: divisible by 8"
+        t = lambda x: x.transpose(1, 2).float()
+        out = torch.nn.functional.scaled_dot_product_attention(t(q), t(k), t(v), is_causal=causal)
+        return out.to(q.dtype).transpose(1, 2).contiguous(), None
+''')
+
+
+@pytest.fixture
+def fa4_namespace(tmp_path, monkeypatch):
+    """FA4's layout on sys.path: `flash_attn/` without an `__init__`, and `flash_attn/cute/`."""
+    (tmp_path / "flash_attn" / "cute").mkdir(parents=True)
+    (tmp_path / "flash_attn" / "cute" / "__init__.py").write_text(STAND_IN)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name in _flash_attn_modules():
+        monkeypatch.delitem(sys.modules, name)
+    builtin._fa4.cache_clear()
+    yield tmp_path
+    builtin._fa4.cache_clear()
+    for name in _flash_attn_modules():  # the stand-in's, imported by the test
+        del sys.modules[name]
+
+
+def _flash_attn_modules():
+    return [m for m in sys.modules if m == "flash_attn" or m.startswith("flash_attn.")]
+
+
+def test_fa4_namespace_is_not_flashattention_2(fa4_namespace):
+    assert "FlashAttention-2" in builtin.unavailable(contract.FLASH_ATTN)
+    assert builtin.unavailable(contract.FA4) is None or not torch.cuda.is_available()
+
+
+def test_fa4_not_installed_is_said():
+    if importlib.util.find_spec("flash_attn") is not None:
+        pytest.skip("a flash_attn package is installed here")
+    assert "flash-attn-4" in builtin.unavailable(contract.FA4)
+    assert "not installed" in builtin.unavailable(contract.FLASH_ATTN)
+
+
+def test_fa4_takes_the_stage_layout_as_views_and_declines_what_it_refuses(fa4_namespace):
+    gen = torch.Generator().manual_seed(7)
+    q, k, v = (torch.randn(2, 3, 37, 16, generator=gen) for _ in "qkv")
+    for causal in (False, True):
+        out = builtin.fa4(q, k, v, causal=causal)
+        exact = builtin.naive(q.double(), k.double(), v.double(), causal=causal)
+        assert out.shape == q.shape and (out.double() - exact).abs().max() < 1e-5
+    with pytest.raises(NotImplementedError, match="FA4 refuses this case: head_dim=12"):
+        builtin.fa4(*(torch.randn(1, 1, 8, 12) for _ in "qkv"))
+
+
+def test_fa4_runs_only_on_cuda():
+    reason = builtin.not_run_reason(builtin.BUILTINS[contract.FA4], "cpu", "float16", 64, False, False,
+                                    interpreted=True)
+    assert reason is not None
+
+
+DECLINING = textwrap.dedent('''
+    import torch
+
+    def forward(q, k, v, causal=False):
+        if q.shape[-1] == 16:
+            raise NotImplementedError("head dim 16 is not in this kernel")
+        return torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(),
+                                                                is_causal=causal).to(q.dtype)
+''')
+
+
+def test_a_declined_case_is_a_skipped_row_with_its_reason(tmp_path):
+    (tmp_path / "declining.py").write_text(DECLINING)
+    c = Contender("declining", "declining:forward")
+    cases = [Case(1, 2, 2, 33, d, causal, "float16", "cpu", seed=i)
+             for i, (d, causal) in enumerate([(16, False), (32, False), (16, True)])]
+    rows = sweep(c, cases, (tmp_path,), tolerance, interpreted=True)
+    assert [r["skipped"] for r in rows] == [True, False, True]
+    assert all(r["reason"] == "head dim 16 is not in this kernel" and r["passed"] is None
+               for r in rows if r["skipped"])
+    assert rows[1]["passed"] is True
+
+
+class _DecliningChild:
+    contender = Contender("declining", "declining:forward")
+
+    def call(self, task, payload):
+        return "skipped", "no kernel for this shape"
+
+
+def test_a_declined_timing_point_is_a_skipped_row():
+    row = timing._empty_row({"grid": contract.LAB_GRID, "B": 1, "H": 1, "N": 64, "d": 64, "causal": False},
+                            "declining", 1.0)
+    out = timing.time_contender(_DecliningChild(), row, None, float("nan"), 0, 1, 1)
+    assert out["status"] == f"{contract.SKIPPED}: no kernel for this shape" and out["ms"] is None
