@@ -16,7 +16,7 @@ from minimodel import contract
 from minimodel.contenders import builtin
 from minimodel.contenders.check import sweep
 from minimodel.contenders.run import Case
-from minimodel.contenders.spec import Contender
+from minimodel.contenders.spec import Contender, ContenderError, parse
 from minimodel.gpu import timing
 from minimodel.gpu.correctness import tolerance
 
@@ -115,3 +115,34 @@ def test_a_declined_timing_point_is_a_skipped_row():
                             "declining", 1.0)
     out = timing.time_contender(_DecliningChild(), row, None, float("nan"), 0, 1, 1)
     assert out["status"] == f"{contract.SKIPPED}: no kernel for this shape" and out["ms"] is None
+
+
+SEQUENCE_FIRST = textwrap.dedent('''
+    import torch
+
+    def forward(q, k, v, causal=False):
+        # (B, N, H, d), contiguous: what `layout: bnhd` promises
+        assert all(x.is_contiguous() for x in (q, k, v)), "not contiguous"
+        t = lambda x: x.transpose(1, 2).float()
+        out = torch.nn.functional.scaled_dot_product_attention(t(q), t(k), t(v), is_causal=causal)
+        return out.transpose(1, 2).to(q.dtype)
+''')
+
+
+def test_a_sequence_first_contender_gets_its_layout_and_passes(tmp_path):
+    (tmp_path / "seqfirst.py").write_text(SEQUENCE_FIRST)
+    c = parse("seqfirst", {"fn": "seqfirst:forward", "layout": "bnhd"})
+    assert c.layout == "bnhd"
+    cases = [Case(2, 3, 3, 37, 16, causal, "float16", "cpu", seed=i)
+             for i, causal in enumerate((False, True))]
+    rows = sweep(c, cases, (tmp_path,), tolerance, interpreted=True)
+    assert all(r["passed"] for r in rows), rows
+    # the same function given the stage's (B, H, N, d) layout computes attention over the wrong axes
+    wrong = sweep(Contender("seqfirst", "seqfirst:forward"), cases, (tmp_path,), tolerance, interpreted=True)
+    assert not any(r["passed"] for r in wrong)
+
+
+@pytest.mark.parametrize("layout", ["nhd", ["bnhd"], 3])
+def test_a_bad_layout_is_refused_naming_the_accepted_ones(layout):
+    with pytest.raises(ContenderError, match="layout is .*accepted: bhnd, bnhd"):
+        parse("x", {"fn": "m:f", "layout": layout})

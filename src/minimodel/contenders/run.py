@@ -27,7 +27,7 @@ from pathlib import Path
 
 import torch
 
-from minimodel.contenders.spec import Contender, load
+from minimodel.contenders.spec import Contender, load, prepared
 from minimodel.provenance.project import SRC
 from minimodel.subprocesses import die_with_parent
 
@@ -99,10 +99,11 @@ def checked_output(fn, case: Case) -> torch.Tensor:
     element the contender did not write shows up as NaN.
     """
     q, k, v = inputs(case)
+    args = prepared(fn, q, k, v)
     if case.device == "cuda":
         poison = torch.full_like(q, float("nan"))
         del poison
-    out = _validated(fn(q, k, v, causal=case.causal), q)
+    out = _validated(fn(*args, causal=case.causal), q)
     if case.device == "cuda":
         torch.cuda.synchronize()
     return out.detach().cpu()
@@ -115,13 +116,14 @@ def timed(fn, case: TimingCase) -> dict:
     from minimodel.gpu.bench import bench_graph_ms, bench_ms, host_ms
 
     q, k, v = timing_inputs(case)
+    args = prepared(fn, q, k, v)  # its layout, before anything is timed
     poison = torch.full_like(q, float("nan"))
     del poison
-    out = _validated(fn(q, k, v, causal=case.causal), q)
+    out = _validated(fn(*args, causal=case.causal), q)
     torch.cuda.synchronize()
     head, has_nan = out[:1, :1].detach().cpu(), bool(torch.isnan(out).any())
     del out
-    call = lambda: fn(q, k, v, causal=case.causal)
+    call = lambda: fn(*args, causal=case.causal)
     eager = bench_ms(call, case.warmup_ms, case.rep_ms)
     host = host_ms(call) if case.host_cost else None
     try:

@@ -14,9 +14,14 @@ with q of shape (B, H, N, d) and O of q's shape and dtype:
         triton: true                 # a Triton kernel: under the CPU interpreter, bf16 is skipped
         timeout_s: 60                # per point; a call that outlasts it is a failed row
         grids: [flashattention]      # the timing grids it is timed on (lab, flashattention)
+        layout: bnhd                 # it takes and returns (B, N, H, d) tensors instead
 
 With `fn` alone a contender runs on every device, dtype and head dim, causal and not, without
 grouped-query heads, on both timing grids, with `DEFAULT_TIMEOUT_S` per point.
+
+A contender given `layout: bnhd` gets contiguous (B, N, H, d) copies of Q, K and V, made once per
+point outside any timed call, and returns O in that layout. A point it does not support can also
+be declined when it is called: `raise NotImplementedError("why")` makes it a skipped row saying so.
 """
 
 from __future__ import annotations
@@ -34,7 +39,10 @@ DEVICES = ("cuda", "cpu")
 DTYPES = ("float16", "bfloat16")
 DEFAULT_TIMEOUT_S = 120.0
 GRIDS = (contract.LAB_GRID, contract.FLASHATTENTION_GRID)
-KEYS = {"fn", "devices", "dtypes", "head_dims", "causal", "gqa", "triton", "timeout_s", "grids"}
+# the layouts a contender may take: the stage's own (B, H, N, d), or (B, N, H, d)
+BHND, BNHD = "bhnd", "bnhd"
+LAYOUTS = (BHND, BNHD)
+KEYS = {"fn", "devices", "dtypes", "head_dims", "causal", "gqa", "triton", "timeout_s", "grids", "layout"}
 # bf16 tl.dot is wrong under Triton 3.6's interpreter (minimodel.kernel.flash says the same)
 BF16_INTERPRETER_REASON = ("bfloat16 skipped: tl.dot on bf16 operands is wrong under Triton's "
                            "interpreter (3.6)")
@@ -56,6 +64,7 @@ class Contender:
     triton: bool = False
     timeout_s: float = DEFAULT_TIMEOUT_S
     grids: tuple[str, ...] = GRIDS  # the timing grids it is timed on
+    layout: str = BHND  # the layout of the tensors it takes and returns
 
     def skip_reason(self, device: str, dtype: str, d: int, causal: bool, grouped: bool,
                     interpreted: bool) -> str | None:
@@ -102,6 +111,9 @@ def parse(name: str, entry: dict) -> Contender:
     if type(timeout) not in (int, float) or not 0 < timeout <= 3600:
         raise ContenderError(f"contender {name!r}: timeout_s is {timeout!r}; accepted: a number of "
                              "seconds in (0, 3600]")
+    layout = entry.get("layout", BHND)
+    if not isinstance(layout, str) or layout not in LAYOUTS:
+        raise ContenderError(f"contender {name!r}: layout is {layout!r}; accepted: {', '.join(LAYOUTS)}")
     for flag in ("gqa", "triton"):
         if type(entry.get(flag, False)) is not bool:
             raise ContenderError(f"contender {name!r}: {flag} is {entry[flag]!r}; accepted: true or false")
@@ -113,6 +125,7 @@ def parse(name: str, entry: dict) -> Contender:
         causal=listed("causal", (False, True), kind=bool) or (False, True),
         gqa=entry.get("gqa", False), triton=entry.get("triton", False), timeout_s=float(timeout),
         grids=listed("grids", GRIDS) or GRIDS,
+        layout=layout,
     )
 
 
@@ -171,7 +184,27 @@ def load(contender: Contender, search: tuple[Path, ...]):
     if not callable(fn):
         raise ContenderError(f"contender {contender.name!r}: module {module_name!r} "
                              f"({module.__file__}) has no function {function!r}")
-    return fn
+    return SequenceFirst(fn) if contender.layout == BNHD else fn
+
+
+class SequenceFirst:
+    """A contender that takes and returns (B, N, H, d): `prepare` copies the stage's (B, H, N, d)
+    inputs to that layout once, outside any timed call; its output comes back as a view."""
+
+    def __init__(self, fn):
+        self.fn = fn
+
+    @staticmethod
+    def prepare(q, k, v):
+        return tuple(x.transpose(1, 2).contiguous() for x in (q, k, v))
+
+    def __call__(self, q, k, v, causal=False):
+        return self.fn(q, k, v, causal=causal).transpose(1, 2)
+
+
+def prepared(fn, q, k, v) -> tuple:
+    """Q, K, V as the loaded contender `fn` takes them (its layout), made before any timed call."""
+    return fn.prepare(q, k, v) if isinstance(fn, SequenceFirst) else (q, k, v)
 
 
 def file_sha256(path: Path) -> str:

@@ -128,7 +128,7 @@ def _implementation(row: dict, contender):
     from minimodel.kernel import flash_attn_forward
 
     causal = row["causal"]
-    if contender is not None:
+    if contender is not None:  # its layout's inputs (`prepared`) are made before the marked call
         return lambda q, k, v: contender(q, k, v, causal=causal)
     if row["impl"] == contract.NAIVE_SCHEME:  # theory 02's three steps, the softmax in fp16 storage
         return lambda q, k, v: attn_naive(q, k, v, causal=causal, fp32_softmax=False)
@@ -149,7 +149,7 @@ def probe(spec: dict, plan_path: Path) -> int:
 
     from minimodel.contenders.registry import SEARCH
     from minimodel.contenders.run import _cuda_usable, _validated, declined, one_line
-    from minimodel.contenders.spec import Contender, load
+    from minimodel.contenders.spec import Contender, load, prepared
 
     @triton.jit
     def minimodel_bytes_marker(X):
@@ -172,27 +172,28 @@ def probe(spec: dict, plan_path: Path) -> int:
         q, k, v = (torch.randn(row["B"], row["H"], row["N"], row["d"], device="cuda",
                                dtype=getattr(torch, row["dtype"]), generator=gen) for _ in range(3))
         fn = _implementation(row, contender)
+        args = prepared(contender, q, k, v) if contender is not None else (q, k, v)
         marked = False
         try:
             with torch.no_grad():
-                _validated(fn(q, k, v), q)  # compiles, sets up libraries: not in the profiled range
+                _validated(fn(*args), q)  # compiles, sets up libraries: not in the profiled range
                 torch.cuda.synchronize()
                 with torch.cuda.nvtx.range(ncu_tool.NVTX_RANGE):
                     minimodel_bytes_marker[(1,)](marker_buffer)
                     marked = True
-                    out = fn(q, k, v)
+                    out = fn(*args)
                     torch.cuda.synchronize()
         except NotImplementedError as err:  # a contender that declines this point: a skipped row
             if contender is None or marked:
                 raise
             ncu_tool.record_row(plan_path, i, f"{contract.SKIPPED}: {declined(err)[:240]}")
-            del q, k, v
+            del q, k, v, args
             continue
         except Exception as err:  # noqa: BLE001 (a contender may raise anything)
             if contender is None:
                 raise
             ncu_tool.record_row(plan_path, i, RAISED_AFTER_MARK * marked + one_line(err)[:240])
-            del q, k, v  # kept in PyTorch's cache (see below), out-of-memory rows included
+            del q, k, v, args  # kept in PyTorch's cache (see below), out-of-memory rows included
             if not _cuda_usable():  # a sticky CUDA error would fail every later row
                 return RESTART
             continue
@@ -200,7 +201,7 @@ def probe(spec: dict, plan_path: Path) -> int:
         # kept in PyTorch's cache, not handed back to the driver: on the H200 a profiled kernel
         # that ran after 50 GB had been freed saw 17-32x its own stores written to DRAM (the
         # freed memory being cleared beside it, counted by the device-wide DRAM counters)
-        del q, k, v, out
+        del q, k, v, args, out
     return 0
 
 
