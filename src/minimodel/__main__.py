@@ -1,4 +1,4 @@
-"""The project's two commands for results folders.
+"""The project's commands for results folders.
 
     python -m minimodel verify [FOLDER]            # re-hash every manifest's outputs and inputs
     python -m minimodel compare RUN [REFERENCE]    # a run against a reference run, with tolerances
