@@ -1,9 +1,15 @@
-"""Rule `plots`: every figure of the labs, drawn from the result tables."""
+"""Rule `plots`: every figure of `contract.FIGURES`, drawn from the result tables.
+
+Each figure is drawn by the function of `minimodel.report.plots` that has its name; this script
+gives each function the tables it reads. A figure whose GPU stage measured nothing (no GPU, no
+ncu) is a figure that says why.
+"""
 
 import json
 
 import pandas as pd
 
+from minimodel import contract
 from minimodel.provenance.io import save_figure
 from minimodel.provenance.manifest import stage
 from minimodel.report import plots
@@ -13,26 +19,32 @@ with stage(snakemake):
     ceilings = json.loads(open(inp.cpu_ceilings).read())
     timing = json.loads(open(inp.timing).read())
     timing_rows = pd.read_csv(inp.timing_table)
-    has_gpu = timing.get("device") is not None
-    figures = {
-        "bytes_vs_n": plots.bytes_vs_n(pd.read_csv(inp.cpu_bytes), ceilings["device"])[0],
-        "intensity_ratio": plots.intensity_ratio(pd.read_csv(inp.symbolic), snakemake.params.tile)[0],
-        "roofline": plots.roofline(ceilings, timing if has_gpu else None,
-                                   timing_rows if has_gpu else None)[0],
-        "correctness": plots.correctness(pd.read_csv(inp.correctness),
-                                         timing.get("device") or ceilings["device"])[0],
-    }
-    gpu_figures = {
-        "tflops_vs_n": lambda: plots.tflops_vs_n(timing_rows, timing["device"]),
-        "ratio_to_backends": lambda: plots.ratio_to_backends(timing_rows, timing["device"]),
-        "lab_speedup": lambda: plots.lab_speedup(timing_rows, timing, timing["device"]),
-    }
-    for name, draw in gpu_figures.items():
-        figures[name] = draw()[0] if has_gpu else plots.no_gpu_figure(name, timing["status"])
     bytes_summary = json.loads(open(inp.gpu_bytes_summary).read())
-    if bytes_summary["measured"]:
-        figures["gpu_bytes"] = plots.gpu_bytes(pd.read_csv(inp.gpu_bytes), bytes_summary["device"])[0]
-    else:
-        figures["gpu_bytes"] = plots.no_gpu_figure("gpu_bytes", bytes_summary["status"])
-    for name, fig in figures.items():
+    has_gpu = timing.get("device") is not None
+
+    def timed(*args):
+        """A GPU timing figure's arguments, or, without a GPU, why it has none."""
+        return args if has_gpu else timing["status"]
+
+    def profiled(*args):
+        """A GPU bytes figure's arguments, or, without a measurement, why it has none."""
+        return args if bytes_summary["measured"] else bytes_summary["status"]
+
+    # each figure's arguments (a string: the reason it could not be drawn)
+    arguments = {
+        "bytes_vs_n": (pd.read_csv(inp.cpu_bytes), ceilings["device"]),
+        "intensity_ratio": (pd.read_csv(inp.symbolic), snakemake.params.tile),
+        "roofline": (ceilings, timing if has_gpu else None, timing_rows if has_gpu else None),
+        "correctness": (pd.read_csv(inp.correctness), timing.get("device") or ceilings["device"]),
+        "tflops_vs_n": timed(timing_rows, timing.get("device")),
+        "ratio_to_backends": timed(timing_rows, timing.get("device")),
+        "lab_speedup": timed(timing_rows, timing, timing.get("device")),
+        "gpu_bytes": profiled(pd.read_csv(inp.gpu_bytes), bytes_summary.get("device")),
+    }
+    if set(arguments) != set(contract.FIGURES):
+        raise ValueError(f"scripts/plots.py draws {sorted(arguments)}, contract.FIGURES lists "
+                         f"{sorted(contract.FIGURES)}: each figure needs its arguments here")
+    for name in contract.FIGURES:
+        args = arguments[name]
+        fig = plots.no_gpu_figure(name, args) if isinstance(args, str) else getattr(plots, name)(*args)[0]
         save_figure(getattr(out, name), fig, dpi=110, bbox_inches="tight")

@@ -206,7 +206,7 @@ def _snakemake(workdir: Path, env: dict, *args, timeout=900):
 
 # Options that only make this small test quicker.
 QUICK = ("--slurm-init-seconds-before-status-checks", "2", "--seconds-between-status-checks", "2")
-# What the README's cluster section says to run on a cluster without an accounting database.
+# What docs/cluster.md says to run on a cluster without an accounting database.
 SLURM_ARGS = ("--workflow-profile", "workflow/profiles/slurm", "--slurm-status-command", "squeue",
               *QUICK)
 CONFIGS = ("--configfile", "config/tiny.yaml", "config/no_gpu_needed.yaml")

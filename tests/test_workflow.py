@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 from conftest import copy_project
 
+from minimodel import contract
 from minimodel.provenance import io, manifest
 
 pytestmark = pytest.mark.workflow
@@ -63,9 +64,7 @@ def test_every_rule_writes_its_outputs_and_manifest(workdir):
 def test_plots_report_and_readme_are_written(workdir):
     results = workdir / "results"
     pngs = sorted(p.name for p in (results / "plots").glob("*.png"))
-    assert pngs == sorted(f"{n}.png" for n in ("bytes_vs_n", "intensity_ratio", "roofline", "correctness",
-                                               "tflops_vs_n", "ratio_to_backends", "lab_speedup",
-                                               "gpu_bytes"))
+    assert pngs == sorted(f"{n}.png" for n in contract.FIGURES)
     text = (results / "README.md").read_text()
     timing = json.loads((results / "gpu/timing/timing.json").read_text())
     if timing["device"] is None:

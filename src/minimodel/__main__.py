@@ -1,15 +1,16 @@
-"""The project's two commands for results folders.
+"""The project's commands for results folders.
 
     python -m minimodel verify [FOLDER]            # re-hash every manifest's outputs and inputs
     python -m minimodel compare RUN [REFERENCE]    # a run against a reference run, with tolerances
+    python -m minimodel headline [RUN] [--write]   # the README's headline numbers, from the reference
 """
 
 import sys
 
 from minimodel.provenance import manifest
-from minimodel.report import compare
+from minimodel.report import compare, headline
 
-COMMANDS = {"verify": manifest.main, "compare": compare.main}
+COMMANDS = {"verify": manifest.main, "compare": compare.main, "headline": headline.main}
 
 
 def main(argv: list[str] | None = None) -> int:
