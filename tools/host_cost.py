@@ -1,0 +1,75 @@
+"""Where the host's time goes in one call of the kernel, beside SDPA's cuDNN backend.
+
+    python tools/host_cost.py [--calls 2000]     # on a CUDA machine
+
+Prints the host cost per call (`gpu.bench.host_ms`) of the kernel and of cuDNN at every lab-grid
+point, then the cost of each step of `flash_attn_forward` at the smallest point (validation, the
+tile policy, the output's allocation, the launch), and the profile's top entries.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import pstats
+import time
+
+import torch
+
+from minimodel import contract
+from minimodel.contenders import builtin
+from minimodel.gpu.bench import host_ms
+from minimodel.kernel import flash, flash_attn_forward, launch_config
+
+
+def per_call_us(fn, calls: int) -> float:
+    fn()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    elapsed = time.perf_counter() - start
+    torch.cuda.synchronize()
+    return elapsed / calls * 1e6
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=2000)
+    args = parser.parse_args()
+    B, H, d = 2, 4, 64
+    print("N causal | kernel host ms | cuDNN host ms")
+    for n in (64, 256, 1024, 4096):
+        for causal in (False, True):
+            q, k, v = (torch.randn(B, H, n, d, device="cuda", dtype=torch.float16) for _ in "qkv")
+            ours = host_ms(lambda: flash_attn_forward(q, k, v, causal=causal))
+            cudnn = host_ms(lambda: builtin.sdpa_cudnn(q, k, v, causal=causal))
+            print(f"{n} {causal} | {ours:.4f} | {cudnn:.4f}")
+    q, k, v = (torch.randn(B, H, 64, d, device="cuda", dtype=torch.float16) for _ in "qkv")
+    cfg = launch_config(q, k, v, False)
+    o = torch.empty_like(q)
+    kernel, grid, kwargs, options = flash.arguments(q, k, v, o, o, 0.18, cfg, False, False)
+    steps = {
+        "whole call": lambda: flash_attn_forward(q, k, v, causal=False),
+        "validate": lambda: flash._validate(q, k, v),
+        "launch_config": lambda: launch_config(q, k, v, False),
+        "torch.empty": lambda: torch.empty(q.shape, dtype=q.dtype, device=q.device),
+        "arguments (descriptors)": lambda: flash.arguments(q, k, v, o, o, 0.18, cfg, False, False),
+        "kernel[grid] launch": lambda: kernel[grid](**kwargs, **options),
+        "cuDNN whole call": lambda: builtin.sdpa_cudnn(q, k, v, causal=False),
+    }
+    print(f"\npath {cfg.path}, config {cfg}")
+    for name, fn in steps.items():
+        print(f"{name:>26}: {per_call_us(fn, args.calls):8.2f} us")
+    profile = cProfile.Profile()
+    profile.enable()
+    for _ in range(args.calls):
+        flash_attn_forward(q, k, v, causal=False)
+    profile.disable()
+    torch.cuda.synchronize()
+    print(f"\n{contract.TRITON} at (2, 4, 64, 64), {args.calls} calls:")
+    pstats.Stats(profile).sort_stats("tottime").print_stats(25)
+
+
+if __name__ == "__main__":
+    main()
