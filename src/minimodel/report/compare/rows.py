@@ -61,10 +61,12 @@ def exact(part: str, run: pd.DataFrame | None, ref: pd.DataFrame | None, keys: l
 
 
 def device_mismatch(part: str, run: Path, ref: Path, summary: str, measured_key: str,
-                    missing: str, different: str) -> list[dict]:
+                    unmeasured: str, different: str) -> list[dict]:
     """The one row saying why a GPU part is not comparable, or [] when both ran on one GPU model.
 
     A side counts as measured when its summary's `measured_key` is truthy; its GPU is "device".
+    The reason is "the run|reference <unmeasured>" when a side was not, else `different` when
+    the GPUs differ.
     """
     devices = []
     for folder in (run, ref):
@@ -72,7 +74,7 @@ def device_mismatch(part: str, run: Path, ref: Path, summary: str, measured_key:
         devices.append(data.get("device") if data.get(measured_key) else None)
     if None in devices:
         side = "run" if devices[0] is None else "reference"
-        reason = f"the {side} {missing}"
+        reason = f"the {side} {unmeasured}"
     elif devices[0] != devices[1]:
         reason = different
     else:
