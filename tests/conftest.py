@@ -5,18 +5,16 @@ module imports the kernel. The development tools in tools/ are importable by nam
 through pytest's `pythonpath` setting in pyproject.toml.
 """
 
-import json
 import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-import pandas as pd
 import pytest
 import torch
 
-from minimodel import contract, kernel
+from minimodel import kernel
 
 kernel.use_interpreter_if_no_gpu()  # before a test module imports the kernel: Triton decides then
 
@@ -59,20 +57,3 @@ def snakemake_until(tmp_path: Path, rule: str) -> tuple[Path, subprocess.Complet
          "--until", rule], cwd=root, env=env, capture_output=True, text=True)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     return root, proc
-
-
-REFERENCE = ROOT / "results" / "reference" / "nvidia-h200"
-
-
-@pytest.fixture(scope="session")
-def reference(tmp_path_factory) -> Path:
-    """The committed H200 run in today's names (it says "seed" for "lab"; only an H200 run can
-    refresh it): a copy whose tables and summaries went through contract.upgrade_*."""
-    copy = tmp_path_factory.mktemp("reference") / "nvidia-h200"
-    shutil.copytree(REFERENCE, copy)
-    for path in copy.rglob("*"):
-        if path.suffix == ".csv" and "logs" not in path.parts:
-            pd.read_csv(path).pipe(contract.upgrade_table).to_csv(path, index=False)
-        elif path.suffix == ".json" and path.name != "manifest.json":
-            path.write_text(json.dumps(contract.upgrade_summary(json.loads(path.read_text()))))
-    return copy

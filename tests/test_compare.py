@@ -9,7 +9,7 @@ import pytest
 
 from minimodel import contract
 from minimodel.provenance import io, manifest
-from minimodel.report import compare
+from minimodel.report import compare, runs
 
 REFERENCE = Path(__file__).resolve().parents[1] / "results" / "reference" / "nvidia-h200"
 
@@ -286,3 +286,38 @@ def test_a_truncated_table_is_one_line_naming_it(run, tmp_path, capsys, vouched,
     assert compare.main([str(run), str(REFERENCE), "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("compare: " + named.format(run=run)) and err.count("\n") == 1
+
+
+def test_each_part_reads_what_it_declares_and_together_what_the_contract_lists(monkeypatch):
+    """What the parts read is what `runs.check_run` checks against the manifests and what the compare
+    rule waits for (contract.COMPARED_TABLES, COMPARED_MANIFESTS): a part reading another file would
+    trust bytes that no manifest vouched for."""
+    assert len({part.NAME for part in compare.PARTS}) == len(compare.PARTS)
+    declared = [name for part in compare.PARTS for name in part.READS]
+    assert sorted(declared) == sorted(contract.COMPARED_TABLES + contract.COMPARED_MANIFESTS)
+    read = []
+
+    def recording(real):
+        def recorded(folder, *names_and_more):
+            read.extend(names_and_more[:1] or runs.MANIFESTS)  # manifests(folder) reads all of them
+            return real(folder, *names_and_more)
+        return recorded
+
+    for name in ("table", "summary", "text", "manifests"):
+        monkeypatch.setattr(runs, name, recording(getattr(runs, name)))
+    for part in compare.PARTS:
+        read.clear()
+        part.compare(REFERENCE, REFERENCE)  # the reference against itself: every file is read
+        assert set(read) == set(part.READS), part.NAME
+
+
+def test_gpu_bytes_older_seed_column_is_read_as_input_seed(run):
+    """The committed reference's gpu/bytes/bytes.csv names each point's input seed `seed`."""
+    committed = pd.read_csv(REFERENCE / contract.GPU_BYTES)
+    read = runs.table(REFERENCE, contract.GPU_BYTES, ["input_seed", "status"])
+    assert "seed" not in read.columns and read["input_seed"].equals(committed["seed"])
+    edit_csv(run / contract.GPU_BYTES, lambda f: f.insert(0, "input_seed", f["seed"] + 7))  # both: kept
+    both = runs.table(run, contract.GPU_BYTES, ["input_seed", "seed"])
+    assert both["input_seed"].equals(committed["seed"] + 7) and both["seed"].equals(committed["seed"])
+    edit_csv(run / contract.CPU_BYTES, lambda f: f.insert(0, "seed", 0))  # another table's: not renamed
+    assert "input_seed" not in runs.table(run, contract.CPU_BYTES, ["seed"]).columns

@@ -110,8 +110,7 @@ def test_gpu_bytes_figure_draws_a_contender_as_a_measured_line_without_a_model()
 
 
 @pytest.mark.skipif(not (REF / "gpu" / "timing" / "timing.csv").exists(), reason="no reference run")
-def test_gpu_figures_from_the_reference_timing_table(reference):
-    REF = reference  # in today's names (conftest.reference)
+def test_gpu_figures_from_the_reference_timing_table():
     rows = pd.read_csv(REF / "gpu" / "timing" / "timing.csv")
     t = json.loads((REF / "gpu" / "timing" / "timing.json").read_text())
     fig, data = plots.tflops_vs_n(rows, t["device"])

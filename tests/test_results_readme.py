@@ -16,12 +16,6 @@ pytestmark = pytest.mark.skipif(not (REF / "gpu" / "timing" / "timing.json").exi
                                 reason="no reference run committed")
 
 
-@pytest.fixture(autouse=True)
-def _reference_in_todays_names(reference, monkeypatch):
-    """REF read in today's names (conftest.reference): the committed run says "seed" for "lab"."""
-    monkeypatch.setitem(globals(), "REF", reference)
-
-
 def ref_paths(**override):
     paths = {
         "symbolic": REF / "symbolic" / "bytes.csv",

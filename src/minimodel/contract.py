@@ -2,20 +2,17 @@
 names, and the lab's constants.
 
 A rule (`workflow/rules/*.smk`), a figure (`report/plots.py`), the results README
-(`report/results_readme.py`) and `compare` (`report/compare.py`, `report/runs.py`) read the same
+(`report/results_readme.py`) and `compare` (`report/compare/`, `report/runs.py`) read the same
 name from here. A new stage, figure or contender (another attention implementation timed beside
 the kernel) adds its names here once; ARCHITECTURE.md says what else it touches.
 
 "The lab" is the course material the project answers (`notes/labs.md`): lab 01, lab 02 and
-theory 02. Runs made before these names (the committed H200 reference) called it the seed;
-`upgrade_table`, `upgrade_summary` and `upgrade_text` read them with today's names.
+theory 02.
 
 This module imports nothing of minimodel: every layer may import it.
 """
 
 from __future__ import annotations
-
-import re
 
 # ---- the results layout, relative to results_dir --------------------------------------------
 SYMBOLIC_BYTES = "symbolic/bytes.csv"  # scheme × convention × N × d × tile × dtype
@@ -121,44 +118,3 @@ LAB_TILE = (64, 64)
 # (N, d) of lab 01's printed table, in its dtype (the lab's dtype_bytes = 2).
 LAB_TABLE_POINTS = ((64, 64), (1024, 64), (2048, 64), (4096, 64), (8192, 128), (32768, 128))
 LAB_DTYPE = "float16"
-
-# ---- runs made before these names ------------------------------------------------------------
-# The committed H200 reference names the lab with the old word where today's tables use LAB_GRID,
-# LAB_CONVENTION and LAB_CASES. Only an H200 run can refresh it, so what a comparison reads of it
-# is read with today's names.
-_OLD_WORD = re.compile(r"(?<![A-Za-z])(?<!random_)seed(?![A-Za-z])")  # not random_seed
-# the columns whose values held the old word: grid, convention, group (the old word + " grid")
-RENAMED_VALUES = ("grid", "convention", "group")
-
-
-def _renamed(value):
-    return _OLD_WORD.sub("lab", value) if isinstance(value, str) else value
-
-
-def upgrade_table(frame):
-    """A table of any run with today's names: the old word in column names (equals_<old>_formula,
-    <old>_literal_pass) and in RENAMED_VALUES' values replaced, and a correctness table without
-    `impl` (all the kernel's) given one; a table of today's run is unchanged."""
-    frame = frame.rename(columns=_renamed)
-    if "err_kernel_vs_fp64" in frame.columns and "impl" not in frame.columns:
-        frame = frame.assign(impl=TRITON)  # a correctness table from before contenders: the kernel's
-    for column in RENAMED_VALUES:
-        if column in frame.columns:
-            frame[column] = frame[column].map(_renamed)
-    return frame
-
-
-def upgrade_summary(data):
-    """A JSON summary of any run (timing.json, correctness.json) with today's names, at any depth."""
-    if isinstance(data, dict):
-        return {_renamed(k): _renamed(v) if k in RENAMED_VALUES else upgrade_summary(v)
-                for k, v in data.items()}
-    if isinstance(data, list):
-        return [upgrade_summary(v) for v in data]
-    return data
-
-
-def upgrade_text(text: str) -> str:
-    """A text output of any run (lab_table.txt, formulas.csv) with today's names, its whitespace
-    collapsed: a renamed column header is narrower, so the columns' padding is not compared."""
-    return " ".join(_OLD_WORD.sub("lab", text).split())

@@ -26,6 +26,9 @@ from minimodel.provenance import project, reading
 
 # What a comparison reads of each run, relative to its results folder.
 TABLES, MANIFESTS = contract.COMPARED_TABLES, contract.COMPARED_MANIFESTS
+# Columns that a run made by older code (the committed H200 reference) names otherwise, by table:
+# old name -> today's. gpu_bytes called each point's input seed `seed`.
+RENAMED_COLUMNS = {contract.GPU_BYTES: {"seed": "input_seed"}}
 
 # This package's checkout, when it runs from one: the project whose committed references are
 # guarded and whose H200 run is the default reference.
@@ -66,8 +69,8 @@ def check_run(folder: str | os.PathLike, side: str) -> Path:
 
 
 def table(folder: Path, name: str, columns) -> pd.DataFrame | None:
-    """A CSV of the run with at least `columns`, in today's names (`contract.upgrade_table`: a
-    reference made before them has older names); None when the run has none."""
+    """A CSV of the run with at least `columns`, a column named as older runs name it read in
+    today's name (`RENAMED_COLUMNS`); None when the run has none."""
     path = folder / name
     if not path.exists():
         return None
@@ -75,7 +78,8 @@ def table(folder: Path, name: str, columns) -> pd.DataFrame | None:
         frame = pd.read_csv(path)
     except (OSError, UnicodeDecodeError, ValueError) as err:  # pandas' parser errors are ValueErrors
         raise RunError(f"{path}: cannot be read as a table ({type(err).__name__}: {err})") from None
-    frame = contract.upgrade_table(frame)
+    frame = frame.rename(columns={old: new for old, new in RENAMED_COLUMNS.get(name, {}).items()
+                                  if old in frame.columns and new not in frame.columns})
     missing = [c for c in dict.fromkeys(columns) if c not in frame.columns]
     if missing:
         raise RunError(f"{path}: lacks the column{'s' if len(missing) > 1 else ''} {', '.join(missing)}, "
@@ -98,11 +102,11 @@ def summary(folder: Path, name: str) -> dict:
 
 
 def text(folder: Path, name: str) -> str | None:
-    """A text file of the run in today's names, its whitespace collapsed (`contract.upgrade_text`);
-    None when the run has none."""
+    """A text file of the run, its whitespace collapsed: the words and numbers are compared, not
+    the columns' padding; None when the run has none."""
     path = folder / name
     try:
-        return contract.upgrade_text(path.read_text()) if path.exists() else None
+        return " ".join(path.read_text().split()) if path.exists() else None
     except (OSError, UnicodeDecodeError) as err:
         raise RunError(f"{path}: cannot be read as text ({type(err).__name__}: {err})") from None
 

@@ -1,0 +1,59 @@
+"""Compare a run of the workflow with a reference run: what should agree, within stated tolerances.
+
+    python -m minimodel compare results/                       # against the committed H200 reference
+    python -m minimodel compare results/h200-rerun results/reference/nvidia-h200 --out cmp/
+
+Each part is judged by what should travel between machines (paths: `minimodel.contract`):
+- symbolic (`symbolic/`): the closed forms and their tables are exact: identical.
+- CPU bytes (`cpu/bytes.csv`): the instrumented counts and the model do not depend on the
+  machine: identical. torch.profiler's allocated bytes within PROFILER_TOLERANCE.
+- correctness (`gpu/correctness/`): every case's verdict equal, the errors side by side; a run
+  under the interpreter and one on CUDA check different grids: not comparable.
+- timing (`gpu/timing/`): on the same GPU model, the ratios that should travel (kernel against
+  SDPA's cuDNN and FlashAttention-2 backends, and against naive PyTorch) within the band of
+  their grid (`timing_band`); on another GPU, or without one, not comparable.
+- GPU bytes (`gpu/bytes/`): on the same GPU model, DRAM reads and bytes stored into the L2
+  within GPU_BYTES_TOLERANCE; on another GPU, or without one, not comparable.
+- inputs: per rule, which code, parameters and environment differ between the two manifests,
+  so that a reader sees why numbers moved. Informational, never a failure.
+The machine's own ceilings (the roofline) are not compared.
+
+Both folders are first checked against their own manifests (`minimodel.report.runs`).
+Writes `comparison.csv` (one row per judged number), `verdict.json` and `comparison.png`. The
+verdict is "agree" (exit 0: not comparable is not a failure), "disagree" when something that
+should agree does not, or "nothing compared" when no number could be compared at all (exit 1
+for both); a folder that cannot be compared, or an --out inside a committed reference, exits 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from minimodel.report import runs
+from minimodel.report.compare.figure import write
+from minimodel.report.compare.rows import AGREE
+from minimodel.report.compare.verdict import compare_runs, summary_text
+from minimodel.report.runs import REFERENCE, RunError
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m minimodel compare", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("run", help="the results folder of a run")
+    parser.add_argument("reference", nargs="?", default=str(REFERENCE),
+                        help=f"the run to compare against (default {REFERENCE})")
+    parser.add_argument("--out", help="where to write comparison.csv, verdict.json, comparison.png "
+                                      "(default: RUN/compare)")
+    args = parser.parse_args(argv)
+    try:
+        # resolved before anything is read: a relative --out, `..` or a symlink cannot slip in
+        out = runs.check_writable(args.out or Path(args.run) / "compare")
+        table, verdict = compare_runs(args.run, args.reference)
+    except RunError as err:
+        print(f"compare: {err}", file=sys.stderr)
+        return 2
+    write(table, verdict, out)
+    print(summary_text(verdict))
+    return 0 if verdict["verdict"] == AGREE else 1

@@ -1,0 +1,42 @@
+"""correctness (`gpu/correctness/`): every case's verdict equal, the errors side by side; a run
+under the interpreter and one on CUDA check different grids: not comparable."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from minimodel import contract
+from minimodel.report import runs
+from minimodel.report.compare.rows import AGREE, DISAGREE, NOT_COMPARABLE, only_in, row
+
+NAME = "correctness"
+READS = (contract.CORRECTNESS,)
+TOLERANCES: dict[str, float] = {}  # a verdict, equal or not
+
+
+def compare(run: Path, ref: Path) -> list[dict]:
+    keys = ["impl", "B", "H", "N", "d", "causal", "dtype"]
+    columns = keys + ["backend", "skipped", "reason", "passed", "err_kernel_vs_fp64"]
+    a, b = (runs.table(folder, contract.CORRECTNESS, columns) for folder in (run, ref))
+    if a is None or b is None:
+        return [row(NAME, contract.CORRECTNESS, "table", None, None,
+                    verdict=NOT_COMPARABLE, reason="missing in one run")]
+    backends = (sorted(set(a["backend"])), sorted(set(b["backend"])))
+    if backends[0] != backends[1]:
+        return [row(NAME, "every case", "backend", ", ".join(backends[0]), ", ".join(backends[1]),
+                    verdict=NOT_COMPARABLE, reason="one ran under Triton's interpreter, the other on "
+                    "CUDA: different grids and arithmetic")]
+    rows = only_in(NAME, set(map(tuple, a[keys].values)), set(map(tuple, b[keys].values)))
+    for _, r in a.merge(b, on=keys, suffixes=("_run", "_ref")).iterrows():
+        label = ", ".join(f"{k}={r[k]}" for k in keys)
+        if r["skipped_run"] or r["skipped_ref"]:
+            same = bool(r["skipped_run"]) == bool(r["skipped_ref"])
+            rows.append(row(NAME, label, "skipped", r["reason_run"], r["reason_ref"],
+                            verdict=AGREE if same else DISAGREE))
+            continue
+        same = bool(r["passed_run"]) == bool(r["passed_ref"])
+        rows.append(row(NAME, label, "passed (err_kernel_vs_fp64 beside)",
+                        f"{bool(r['passed_run'])} ({r['err_kernel_vs_fp64_run']:.2e})",
+                        f"{bool(r['passed_ref'])} ({r['err_kernel_vs_fp64_ref']:.2e})",
+                        verdict=AGREE if same else DISAGREE, reason="" if same else "verdict differs"))
+    return rows

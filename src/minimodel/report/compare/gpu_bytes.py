@@ -1,0 +1,41 @@
+"""GPU bytes (`gpu/bytes/`): on the same GPU model, each point's DRAM reads and the bytes stored
+into the L2 within GPU_BYTES_TOLERANCE (writes to DRAM depend on what the L2 still holds when a
+kernel ends: not compared); on another GPU, or without one, not comparable."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from minimodel import contract
+from minimodel.report import runs
+from minimodel.report.compare.rows import AGREE, DISAGREE, device_mismatch, missing, only_in, relative, row
+
+NAME = "gpu bytes"
+READS = (contract.GPU_BYTES, contract.GPU_BYTES_SUMMARY)
+# Same GPU model: naive's reads follow the model within 0.1 %, flash's depend on which programs
+# share the L2 at a time, which the scheduler decides.
+GPU_BYTES_TOLERANCE = 0.05
+GPU_BYTES_METRICS = ("dram_read_bytes", "l2_write_bytes")
+TOLERANCES = {NAME: GPU_BYTES_TOLERANCE}
+
+
+def compare(run: Path, ref: Path) -> list[dict]:
+    mismatch = device_mismatch(NAME, run, ref, contract.GPU_BYTES_SUMMARY, "measured",
+                               "measured no GPU bytes", "different GPU models: caches and bytes differ")
+    if mismatch:
+        return mismatch
+    point = ["regime", "B", "H", "N", "d", "causal", "impl"]
+    a, b = (runs.table(folder, contract.GPU_BYTES, point + ["status", *GPU_BYTES_METRICS])
+            for folder in (run, ref))
+    if a is None or b is None:
+        return missing(NAME, contract.GPU_BYTES, a)
+    a, b = (t[t["status"] == contract.MEASURED].set_index(point) for t in (a, b))
+    rows = only_in(NAME, set(a.index), set(b.index))
+    for key in a.index.intersection(b.index):
+        label = f"{key[0]} (1, {key[2]}, {key[3]}, {key[4]}) {'causal' if key[5] else 'full'} {key[6]}"
+        for metric in GPU_BYTES_METRICS:
+            x, y = float(a.loc[key, metric]), float(b.loc[key, metric])
+            diff = relative(x, y)
+            rows.append(row(NAME, label, metric, x, y, diff, GPU_BYTES_TOLERANCE,
+                            AGREE if diff <= GPU_BYTES_TOLERANCE else DISAGREE))
+    return rows

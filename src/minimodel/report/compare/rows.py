@@ -1,0 +1,83 @@
+"""The comparison's rows, and the judgements every part makes with them.
+
+A row is one judged number: `COLUMNS`, its verdict one of `AGREE`, `DISAGREE`, `NOT_COMPARABLE`
+(the inputs part says `DIFFERS`, never a failure).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from minimodel.report import runs
+
+COLUMNS = ["part", "item", "metric", "run", "reference", "difference", "tolerance", "verdict", "reason"]
+AGREE, DISAGREE, NOT_COMPARABLE, DIFFERS = "agree", "disagree", "not comparable", "differs"
+
+
+def row(part, item, metric, run, reference, difference=None, tolerance=None, verdict=AGREE, reason=""):
+    return dict(zip(COLUMNS, (part, item, metric, run, reference, difference, tolerance, verdict, reason),
+                    strict=True))
+
+
+def relative(a: float, b: float) -> float:
+    return 0.0 if a == b else abs(a - b) / max(abs(a), abs(b))
+
+
+def missing(part: str, name: str, run: pd.DataFrame | None) -> list[dict]:
+    """The row saying that table `name` is missing in the run (`run` None) or else the reference."""
+    return [row(part, name, "table", None, None, verdict=NOT_COMPARABLE,
+                reason=f"{name} missing in the {'run' if run is None else 'reference'}")]
+
+
+def only_in(part: str, run_keys: set, ref_keys: set, why: str = "the two configs have different grids"):
+    """A row per side holding points the other lacks, counted."""
+    return [row(part, f"{len(keys)} points", "presence", None, None, verdict=NOT_COMPARABLE,
+                reason=f"only in the {side}: {why}")
+            for side, keys in (("run", run_keys - ref_keys), ("reference", ref_keys - run_keys)) if keys]
+
+
+def exact(part: str, run: pd.DataFrame | None, ref: pd.DataFrame | None, keys: list[str],
+          metrics: list[str], name: str) -> list[dict]:
+    """One row per point of a table that must be identical in both runs."""
+    if run is None or ref is None:
+        return missing(part, name, run)
+    run_idx, ref_idx = run.set_index(keys), ref.set_index(keys)
+    common = run_idx.index.intersection(ref_idx.index)
+    rows = only_in(part, set(run_idx.index), set(ref_idx.index))
+    for key in common:
+        a, b = run_idx.loc[key, metrics], ref_idx.loc[key, metrics]
+        diffs = {m: relative(float(a[m]), float(b[m])) for m in metrics
+                 if not (pd.isna(a[m]) and pd.isna(b[m]))}
+        worst = max(diffs, key=diffs.get) if diffs else metrics[0]
+        label = ", ".join(f"{k}={v}" for k, v in zip(keys, key if isinstance(key, tuple) else (key,),
+                                                     strict=True))
+        same = all(d == 0 for d in diffs.values())
+        rows.append(row(part, label, "all of " + "/".join(metrics), a[worst], b[worst],
+                        diffs.get(worst, 0.0), 0.0, AGREE if same else DISAGREE,
+                        "" if same else f"{worst} differs"))
+    return rows
+
+
+def device_mismatch(part: str, run: Path, ref: Path, summary: str, measured_key: str,
+                    unmeasured: str, different: str) -> list[dict]:
+    """The one row saying why a GPU part is not comparable, or [] when both ran on one GPU model.
+
+    A side counts as measured when its summary's `measured_key` is truthy; its GPU is "device".
+    The reason is "the run|reference <unmeasured>" when a side was not, else `different` when
+    the GPUs differ.
+    """
+    devices = []
+    for folder in (run, ref):
+        data = runs.summary(folder, summary)
+        devices.append(data.get("device") if data.get(measured_key) else None)
+    if None in devices:
+        side = "run" if devices[0] is None else "reference"
+        reason = f"the {side} {unmeasured}"
+    elif devices[0] != devices[1]:
+        reason = different
+    else:
+        return []
+    return [row(part, "every point", "device", devices[0], devices[1], verdict=NOT_COMPARABLE,
+                reason=reason)]

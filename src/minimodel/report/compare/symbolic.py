@@ -1,0 +1,29 @@
+"""symbolic (`symbolic/`): the closed forms and their tables are exact: identical."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from minimodel import contract
+from minimodel.report import runs
+from minimodel.report.compare.rows import AGREE, DISAGREE, NOT_COMPARABLE, exact, row
+
+NAME = "symbolic"
+READS = (contract.SYMBOLIC_BYTES, contract.SYMBOLIC_FORMULAS, contract.SYMBOLIC_LAB_TABLE)
+TOLERANCES: dict[str, float] = {}  # exact: verdict.EXACT
+
+
+def compare(run: Path, ref: Path) -> list[dict]:
+    keys = ["scheme", "convention", "N", "d", "B_r", "B_c", "dtype"]
+    metrics = ["bytes", "flops", "flops_with_softmax", "intensity", "intensity_with_softmax"]
+    a, b = (runs.table(folder, contract.SYMBOLIC_BYTES, keys + metrics) for folder in (run, ref))
+    rows = exact(NAME, a, b, keys, metrics, contract.SYMBOLIC_BYTES)
+    for name in (contract.SYMBOLIC_FORMULAS, contract.SYMBOLIC_LAB_TABLE):
+        a, b = (runs.text(folder, name) for folder in (run, ref))
+        if a is None or b is None:
+            rows.append(row(NAME, name, "text", None, None, verdict=NOT_COMPARABLE,
+                            reason="missing in one run"))
+        else:
+            rows.append(row(NAME, name, "text", len(a), len(b), 0.0 if a == b else 1.0, 0.0,
+                            AGREE if a == b else DISAGREE, "" if a == b else "text differs"))
+    return rows
