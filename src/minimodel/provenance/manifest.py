@@ -12,22 +12,25 @@ the rule's `manifest.json` beside its outputs, recording:
 Each manifest also records its own path and a sha256 of its own content (`manifest_sha256`),
 so an edited manifest, the run-level one under `verify/` included, is detected.
 
-`python -m minimodel verify results/` re-hashes everything under the folder and exits
-non-zero naming each output whose bytes changed, or whose inputs changed since it was made. It
-checks bytes and code, not whether the config changed: Snakemake decides what is stale.
+`python -m minimodel verify results/` (`minimodel.provenance.verify`) re-hashes everything the
+manifests under the folder record, and tells damage (a file of the run whose bytes changed, or a
+missing one: exit 1) from staleness (code or another input from outside the run changed since:
+exit 0, 1 with `--strict`). It checks bytes and code, not whether the config changed: Snakemake
+decides what its parameters re-run.
 
 Before a stage reads an input that another rule made, `stage()` checks it against that rule's
 manifest (the nearest `manifest.json` at or above the input's folder) and refuses a tampered or
-stale input, naming it and the rule that made it. It then removes that manifest, which no
-longer vouches for its outputs, so the next `snakemake` re-runs the rule that owns it.
+stale input, naming it and the rule that made it (a manifest given as an input, as `verify`'s
+are, is refused only when damaged: it is read as a record, and `verify` reports staleness). It
+then removes that manifest, which no longer vouches for its outputs, so the next `snakemake`
+re-runs the rule that owns it.
 
 Outputs are written through `minimodel.provenance.io`: complete or not at all. Reading a manifest
-(its shape, its own hash) and `verify`'s checks are in `minimodel.provenance.reading`.
+(its shape, its own hash) and the check of one manifest are in `minimodel.provenance.reading`.
 """
 
 from __future__ import annotations
 
-import argparse
 import ast
 import contextlib
 import datetime as dt
@@ -38,7 +41,6 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from minimodel.provenance import reading
 from minimodel.provenance.io import remove_stale_temporaries, sha256_file, write_json
 from minimodel.provenance.machine import NoUsableGPU, environment
 from minimodel.provenance.project import ConfigTooLarge
@@ -50,13 +52,10 @@ from minimodel.provenance.reading import (
     content_hash,
     load_manifest,
     manifest_root,
-    verify,
     verify_manifest,
 )
 
 PACKAGE = "minimodel"
-# Reading and verifying manifests lives in `reading`; scripts and tests reach it through here too.
-find_manifests, verify_manifests = reading.find_manifests, reading.verify_manifests
 
 log = logging.getLogger(__name__)
 
@@ -322,8 +321,10 @@ def check_inputs(paths, root: str | os.PathLike = ".",
 
     An input under `results_dir` must have a manifest above it; elsewhere, an input without one
     is a source file (a template) and is taken as it is. A manifest given as an input is checked
-    whole. Paths in `outputs_only` (another run read for comparison) must be what their rule
-    wrote; whether that rule's code has changed since is not asked.
+    for damage only (its own hash, its outputs' bytes): it is read as a record of its rule, and
+    whether that rule is stale is `verify`'s to report. Paths in `outputs_only` (another run read
+    for comparison) must be what their rule wrote; whether that rule's code has changed since is
+    not asked.
     A manifest that cannot be read, or whose outputs or inputs changed, is removed after the
     refusal: it vouches for nothing, and without it the next run re-makes what it covered.
     """
@@ -337,6 +338,7 @@ def check_inputs(paths, root: str | os.PathLike = ".",
                                       "has not completed since it was last checked")
             continue
         other_run = path in outputs_only
+        damage_only = other_run or owner == Path(path)
         try:
             manifest = load_manifest(owner)
         except ProvenanceError as err:
@@ -349,10 +351,10 @@ def check_inputs(paths, root: str | os.PathLike = ".",
         if owner != Path(path) and not any(entry["path"] == rel for entry in manifest["outputs"]):
             raise ProvenanceError(f"input {rel} is not among the outputs that rule "
                                   f"{manifest['rule']} recorded in {owner}")
-        if (owner, other_run) not in verified:
-            verified[owner, other_run] = list(dict.fromkeys(
-                verify_manifest(owner, root, outputs_only=other_run)))
-        problems = verified[owner, other_run]
+        if (owner, damage_only) not in verified:
+            verified[owner, damage_only] = list(dict.fromkeys(
+                verify_manifest(owner, root, outputs_only=damage_only)))
+        problems = verified[owner, damage_only]
         if problems and other_run:
             raise ProvenanceError(f"refusing input {rel} of another run, made by rule {manifest['rule']}: "
                                   + "; ".join(problems))
@@ -362,26 +364,3 @@ def check_inputs(paths, root: str | os.PathLike = ".",
                 f"refusing input {rel}, made by rule {manifest['rule']}: " + "; ".join(problems)
                 + f". Its manifest {owner} was removed, so the next `snakemake` re-runs rule "
                 f"{manifest['rule']} (or run `snakemake --forcerun {manifest['rule']}`)")
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`python -m minimodel verify [FOLDER] [--root ROOT]`: re-hash every output and input under FOLDER."""
-    parser = argparse.ArgumentParser(prog="python -m minimodel verify", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("folder", nargs="?", default="results")
-    parser.add_argument("--root", default=None,
-                        help="folder the paths of older manifests (which do not record their "
-                             "own path) are relative to; default: the current directory")
-    args = parser.parse_args(argv)
-    count, problems = verify(args.folder, args.root)
-    if count == 0:
-        print(f"no {MANIFEST_NAME} found under {args.folder}", file=sys.stderr)
-        return 2
-    for problem in problems:
-        print(problem)
-    print(f"{count} manifests checked, {len(problems)} problems", file=sys.stderr)
-    return 1 if problems else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
