@@ -89,6 +89,7 @@ class Report:
 
     folder: Path
     manifests: list[Path]
+    root: Path  # where inputs from outside the run folder were looked for, when not found otherwise
     findings: list[Finding] = field(default_factory=list)
     environments: dict[str, list[str]] = field(default_factory=dict)  # line -> rules run there
 
@@ -118,8 +119,8 @@ class Report:
         staleness = f"{len(stale)} stale (re-running the rules named brings them up to date)" \
             if stale else "nothing stale"
         if any(what.endswith(NOT_FOUND) for (_, what), _ in stale):
-            staleness += (f"; inputs {NOT_FOUND} are read from the current directory: run verify "
-                          "from the run's checkout, or name it with --root")
+            staleness += (f"; for inputs {NOT_FOUND}, run verify from the checkout that made the "
+                          f"run, or name it with --root (now {_shown(self.root)})")
         hint = " (--strict: 1)" if stale and not self.damaged and not strict else ""
         out.append(f"{n} manifest{'s' * (n != 1)} checked under {_shown(self.folder)}: {damage}, "
                    f"{staleness}; exit {self.exit_code(strict)}{hint}")
@@ -260,7 +261,7 @@ def check(folder: str | os.PathLike, root: str | os.PathLike | None = None,
     else:
         paths = [p.resolve() for p in find_manifests(folder)] if folder.is_dir() else []
     checker = _Checker(folder, Path(root or ".").resolve(), paths)
-    report = Report(folder, paths)
+    report = Report(folder, paths, checker.default_root)
     for path in paths:
         findings, manifest = checker.manifest(path)
         report.findings += findings
