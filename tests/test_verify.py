@@ -208,9 +208,16 @@ def test_the_verify_rule_lists_what_is_stale_and_passes(checkout, capsys):
 
 def test_the_verify_rule_fails_on_damage_naming_it(checkout):
     (checkout / "results" / "second" / "out.txt").write_text("2\n")
-    with pytest.raises(SystemExit, match="results/second/out.txt"):
+    (checkout / "lib" / "helper.py").write_text("X = 2\n")
+    with pytest.raises(SystemExit) as failed:
         rule_verify(checkout)
+    said = str(failed.value).splitlines()
+    assert "damaged  results/second/out.txt: bytes differ from what rule second wrote" in said
+    assert "stale    lib/helper.py: module changed since rules first, second ran" in said
     assert not (checkout / "results" / "verify" / "verify.txt").exists()
+    # the manifest that no longer vouches for its outputs is gone: the next run re-makes them
+    assert not (checkout / "results" / "second" / "manifest.json").exists()
+    assert (checkout / "results" / "first" / "manifest.json").exists()
 
 
 def test_python_m_minimodel_help_lists_each_command_on_stdout(capsys):

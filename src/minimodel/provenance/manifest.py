@@ -20,10 +20,8 @@ decides what its parameters re-run.
 
 Before a stage reads an input that another rule made, `stage()` checks it against that rule's
 manifest (the nearest `manifest.json` at or above the input's folder) and refuses a tampered or
-stale input, naming it and the rule that made it (a manifest given as an input, as `verify`'s
-are, is refused only when damaged: it is read as a record, and `verify` reports staleness). It
-then removes that manifest, which no longer vouches for its outputs, so the next `snakemake`
-re-runs the rule that owns it.
+stale input, naming it and the rule that made it. It then removes that manifest, which no
+longer vouches for its outputs, so the next `snakemake` re-runs the rule that owns it.
 
 Outputs are written through `minimodel.provenance.io`: complete or not at all. Reading a manifest
 (its shape, its own hash) and the check of one manifest are in `minimodel.provenance.reading`.
@@ -225,13 +223,14 @@ def check_code_tree(root: str | os.PathLike = ".") -> None:
 
 
 @contextlib.contextmanager
-def stage(smk, root: str | os.PathLike = ".") -> Iterator[Stage]:
+def stage(smk, root: str | os.PathLike = ".", checks_itself: tuple[str, ...] = ()) -> Iterator[Stage]:
     """Run a rule's script body, log to the rule's log, then write its manifest.
 
     The rule must name its manifest output `manifest`; its script is `scripts/<rule>.py`.
     Before the body runs, the stage checks that the code is this checkout's, removes what a
     killed run left half-written, and checks every input that another rule made against that
-    rule's manifest (`check_inputs`). The manifest is written only when the body succeeds, and
+    rule's manifest (`check_inputs`), but those of the input groups `checks_itself` names (the
+    manifests that rule `verify` checks). The manifest is written only when the body succeeds, and
     last, so a manifest present means every output beside it is complete.
     """
     started = _now()
@@ -251,7 +250,9 @@ def stage(smk, root: str | os.PathLike = ".") -> Iterator[Stage]:
                 for tmp in remove_stale_temporaries(path):
                     log.info("removed %s, left by an interrupted run", tmp)
             results = getattr(smk, "config", {}).get("results_dir")
-            check_inputs(_data_inputs(smk, exempt=True), root, results, _group(smk, "reference"))
+            own = set().union(*(_group(smk, name) for name in checks_itself))
+            check_inputs([p for p in _data_inputs(smk, exempt=True) if p not in own], root, results,
+                         _group(smk, "reference"))
             yield current
             script = Path(root) / "scripts" / f"{smk.rule}.py"
             modules = _code_modules(smk, script)
@@ -321,10 +322,8 @@ def check_inputs(paths, root: str | os.PathLike = ".",
 
     An input under `results_dir` must have a manifest above it; elsewhere, an input without one
     is a source file (a template) and is taken as it is. A manifest given as an input is checked
-    for damage only (its own hash, its outputs' bytes): it is read as a record of its rule, and
-    whether that rule is stale is `verify`'s to report. Paths in `outputs_only` (another run read
-    for comparison) must be what their rule wrote; whether that rule's code has changed since is
-    not asked.
+    whole. Paths in `outputs_only` (another run read for comparison) must be what their rule
+    wrote; whether that rule's code has changed since is not asked.
     A manifest that cannot be read, or whose outputs or inputs changed, is removed after the
     refusal: it vouches for nothing, and without it the next run re-makes what it covered.
     """
@@ -338,7 +337,6 @@ def check_inputs(paths, root: str | os.PathLike = ".",
                                       "has not completed since it was last checked")
             continue
         other_run = path in outputs_only
-        damage_only = other_run or owner == Path(path)
         try:
             manifest = load_manifest(owner)
         except ProvenanceError as err:
@@ -351,10 +349,10 @@ def check_inputs(paths, root: str | os.PathLike = ".",
         if owner != Path(path) and not any(entry["path"] == rel for entry in manifest["outputs"]):
             raise ProvenanceError(f"input {rel} is not among the outputs that rule "
                                   f"{manifest['rule']} recorded in {owner}")
-        if (owner, damage_only) not in verified:
-            verified[owner, damage_only] = list(dict.fromkeys(
-                verify_manifest(owner, root, outputs_only=damage_only)))
-        problems = verified[owner, damage_only]
+        if (owner, other_run) not in verified:
+            verified[owner, other_run] = list(dict.fromkeys(
+                verify_manifest(owner, root, outputs_only=other_run)))
+        problems = verified[owner, other_run]
         if problems and other_run:
             raise ProvenanceError(f"refusing input {rel} of another run, made by rule {manifest['rule']}: "
                                   + "; ".join(problems))

@@ -78,6 +78,7 @@ class Finding:
     path: str  # the file, as shown to the user
     what: str  # what is wrong with it, in a few words
     rule: str  # the rule whose manifest records the file
+    source: Path | None = None  # that manifest
 
     def __str__(self) -> str:
         return f"{self.path}: {self.what}"
@@ -220,7 +221,7 @@ class _Checker:
             manifest = load_manifest(path)
         except ProvenanceError as err:
             what = str(err).removeprefix(f"{path} ")
-            return [Finding(DAMAGED, _shown(path), what, "?")], None
+            return [Finding(DAMAGED, _shown(path), what, "?", path)], None
         rule = manifest["rule"]
         found = []
         if edited := self_hash_problem(manifest):
@@ -244,7 +245,7 @@ class _Checker:
                 found.append(Finding(STALE, _shown(now), f"{entry['kind']} {state}", rule))
             elif finding := self.changed_run_file(now, rule):
                 found.append(finding)
-        return found, manifest
+        return [Finding(f.kind, f.path, f.what, f.rule, path) for f in found], manifest
 
 
 def check(folder: str | os.PathLike, root: str | os.PathLike | None = None,
