@@ -1,7 +1,10 @@
 """`python -m minimodel verify` and the workflow's `verify` rule: damage, staleness, environment."""
 
+import os
 import runpy
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -253,3 +256,21 @@ def test_verify_of_a_folder_without_manifests_exits_2(tmp_path, capsys):
     assert cli.main(["verify", str(tmp_path / "nothing")]) == 2
     assert "is not a folder" in capsys.readouterr().err
 
+
+
+def test_the_commands_as_a_user_runs_them(tmp_path):
+    """`python -m minimodel ...` in a shell: help and the report on stdout, the exit codes."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+
+    def run(*args):
+        return subprocess.run([sys.executable, "-m", "minimodel", *args], cwd=ROOT, env=env,
+                              capture_output=True, text=True)
+    helped = run("--help")
+    assert (helped.returncode, helped.stderr) == (0, "")
+    assert "verify" in helped.stdout and "compare" in helped.stdout
+    checked = run("verify", str(REFERENCE.relative_to(ROOT)))
+    assert (checked.returncode, checked.stderr) == (0, "")
+    assert checked.stdout.splitlines()[-1].startswith(
+        f"{len(find_manifests(REFERENCE))} manifests checked under results/reference/")
+    nothing = run("verify", str(tmp_path))
+    assert nothing.returncode == 2 and nothing.stdout == "" and "holds no manifest.json" in nothing.stderr
