@@ -21,7 +21,7 @@ from minimodel.contenders.check import sweep
 from minimodel.contenders.run import Case
 from minimodel.contenders.spec import BF16_INTERPRETER_REASON, DEFAULT_TIMEOUT_S
 from minimodel.gpu.correctness import tolerance
-from minimodel.provenance import manifest
+from minimodel.provenance import verify
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
@@ -203,7 +203,7 @@ def test_three_contenders_through_the_whole_workflow(tmp_path):
         "examples/torch_blocked.py"]
     gpu_bytes = pd.read_csv(root / "results" / contract.GPU_BYTES)  # planned, with no GPU: blocked's too
     assert (gpu_bytes["impl"] == "blocked").sum() * 2 == gpu_bytes["impl"].isin(["naive", "flash"]).sum()
-    assert manifest.main([str(root / "results")]) == 0
+    assert verify.main([str(root / "results")]) == 0
     # editing a contender re-plans the rule that runs it and what reads its outputs, nothing else
     module = root / "examples" / "torch_blocked.py"
     module.write_text(module.read_text() + "\n# edited\n")

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from minimodel.provenance import io, manifest
+from minimodel.provenance import io, manifest, verify
 
 
 class Namedlist(list):
@@ -80,22 +80,22 @@ def test_manifest_records_outputs_inputs_modules_and_environment(tmp_path, monke
 
 def test_verify_passes_then_names_a_tampered_output(tmp_path, monkeypatch):
     smk = run_stage(tmp_path, monkeypatch)
-    count, problems = manifest.verify(tmp_path, tmp_path)
-    assert (count, problems) == (1, [])
+    report = verify.check(tmp_path / "out")
+    assert (len(report.manifests), report.findings) == (1, [])
     out = Path(smk.output.result)
     out.write_bytes(b"jello\n")  # one byte changed
-    _, problems = manifest.verify(tmp_path, tmp_path)
-    assert len(problems) == 1 and "out/result.txt: output bytes changed" in problems[0]
-    assert manifest.main([str(tmp_path), "--root", str(tmp_path)]) == 1
+    assert [str(f) for f in verify.check(tmp_path / "out").findings] == [
+        "out/result.txt: bytes differ from what rule demo wrote"]
+    assert verify.main([str(tmp_path / "out"), "--root", str(tmp_path)]) == 1
 
 
-def test_verify_names_an_output_whose_input_changed(tmp_path, monkeypatch):
+def test_verify_names_an_output_whose_input_changed_as_stale(tmp_path, monkeypatch):
     smk = run_stage(tmp_path, monkeypatch)
     Path(smk.input.table).write_text("a,b\n1,3\n")
-    _, problems = manifest.verify(tmp_path, tmp_path)
-    assert problems == [
-        "out/manifest.json: out/result.txt: made from an input that changed: data.csv (data, changed)"
-    ]
+    report = verify.check(tmp_path / "out")
+    assert [(f.kind, str(f), f.rule) for f in report.findings] == [
+        ("stale", "data.csv: data changed", "demo")]
+    assert (report.exit_code(), report.exit_code(strict=True)) == (0, 1)
 
 
 def test_verify_names_a_changed_module(tmp_path, monkeypatch):
@@ -106,8 +106,8 @@ def test_verify_names_a_changed_module(tmp_path, monkeypatch):
     module["sha256"] = "0" * 64
     m[manifest.SELF_HASH] = manifest.content_hash(m)
     Path(smk.output.manifest).write_text(json.dumps(m))
-    _, problems = manifest.verify(tmp_path, tmp_path)
-    assert len(problems) == 1 and "(module, changed)" in problems[0]
+    report = verify.check(tmp_path / "out")
+    assert [(f.kind, str(f)) for f in report.findings] == [("stale", f"{module['path']}: module changed")]
 
 
 def test_failed_stage_writes_no_manifest(tmp_path, monkeypatch):
@@ -130,23 +130,27 @@ def test_atomic_write_leaves_nothing_behind_when_interrupted(tmp_path):
 
 
 def test_verify_cli_without_manifests(tmp_path, capsys):
-    assert manifest.main([str(tmp_path)]) == 2
-    assert "no manifest.json" in capsys.readouterr().err
+    assert verify.main([str(tmp_path)]) == 2
+    assert "holds no manifest.json" in capsys.readouterr().err
 
 
 def test_python_m_minimodel_hands_each_command_its_own_arguments(tmp_path, monkeypatch, capsys):
     from minimodel import __main__ as cli
+    from minimodel.report import compare
 
     smk = run_stage(tmp_path, monkeypatch)
     assert cli.main(["verify", str(tmp_path / "out"), "--root", str(tmp_path)]) == 0
     Path(smk.output.result).write_text("changed\n")
     assert cli.main(["verify", str(tmp_path / "out")]) == 1
     seen = []
-    monkeypatch.setitem(cli.COMMANDS, "compare", lambda argv: seen.append(argv) or 0)
+    monkeypatch.setattr(compare, "run", lambda args: seen.append(args) or 0)
     assert cli.main(["compare", "run", "ref", "--out", "x"]) == 0
-    assert seen == [["run", "ref", "--out", "x"]]
-    assert cli.main(["check"]) == 2 and cli.main([]) == 2
-    assert "python -m minimodel verify" in capsys.readouterr().err
+    assert [(a.run, a.reference, a.out) for a in seen] == [("run", "ref", "x")]
+    with pytest.raises(SystemExit) as refused:
+        cli.main(["check"])
+    assert refused.value.code == 2 and "invalid choice: 'check'" in capsys.readouterr().err
+    assert cli.main([]) == 2
+    assert "python -m minimodel" in capsys.readouterr().err
 
 
 def test_git_commit_from_the_environment_wins_over_the_checkout(monkeypatch):
@@ -171,14 +175,14 @@ def test_an_edited_manifest_is_detected(tmp_path, monkeypatch):
     m = json.loads(path.read_text())
     m["environment"]["device"] = "cuda: something else"  # no hash touched
     path.write_text(json.dumps(m, indent=2))
-    _, problems = manifest.verify(tmp_path, tmp_path)
-    assert problems == ["out/manifest.json: the manifest was edited after rule demo wrote it"]
+    assert [str(f) for f in verify.check(tmp_path / "out").damaged] == [
+        "out/manifest.json: the manifest was edited after rule demo wrote it"]
 
 
 def test_a_corrupt_manifest_is_named_not_a_traceback(tmp_path, monkeypatch):
     smk = run_stage(tmp_path, monkeypatch)
     Path(smk.output.manifest).write_text('{"rule": "demo", "outputs": [')
-    _, problems = manifest.verify(tmp_path, tmp_path)
+    problems = [str(f) for f in verify.check(tmp_path / "out").damaged]
     assert len(problems) == 1 and "is not a readable manifest (JSONDecodeError" in problems[0]
 
 
@@ -187,9 +191,9 @@ def test_verify_from_another_directory_finds_the_root_from_the_manifest(tmp_path
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)
-    assert manifest.main([str(tmp_path / "out")]) == 0
+    assert verify.main([str(tmp_path / "out"), "--strict"]) == 0
     Path(smk.output.result).write_text("changed\n")
-    assert manifest.main([str(tmp_path / "out")]) == 1
+    assert verify.main([str(tmp_path / "out")]) == 1
 
 
 def consumer(tmp_path, made_by):
@@ -313,6 +317,7 @@ def test_a_manifest_of_the_wrong_shape_is_one_line_naming_it(tmp_path, monkeypat
     smk = run_stage(tmp_path, monkeypatch)
     path = Path(smk.output.manifest)
     path.write_text(json.dumps({**json.loads(path.read_text()), **edit}))
-    assert manifest.main([str(tmp_path / "out")]) == 1
+    assert verify.main([str(tmp_path / "out")]) == 1
     out = capsys.readouterr().out.splitlines()
-    assert out == [f"out/manifest.json: {path} is not a manifest: {named}"]
+    assert out[0] == f"damaged  out/manifest.json: is not a manifest: {named}"
+    assert out[1:] == ["1 manifest checked under out: 1 damaged, nothing stale; exit 1"]

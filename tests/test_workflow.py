@@ -13,7 +13,7 @@ import pytest
 from conftest import copy_project
 
 from minimodel import contract
-from minimodel.provenance import io, manifest
+from minimodel.provenance import io, manifest, reading, verify
 
 pytestmark = pytest.mark.workflow
 
@@ -125,7 +125,7 @@ def test_the_workflow_runs_and_hashes_the_code_of_its_own_tree(workdir):
 def test_each_manifest_records_exactly_the_code_its_rule_lists(workdir):
     # one tracker (manifest.code_closure) for the rule inputs and the manifests; without CUDA
     # gpu_timing never imports the kernel, yet depends on it, and both sides say so
-    for path in manifest.find_manifests(workdir / "results"):
+    for path in reading.find_manifests(workdir / "results"):
         m = json.loads(path.read_text())
         script = workdir / "scripts" / f"{m['rule']}.py"
         listed = {str(Path(p).resolve().relative_to(workdir)) for p in
@@ -272,7 +272,7 @@ def test_a_tampered_table_is_refused_and_its_rule_reruns(workdir):
     assert proc.returncode != 0
     assert "refusing input results/symbolic/bytes.csv, made by rule symbolic" in said
     assert "output bytes changed since rule symbolic wrote it" in said
-    for m in manifest.find_manifests(workdir / "results"):  # nothing was built on it
+    for m in reading.find_manifests(workdir / "results"):  # nothing was built on it
         assert tampered not in m.read_text(), m
     # the next run re-makes the table (its manifest was withdrawn), then what reads it
     proc = snakemake(workdir)
@@ -293,28 +293,31 @@ def test_a_corrupt_manifest_is_named_and_its_rule_reruns(workdir):
     assert manifest.load_manifest(path)["rule"] == "cpu_roofline"
 
 
-def test_verify_names_a_tampered_output_and_a_changed_module(workdir, tmp_path, monkeypatch):
+def test_verify_names_a_tampered_output_and_a_changed_module(workdir, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)  # verify resolves paths from the manifests, wherever it runs
-    assert manifest.main([str(workdir / "results")]) == 0
+    assert verify.main([str(workdir / "results"), "--strict"]) == 0  # a fresh run: nothing stale
+    said = (workdir / "results" / "verify" / "verify.txt").read_text().splitlines()
+    assert said[-1].endswith("nothing damaged, nothing stale; exit 0")  # the rule's own check agrees
     run_level = workdir / "results" / "verify" / "manifest.json"
     text = run_level.read_text()
     run_level.write_text(text.replace('"rule": "verify"', '"rule": "verified"'))
-    assert manifest.main([str(workdir / "results")]) == 1
+    assert verify.main([str(workdir / "results")]) == 1
     run_level.write_text(text)
     table = workdir / "results" / "symbolic" / "bytes.csv"
     original = table.read_bytes()
     table.write_bytes(original[:-2] + bytes([original[-2] ^ 1]) + original[-1:])
-    _, problems = manifest.verify(workdir / "results", workdir)
-    assert any("results/symbolic/bytes.csv: output bytes changed" in p for p in problems)
+    capsys.readouterr()
+    assert verify.main([str(workdir / "results")]) == 1
+    assert f"damaged  {table}: bytes differ from what rule symbolic wrote" in capsys.readouterr().out
     table.write_bytes(original)
 
     module = workdir / "src" / "minimodel" / "symbolic.py"
     source = module.read_text()
     module.write_text(source + "\n# edited\n")
     try:
-        _, problems = manifest.verify(workdir / "results", workdir)
-        assert any("results/symbolic/bytes.csv: made from an input that changed: "
-                   "src/minimodel/symbolic.py (module, changed)" in p for p in problems)
+        stale = {(f.path, f.rule) for f in verify.check(workdir / "results").stale}
+        assert (str(module), "symbolic") in stale and verify.check(workdir / "results").damaged == []
+        assert verify.main([str(workdir / "results"), "--strict"]) == 1
         # and the workflow knows to re-run exactly what imports it
         dry = snakemake(workdir, "-n")
         assert "symbolic" in dry.stdout and "gpu_correctness " not in dry.stdout

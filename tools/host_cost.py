@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import functools
 import pstats
 import time
 
@@ -42,8 +43,8 @@ def main() -> None:
     for n in (64, 256, 1024, 4096):
         for causal in (False, True):
             q, k, v = (torch.randn(B, H, n, d, device="cuda", dtype=torch.float16) for _ in "qkv")
-            ours = host_ms(lambda: flash_attn_forward(q, k, v, causal=causal))
-            cudnn = host_ms(lambda: builtin.sdpa_cudnn(q, k, v, causal=causal))
+            ours = host_ms(functools.partial(flash_attn_forward, q, k, v, causal=causal))
+            cudnn = host_ms(functools.partial(builtin.sdpa_cudnn, q, k, v, causal=causal))
             print(f"{n} {causal} | {ours:.4f} | {cudnn:.4f}")
     q, k, v = (torch.randn(B, H, 64, d, device="cuda", dtype=torch.float16) for _ in "qkv")
     cfg = launch_config(q, k, v, False)

@@ -1,24 +1,44 @@
-"""The project's commands for results folders.
+"""`python -m minimodel COMMAND`: the project's commands for results folders.
 
-    python -m minimodel verify [FOLDER]            # re-hash every manifest's outputs and inputs
-    python -m minimodel compare RUN [REFERENCE]    # a run against a reference run, with tolerances
-    python -m minimodel headline [RUN] [--write]   # the README's headline numbers, from the reference
+Each command is a module with `add_arguments(parser)` and `run(args) -> exit code`. Its help is
+its DESCRIPTION (or, lacking one, its docstring), whose first line is its line in
+`python -m minimodel --help`, and its EPILOG where it has one (exit codes).
 """
 
+import argparse
 import sys
 
-from minimodel.provenance import manifest
+from minimodel.provenance import verify
 from minimodel.report import compare, headline
 
-COMMANDS = {"verify": manifest.main, "compare": compare.main, "headline": headline.main}
+COMMANDS = {"verify": verify, "compare": compare.cli, "headline": headline}
+
+DESCRIPTION = """\
+Commands for the results folders of minimodel's workflow (the workflow itself runs with
+`snakemake`; see README.md). `python -m minimodel COMMAND --help` says what each checks and
+what its exit codes mean."""
+
+
+def parser() -> argparse.ArgumentParser:
+    """`python -m minimodel`'s parser: one subcommand per entry of COMMANDS."""
+    top = argparse.ArgumentParser(prog="python -m minimodel", description=DESCRIPTION)
+    commands = top.add_subparsers(title="commands", metavar="COMMAND", dest="command")
+    for name, module in COMMANDS.items():
+        description = getattr(module, "DESCRIPTION", module.__doc__)
+        sub = commands.add_parser(name, help=description.strip().splitlines()[0].rstrip("."),
+                                  description=description, epilog=getattr(module, "EPILOG", None),
+                                  formatter_class=argparse.RawDescriptionHelpFormatter)
+        module.add_arguments(sub)
+    return top
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if not argv or argv[0] not in COMMANDS:
-        print(__doc__.strip(), file=sys.stderr)
+    top = parser()
+    args = top.parse_args(sys.argv[1:] if argv is None else argv)
+    if args.command is None:
+        top.print_help(sys.stderr)
         return 2
-    return COMMANDS[argv[0]](argv[1:])
+    return COMMANDS[args.command].run(args)
 
 
 if __name__ == "__main__":

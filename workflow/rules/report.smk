@@ -31,7 +31,8 @@ rule readme:
 
 
 rule verify:
-    """Re-hash every manifest's outputs and inputs; fails naming anything that changed."""
+    """Every manifest of the run re-hashed (minimodel.provenance.verify): fails naming what is
+    damaged; lists what is stale, without failing."""
     input:
         manifests=[
             rules.symbolic.output.manifest,
@@ -52,5 +53,7 @@ rule verify:
         logfile("verify"),
     conda:
         CONDA_ENV
+    params:
+        results=str(RESULTS),
     script:
         "../../scripts/verify.py"

@@ -12,9 +12,11 @@ the rule's `manifest.json` beside its outputs, recording:
 Each manifest also records its own path and a sha256 of its own content (`manifest_sha256`),
 so an edited manifest, the run-level one under `verify/` included, is detected.
 
-`python -m minimodel verify results/` re-hashes everything under the folder and exits
-non-zero naming each output whose bytes changed, or whose inputs changed since it was made. It
-checks bytes and code, not whether the config changed: Snakemake decides what is stale.
+`python -m minimodel verify results/` (`minimodel.provenance.verify`) re-hashes everything the
+manifests under the folder record, and tells damage (a file of the run whose bytes changed, or a
+missing one: exit 1) from staleness (code or another input from outside the run changed since:
+exit 0, 1 with `--strict`). It checks bytes and code, not whether the config changed: Snakemake
+decides what its parameters re-run.
 
 Before a stage reads an input that another rule made, `stage()` checks it against that rule's
 manifest (the nearest `manifest.json` at or above the input's folder) and refuses a tampered or
@@ -22,12 +24,11 @@ stale input, naming it and the rule that made it. It then removes that manifest,
 longer vouches for its outputs, so the next `snakemake` re-runs the rule that owns it.
 
 Outputs are written through `minimodel.provenance.io`: complete or not at all. Reading a manifest
-(its shape, its own hash) and `verify`'s checks are in `minimodel.provenance.reading`.
+(its shape, its own hash) and the check of one manifest are in `minimodel.provenance.reading`.
 """
 
 from __future__ import annotations
 
-import argparse
 import ast
 import contextlib
 import datetime as dt
@@ -38,7 +39,6 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from minimodel.provenance import reading
 from minimodel.provenance.io import remove_stale_temporaries, sha256_file, write_json
 from minimodel.provenance.machine import NoUsableGPU, environment
 from minimodel.provenance.project import ConfigTooLarge
@@ -50,13 +50,10 @@ from minimodel.provenance.reading import (
     content_hash,
     load_manifest,
     manifest_root,
-    verify,
     verify_manifest,
 )
 
 PACKAGE = "minimodel"
-# Reading and verifying manifests lives in `reading`; scripts and tests reach it through here too.
-find_manifests, verify_manifests = reading.find_manifests, reading.verify_manifests
 
 log = logging.getLogger(__name__)
 
@@ -226,13 +223,14 @@ def check_code_tree(root: str | os.PathLike = ".") -> None:
 
 
 @contextlib.contextmanager
-def stage(smk, root: str | os.PathLike = ".") -> Iterator[Stage]:
+def stage(smk, root: str | os.PathLike = ".", checks_itself: tuple[str, ...] = ()) -> Iterator[Stage]:
     """Run a rule's script body, log to the rule's log, then write its manifest.
 
     The rule must name its manifest output `manifest`; its script is `scripts/<rule>.py`.
     Before the body runs, the stage checks that the code is this checkout's, removes what a
     killed run left half-written, and checks every input that another rule made against that
-    rule's manifest (`check_inputs`). The manifest is written only when the body succeeds, and
+    rule's manifest (`check_inputs`), but those of the input groups `checks_itself` names (the
+    manifests that rule `verify` checks). The manifest is written only when the body succeeds, and
     last, so a manifest present means every output beside it is complete.
     """
     started = _now()
@@ -252,7 +250,9 @@ def stage(smk, root: str | os.PathLike = ".") -> Iterator[Stage]:
                 for tmp in remove_stale_temporaries(path):
                     log.info("removed %s, left by an interrupted run", tmp)
             results = getattr(smk, "config", {}).get("results_dir")
-            check_inputs(_data_inputs(smk, exempt=True), root, results, _group(smk, "reference"))
+            own = set().union(*(_group(smk, name) for name in checks_itself))
+            check_inputs([p for p in _data_inputs(smk, exempt=True) if p not in own], root, results,
+                         _group(smk, "reference"))
             yield current
             script = Path(root) / "scripts" / f"{smk.rule}.py"
             modules = _code_modules(smk, script)
@@ -362,26 +362,3 @@ def check_inputs(paths, root: str | os.PathLike = ".",
                 f"refusing input {rel}, made by rule {manifest['rule']}: " + "; ".join(problems)
                 + f". Its manifest {owner} was removed, so the next `snakemake` re-runs rule "
                 f"{manifest['rule']} (or run `snakemake --forcerun {manifest['rule']}`)")
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`python -m minimodel verify [FOLDER] [--root ROOT]`: re-hash every output and input under FOLDER."""
-    parser = argparse.ArgumentParser(prog="python -m minimodel verify", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("folder", nargs="?", default="results")
-    parser.add_argument("--root", default=None,
-                        help="folder the paths of older manifests (which do not record their "
-                             "own path) are relative to; default: the current directory")
-    args = parser.parse_args(argv)
-    count, problems = verify(args.folder, args.root)
-    if count == 0:
-        print(f"no {MANIFEST_NAME} found under {args.folder}", file=sys.stderr)
-        return 2
-    for problem in problems:
-        print(problem)
-    print(f"{count} manifests checked, {len(problems)} problems", file=sys.stderr)
-    return 1 if problems else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -2,9 +2,11 @@
 
 `load_manifest` is the one reader: a file that is not JSON, or JSON of another shape (say
 `"outputs": [1, 2]`), is a ProvenanceError naming the file and what is wrong, never a traceback
-further on. `run_problems` checks the outputs of a run folder against the manifests beside
-them, wherever that folder now lies: a run is compared after being copied or moved, and a
-committed reference run was made by older code, so only the bytes are asked about, not the code.
+further on. `verify_manifest` is the check a stage makes of the rule that made its input.
+`run_problems` checks the outputs of a run folder against the manifests beside them, wherever
+that folder now lies: a run is compared after being copied or moved, and a committed reference
+run was made by older code, so only the bytes are asked about, not the code. `locate` finds
+where a recorded path lies now. `python -m minimodel verify` is `minimodel.provenance.verify`.
 """
 
 from __future__ import annotations
@@ -137,21 +139,7 @@ def verify_manifest(manifest_path: str | os.PathLike, root: str | os.PathLike | 
     return problems
 
 
-def verify(folder: str | os.PathLike, root: str | os.PathLike | None = None) -> tuple[int, list[str]]:
-    """(number of manifests checked, problems) for every manifest under `folder`."""
-    manifests = find_manifests(folder)
-    return len(manifests), verify_manifests(manifests, root)
-
-
-def verify_manifests(manifests, root: str | os.PathLike | None = None) -> list[str]:
-    """Problems of each manifest, each line prefixed with the manifest's path."""
-    problems = []
-    for m in manifests:
-        problems += [f"{_rel(m, Path(root or '.').resolve())}: {p}" for p in verify_manifest(m, root)]
-    return problems
-
-
-def _locate(folder: Path, manifest_path: Path, manifest: dict, default: Path):
+def locate(folder: Path, manifest_path: Path, manifest: dict, default: Path):
     """A function from a path the manifest records to where that file lies now.
 
     The manifest records its own path as `<run>/<sub>/manifest.json`; the run folder may since
@@ -170,7 +158,7 @@ def _locate(folder: Path, manifest_path: Path, manifest: dict, default: Path):
     return where
 
 
-def _owner(path: Path, folder: Path) -> Path | None:
+def owner_in_run(path: Path, folder: Path) -> Path | None:
     """The manifest that vouches for `path`: itself, or the nearest one above it inside the run."""
     if path.name == MANIFEST_NAME:
         return path
@@ -188,7 +176,7 @@ def run_problems(folder: str | os.PathLike, paths, default_root: str | os.PathLi
     problems = []
     for name in paths:
         path = folder / name
-        owner = _owner(path, folder)
+        owner = owner_in_run(path, folder)
         if owner is None:
             problems.append(f"{name}: no manifest in the run vouches for it (its rule never completed)")
             continue
@@ -202,7 +190,7 @@ def run_problems(folder: str | os.PathLike, paths, default_root: str | os.PathLi
             rel = owner.relative_to(folder).as_posix()
             if edited := self_hash_problem(manifest):
                 problems.append(f"{rel}: {edited}")
-            where = _locate(folder, owner, manifest, Path(default_root))
+            where = locate(folder, owner, manifest, Path(default_root))
             for entry in manifest["outputs"]:
                 now = where(entry["path"])
                 checked[owner].add(now)

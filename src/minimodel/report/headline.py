@@ -203,16 +203,16 @@ def current_block(text: str, where: str = README) -> str:
     return START + text.split(START)[1].split(END)[0] + END
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m minimodel headline", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run", nargs="?", default=None,
                         help=f"the run folder (default: the project's {REFERENCE.as_posix()})")
     parser.add_argument("--readme", default=None, help=f"the README (default: the project's {README})")
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--check", action="store_true", help="exit 1 when the README's table differs")
     mode.add_argument("--write", action="store_true", help="replace the README's table in place")
-    args = parser.parse_args(argv)
+
+
+def run(args: argparse.Namespace) -> int:
     root = project.root()
     run = Path(args.run) if args.run else root / REFERENCE
     readme = Path(args.readme) if args.readme else root / README
@@ -238,6 +238,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{readme}: headline table {'updated' if updated != text else 'already current'}",
           file=sys.stderr)
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    from minimodel.__main__ import main as cli  # `python -m minimodel headline`: the one parser
+
+    return cli(["headline", *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":

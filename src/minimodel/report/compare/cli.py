@@ -38,15 +38,15 @@ from minimodel.report.compare.verdict import compare_runs, summary_text
 from minimodel.report.runs import REFERENCE, RunError
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m minimodel compare", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run", help="the results folder of a run")
     parser.add_argument("reference", nargs="?", default=str(REFERENCE),
                         help=f"the run to compare against (default {REFERENCE})")
     parser.add_argument("--out", help="where to write comparison.csv, verdict.json, comparison.png "
                                       "(default: RUN/compare)")
-    args = parser.parse_args(argv)
+
+
+def run(args: argparse.Namespace) -> int:
     try:
         # resolved before anything is read: a relative --out, `..` or a symlink cannot slip in
         out = runs.check_writable(args.out or Path(args.run) / "compare")
@@ -57,3 +57,9 @@ def main(argv: list[str] | None = None) -> int:
     write(table, verdict, out)
     print(summary_text(verdict))
     return 0 if verdict["verdict"] == AGREE else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    from minimodel.__main__ import main as cli  # `python -m minimodel compare`: the one parser
+
+    return cli(["compare", *(sys.argv[1:] if argv is None else argv)])
