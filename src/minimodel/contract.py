@@ -104,6 +104,9 @@ IMPLEMENTATIONS_BY_GRID = {LAB_GRID: [TRITON, NAIVE, *SDPA_BACKENDS],
                            FLASHATTENTION_GRID: [TRITON, *SDPA_BACKENDS, NAIVE]}
 # The byte model's schemes that the GPU's DRAM bytes are set beside (gpu/bytes/bytes.csv's `impl`).
 NAIVE_SCHEME, FLASH_SCHEME = "naive", "flash"
+# The byte model's naive attention with its softmax in fp32, half precision only (symbolic/bytes.csv's
+# `scheme`, beside the two above).
+NAIVE_FP32_SOFTMAX_SCHEME = "naive_fp32_softmax"
 
 # Status words. timing.csv: `OK`, else why not. gpu/bytes/bytes.csv: `MEASURED`, else a sentence
 # that starts with `NOT_MEASURED` (nothing could be measured) or `SKIPPED` (this point was not).
