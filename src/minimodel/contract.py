@@ -34,6 +34,7 @@ GPU_BYTES_SUMMARY = "gpu/bytes/bytes.json"
 PLOTS = "plots"  # plots/<figure>.png, one per FIGURES
 RESULTS_README = "README.md"
 README_FOLDER = "readme"  # the README's manifest
+REPORT_HEADLINE = f"{README_FOLDER}/headline.rst"  # the HTML report's headline numbers, beside the README's manifest
 VERIFY = "verify/verify.txt"
 COMPARE = "compare"  # comparison.csv, verdict.json, comparison.png
 LOGS = "logs"  # logs/<rule>.log

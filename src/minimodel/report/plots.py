@@ -332,10 +332,11 @@ def correctness(rows: pd.DataFrame, machine: str):
     g.axes.flat[-1].set_xticklabels(cases, rotation=60, ha="right", fontsize=8)
     g.set_axis_labels("", "error / tolerance\n(log)")
     g.add_legend(legend_data=legend, title="an exact 0 is drawn at the bottom", fontsize=8)
+    g.legend.get_title().set_fontsize(8)
     backends = ", ".join(dict.fromkeys(data["backend"].dropna().astype(str))) if "backend" in data else ""
     g.figure.suptitle("Correctness per case: max |error| vs float64 over each implementation's own "
                       f"tolerance, max(1e-3, 2 × PyTorch's error) — {machine}"
-                      + (f" ({backends})" if backends else ""), y=1.02, fontsize=11)
+                      + (f" ({backends})" if backends else ""), y=1.0, va="bottom", fontsize=11)
     return g.figure, data
 
 
