@@ -198,3 +198,12 @@ def test_correctness_ylabel_fits_beside_the_axes_below_the_title():
         assert label.y1 < title.y0
         assert label.y1 <= fig.bbox.y1
     plt.close(fig)
+
+
+def test_correctness_figure_of_a_run_that_skipped_every_case_says_so():
+    rows = pd.DataFrame([correctness_row("triton", c, "bfloat16", err=None, err_torch=None, skipped=True,
+                                         passed=None, reason="not on this device") for c in (False, True)])
+    fig, data = plots.correctness(rows, "m")
+    assert [ax.get_title() for ax in fig.axes] == ["this kernel (Triton): no case ran; 2 skipped"]
+    assert list(data["verdict"]) == ["skipped", "skipped"] and len(panel_points(fig, "this kernel")) == 0
+    plt.close(fig)

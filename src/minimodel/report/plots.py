@@ -306,11 +306,13 @@ def correctness(rows: pd.DataFrame, machine: str):
         {name: _panel_title(data[data["implementation"] == name]) for name in impls})
     cases = data.drop_duplicates("position")["case"].tolist()
     height = 2.6
-    g = sns.relplot(data=data, x="position", y="drawn_at", hue="verdict", style="verdict",
-                    row="implementation", row_order=impls, hue_order=list(VERDICT_STYLE),
-                    style_order=list(VERDICT_STYLE), palette={v: c for v, (c, _) in VERDICT_STYLE.items()},
-                    markers={v: m for v, (_, m) in VERDICT_STYLE.items()}, s=45, height=height,
-                    aspect=max(9, 0.36 * len(cases)) / height, legend=False)
+    # FacetGrid rather than relplot: a panel whose every case was skipped has nothing to draw
+    g = sns.FacetGrid(data, row="implementation", row_order=impls, height=height,
+                      aspect=max(9, 0.36 * len(cases)) / height)
+    g.map_dataframe(sns.scatterplot, x="position", y="drawn_at", hue="verdict", style="verdict",
+                    hue_order=list(VERDICT_STYLE), style_order=list(VERDICT_STYLE),
+                    palette={v: c for v, (c, _) in VERDICT_STYLE.items()},
+                    markers={v: m for v, (_, m) in VERDICT_STYLE.items()}, s=45, legend=False)
     reasons = list(dict.fromkeys(data.loc[data["verdict"] == SKIP, "reason"]))
     hatches = dict(zip(reasons, ["", "//", "..", "xx", "\\\\", "++"] * len(reasons), strict=False))
     legend = {v: Line2D([], [], color=c, marker=m, ls="", markersize=7)
