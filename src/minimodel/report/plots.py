@@ -267,7 +267,7 @@ def _correctness_cases(rows: pd.DataFrame) -> pd.DataFrame:
     data["drawn_at"] = np.select([data["verdict"].isin([PASS, FAIL]), data["verdict"] == NO_ERROR],
                                  [data["ratio"].clip(lower=RATIO_FLOOR), _ratio_top(data)], np.nan)
     data["reason"] = data["reason"].fillna("") if "reason" in data else ""
-    dtypes = {d: i for i, d in enumerate(dict.fromkeys(data["dtype"]))}  # the sweep's order: fp16 first
+    dtypes = {d: i for i, d in enumerate(dict.fromkeys(data["dtype"]))}  # the sweep's (the config's) order
     order = (data.assign(dtype_rank=data["dtype"].map(dtypes)).drop_duplicates("case")
              .sort_values(["dtype_rank", "d", "N", "causal"])["case"])
     data["position"] = data["case"].map({c: i for i, c in enumerate(order)})
