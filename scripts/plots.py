@@ -7,12 +7,16 @@ ncu) is a figure that says why.
 
 import json
 
+import matplotlib
 import pandas as pd
 
 from minimodel import contract
 from minimodel.provenance.io import save_figure
 from minimodel.provenance.manifest import stage
 from minimodel.report import plots
+
+# seaborn's figure-level grids are drawn through pyplot: off-screen, whatever display the machine has
+matplotlib.use("Agg")
 
 with stage(snakemake):
     inp, out = snakemake.input, snakemake.output

@@ -1,4 +1,5 @@
-"""Rule `readme`: the results README, every number read from this run's tables."""
+"""Rule `readme`: the results README and the report's headline numbers, every number read from
+this run's tables."""
 
 from minimodel.provenance.io import write_text
 from minimodel.provenance.manifest import stage
@@ -10,4 +11,6 @@ with stage(snakemake):
              ("symbolic", "cpu_bytes", "cpu_ceilings", "correctness", "timing", "timing_table",
               "gpu_bytes", "gpu_bytes_summary")}
     paths["benchmarks"] = list(inp.benchmarks)
-    write_text(snakemake.output.readme, results_readme.render(inp.template, results_readme.collect(paths)))
+    numbers = results_readme.collect(paths)
+    write_text(snakemake.output.readme, results_readme.render(inp.template, numbers))
+    write_text(snakemake.output.headline, results_readme.render(inp.headline_template, numbers))

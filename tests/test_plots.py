@@ -71,18 +71,72 @@ def test_no_gpu_figure_says_so():
     plt.close(fig)
 
 
-def test_correctness_figure_draws_every_case_that_ran():
-    rows = pd.DataFrame([
-        {"N": 64, "d": 64, "causal": c, "dtype": "float16", "skipped": False, "backend": "interpreter",
-         "err_kernel_vs_fp64": e, "err_torch_vs_fp64": 2 * e, "tolerance": max(1e-3, 4 * e),
-         "passed": True}
-        for c, e in ((False, 1e-4), (True, 0.0))] + [
-        {"N": 64, "d": 64, "causal": False, "dtype": "bfloat16", "skipped": True, "backend": "interpreter"}])
+def correctness_row(impl, causal, dtype="float16", err=1e-4, err_torch=2e-4, **values):
+    row = {"impl": impl, "B": 1, "H": 2, "N": 64, "d": 64, "causal": causal, "dtype": dtype,
+           "skipped": False, "reason": "", "backend": "interpreter", "err_kernel_vs_fp64": err,
+           "err_torch_vs_fp64": err_torch,
+           "tolerance": None if err_torch is None else max(1e-3, 2 * err_torch)}
+    row["passed"] = err is not None and row["tolerance"] is not None and err <= row["tolerance"]
+    return {**row, **values}
+
+
+def panel_points(fig, title_start):
+    """The (x, y) of the markers on the panel whose title starts with `title_start`."""
+    (ax,) = [ax for ax in fig.axes if ax.get_title().startswith(title_start)]
+    pts = [c.get_offsets() for c in ax.collections if len(c.get_offsets())]
+    return np.concatenate(pts) if pts else np.empty((0, 2))
+
+
+def test_correctness_figure_draws_both_dtypes_and_says_which_cases_were_skipped():
+    skip = "tl.dot on bf16 operands is wrong under Triton's interpreter (3.6)"
+    rows = pd.DataFrame([correctness_row("triton", False, err=1e-4), correctness_row("triton", True, err=0.0),
+                         correctness_row("triton", False, "bfloat16", err=None, err_torch=None,
+                                         skipped=True, passed=None, reason=skip)])
     fig, data = plots.correctness(rows, "m")
-    assert len(data) == 2
-    kernel = fig.axes[0].collections[0].get_offsets()[:, 1]
-    assert sorted(kernel) == [plots.ERROR_FLOOR, 1e-4]  # an exact 0 is drawn at the floor
-    assert "2 of 2 pass" in fig.axes[0].get_title()
+    assert len(data) == 3 and set(data["dtype"]) == {"float16", "bfloat16"}
+    assert sorted(data["verdict"]) == ["pass", "pass", "skipped"]
+    assert list(data["case"]) == ["fp16 d=64 N=64", "fp16 d=64 N=64 causal", "bf16 d=64 N=64"]
+    ys = sorted(panel_points(fig, "this kernel")[:, 1])
+    assert ys == [plots.RATIO_FLOOR, 1e-4 / 1e-3]  # error over tolerance; an exact 0 at the floor
+    assert fig.axes[0].get_title() == "this kernel (Triton): 2 of 2 cases pass; 1 skipped"
+    legend = " ".join(t.get_text() for t in fig.legends[0].get_texts()).replace("\n", " ")
+    assert f"skipped: {skip}" in legend
+    ticks = [t.get_text() for t in fig.axes[-1].get_xticklabels()]
+    assert ticks == list(data["case"])  # the skipped case keeps its place on the axis
+    plt.close(fig)
+
+
+def test_correctness_figure_says_a_contender_failed_every_case():
+    rows = pd.DataFrame(
+        [correctness_row("triton", c) for c in (False, True)]
+        # the same error as the kernel: drawn in a panel of its own, not under the kernel's markers
+        + [correctness_row("plain", c) for c in (False, True)]
+        + [correctness_row("unscaled", False, err=0.05),
+           correctness_row("unscaled", True, err=None, passed=False, reason="raised ValueError")])
+    fig, data = plots.correctness(rows, "m")
+    titles = [ax.get_title() for ax in fig.axes]
+    assert titles == ["this kernel (Triton): 2 of 2 cases pass", "plain (contender): 2 of 2 cases pass",
+                      "unscaled (contender): 0 of 2 cases pass — it fails every case"]
+    unscaled = data[data["impl"] == "unscaled"]
+    assert list(unscaled["verdict"]) == ["fail", "fail, no error to draw"]
+    assert unscaled["panel"].eq(titles[2]).all()
+    drawn = panel_points(fig, "unscaled")
+    assert len(drawn) == 2 and (drawn[:, 1] > 1).all()  # both above the verdict's line
+    assert len(panel_points(fig, "plain")) == 2 and len(panel_points(fig, "this kernel")) == 2
+    assert "pass" not in fig._suptitle.get_text().split("—")[0]  # no count over everyone in the title
+    plt.close(fig)
+
+
+def test_correctness_figure_judges_each_implementation_by_its_own_tolerance():
+    # the same error: under the contender's tolerance (its PyTorch error is larger), over the kernel's
+    rows = pd.DataFrame([correctness_row("triton", False, err=3e-3, err_torch=1e-3),
+                         correctness_row("mine", False, err=3e-3, err_torch=2e-3)])
+    fig, data = plots.correctness(rows, "m")
+    assert list(data.set_index("impl")["ratio"].round(6)) == [1.5, 0.75]
+    assert panel_points(fig, "this kernel")[0, 1] > 1 > panel_points(fig, "mine")[0, 1]
+    assert [ax.get_title() for ax in fig.axes] == [
+        "this kernel (Triton): 0 of 1 cases pass — it fails every case",
+        "mine (contender): 1 of 1 cases pass"]
     plt.close(fig)
 
 
@@ -128,18 +182,27 @@ def test_gpu_figures_from_the_reference_timing_table():
 
 
 def test_correctness_ylabel_fits_beside_the_axes_below_the_title():
-    # the committed H200 table: 44 cases, as wide as a real run draws it
+    # the committed H200 table: 44 cases per implementation, as wide as a real run draws it
     rows = pd.read_csv(REF / "gpu" / "correctness" / "correctness.csv")
     fig, _ = plots.correctness(rows, "NVIDIA H200")
     fig.canvas.draw()
     renderer = fig.canvas.get_renderer()
-    ax = fig.axes[0]
-    label = ax.yaxis.label.get_window_extent(renderer)
-    plot_area = ax.get_window_extent(renderer)
-    title = ax.title.get_window_extent(renderer)
-    # the rotated label spans no more than the plot area's height, so it neither reaches the
-    # title's line nor leaves the figure at the top
-    assert plot_area.y0 <= label.y0 and label.y1 <= plot_area.y1, (label, plot_area)
-    assert label.y1 < title.y0
-    assert label.y1 <= fig.bbox.y1
+    for ax in fig.axes:
+        label = ax.yaxis.label.get_window_extent(renderer)
+        plot_area = ax.get_window_extent(renderer)
+        title = ax.title.get_window_extent(renderer)
+        # the rotated label spans no more than the plot area's height, so it neither reaches the
+        # title's line nor leaves the figure at the top
+        assert plot_area.y0 <= label.y0 and label.y1 <= plot_area.y1, (label, plot_area)
+        assert label.y1 < title.y0
+        assert label.y1 <= fig.bbox.y1
+    plt.close(fig)
+
+
+def test_correctness_figure_of_a_run_that_skipped_every_case_says_so():
+    rows = pd.DataFrame([correctness_row("triton", c, "bfloat16", err=None, err_torch=None, skipped=True,
+                                         passed=None, reason="not on this device") for c in (False, True)])
+    fig, data = plots.correctness(rows, "m")
+    assert [ax.get_title() for ax in fig.axes] == ["this kernel (Triton): no case ran; 2 skipped"]
+    assert list(data["verdict"]) == ["skipped", "skipped"] and len(panel_points(fig, "this kernel")) == 0
     plt.close(fig)

@@ -102,6 +102,29 @@ def test_second_run_has_nothing_to_do(workdir):
     assert "Nothing to be done" in proc.stdout + proc.stderr
 
 
+def report_variable(html: str, name: str, opener: str):
+    """A value the HTML report holds as `var <name> = <JSON>` (the description, the items)."""
+    start = html.index(f"var {name} = {opener}") + len(f"var {name} = ")
+    return json.JSONDecoder().raw_decode(html, start)[0]
+
+
+def test_the_report_opens_on_the_runs_headline_numbers_and_links_every_figure(workdir):
+    results = workdir / "results"
+    snakemake(workdir, "--report", "results/first_page.html")
+    html = (results / "first_page.html").read_text()
+    page = report_variable(html, "workflow_desc", '"')
+    corr = json.loads((results / contract.CORRECTNESS_SUMMARY).read_text())
+    assert f"the kernel passes <strong>{corr['ran'] - corr['failed']} of {corr['ran']}</strong> cases" in page
+    assert f"{corr['max_err_kernel_vs_fp64']:.2e}" in page
+    ceilings = json.loads((results / contract.CPU_CEILINGS).read_text())
+    assert f"{ceilings['peak_flops_per_s'] / 1e9:,.1f} GFLOP/s" in page
+    items = report_variable(html, "results", "{")
+    for name in contract.FIGURES:
+        (path,) = [p for p in items if Path(p).name == f"{name}.png"]
+        assert f"javascript:app.showResultInfo('{path}')" in page, name  # one click from the first page
+        assert "contender" in items[path]["caption"], name  # which ones it draws, or that it draws none
+
+
 def test_the_workflow_runs_and_hashes_the_code_of_its_own_tree(workdir):
     import minimodel
 

@@ -31,6 +31,8 @@ GPU_BYTES_SUMMARY = "gpu/bytes/bytes.json"
 PLOTS = "plots"  # plots/<figure>.png, one per FIGURES
 RESULTS_README = "README.md"
 README_FOLDER = "readme"  # the README's manifest
+# the HTML report's headline numbers, beside the README's manifest
+REPORT_HEADLINE = f"{README_FOLDER}/headline.rst"
 VERIFY = "verify/verify.txt"
 COMPARE = "compare"  # comparison.csv, verdict.json, comparison.png
 LOGS = "logs"  # logs/<rule>.log
@@ -103,6 +105,9 @@ IMPLEMENTATIONS_BY_GRID = {LAB_GRID: [TRITON, NAIVE, *SDPA_BACKENDS],
                            FLASHATTENTION_GRID: [TRITON, *SDPA_BACKENDS, NAIVE]}
 # The byte model's schemes that the GPU's DRAM bytes are set beside (gpu/bytes/bytes.csv's `impl`).
 NAIVE_SCHEME, FLASH_SCHEME = "naive", "flash"
+# The byte model's naive attention with its softmax in fp32, half precision only (symbolic/bytes.csv's
+# `scheme`, beside the two above).
+NAIVE_FP32_SOFTMAX_SCHEME = "naive_fp32_softmax"
 
 # Status words. timing.csv: `OK`, else why not. gpu/bytes/bytes.csv: `MEASURED`, else a sentence
 # that starts with `NOT_MEASURED` (nothing could be measured) or `SKIPPED` (this point was not).

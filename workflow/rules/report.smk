@@ -2,6 +2,7 @@ rule readme:
     """Stage 4: the labs' questions answered in a README filled from this run's results."""
     input:
         template="workflow/report/README.md.j2",
+        headline_template="workflow/report/headline.rst.j2",
         symbolic=rules.symbolic.output.table,
         cpu_bytes=rules.cpu_bytes.output.table,
         cpu_ceilings=rules.cpu_roofline.output.ceilings,
@@ -19,6 +20,12 @@ rule readme:
         readme=report(
             out(C.RESULTS_README),
             caption="../report/results_readme.rst",
+            category="Answers",
+        ),
+        # the report's description page (report/workflow.rst) includes it
+        headline=report(
+            out(C.REPORT_HEADLINE),
+            caption="../report/results_headline.rst",
             category="Answers",
         ),
         manifest=manifest_of("readme"),

@@ -3,25 +3,29 @@
 Every figure is drawn from the tables the workflow wrote, never from numbers typed here; each
 function returns (figure, the data frame it plotted), so tests can check that the plotted series
 are the tables' rows. Without GPU timing, the GPU figures say so instead of failing.
+
+The figures drawn here are `matplotlib.figure.Figure` objects, which need no backend; seaborn's
+figure-level grids (relplot, catplot) make theirs through pyplot, so the process that saves them
+picks pyplot's backend (`scripts/plots.py`: Agg).
 """
 
 from __future__ import annotations
 
-import matplotlib
+import textwrap
 
-matplotlib.use("Agg")
+import matplotlib.ticker
+import numpy as np
+import pandas as pd
+import seaborn as sns
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
 
-import matplotlib.pyplot as plt  # noqa: E402
-import matplotlib.ticker  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-import seaborn as sns  # noqa: E402
-
-from minimodel import contract  # noqa: E402
+from minimodel import contract
 
 sns.set_theme(style="whitegrid", context="notebook")
 
-SCHEME_COLORS = {"naive": "tab:orange", "flash": "tab:blue"}
+SCHEME_COLORS = {contract.NAIVE_SCHEME: "tab:orange", contract.FLASH_SCHEME: "tab:blue"}
 IMPL_LABELS = {
     contract.TRITON: "this kernel (Triton)",
     contract.SDPA_CUDNN: "SDPA cuDNN",
@@ -30,13 +34,15 @@ IMPL_LABELS = {
     contract.NAIVE: "naive PyTorch",
     contract.TRITON_TL: "this kernel, tl path",
     contract.FLEX: "FlexAttention",
-    contract.FLASH_ATTN: "flash_attn package",
+    contract.FLASH_ATTN: "FlashAttention-2 (flash_attn)",
+    contract.FA4: "FlashAttention-4 (flash_attn.cute)",
 }
 LAB_GRID, FA_GRID = contract.LAB_GRID, contract.FLASHATTENTION_GRID
 
 
 def _message_figure(title: str, message: str):
-    fig, ax = plt.subplots(figsize=(7, 3))
+    fig = Figure(figsize=(7, 3))
+    ax = fig.subplots()
     ax.axis("off")
     ax.text(0.5, 0.5, message, ha="center", va="center", wrap=True, fontsize=12)
     ax.set_title(title)
@@ -50,7 +56,7 @@ def scheme_labels(data: pd.DataFrame) -> dict[str, str]:
     """Legend names of the schemes, the flash tile read from the table (B_r, B_c columns)."""
     tiles = sorted({(int(r), int(c)) for r, c in zip(data["B_r"], data["B_c"], strict=True)})
     tile = ", ".join(f"B_r = {r}, B_c = {c}" for r, c in tiles)
-    return {"naive": "naive", "flash": f"flash ({tile})"}
+    return {contract.NAIVE_SCHEME: "naive", contract.FLASH_SCHEME: f"flash ({tile})"}
 
 
 def bytes_vs_n(cpu_bytes: pd.DataFrame, machine: str):
@@ -71,9 +77,10 @@ def bytes_vs_n(cpu_bytes: pd.DataFrame, machine: str):
             ax.text(LONG_N * 1.07, 0.04, f"N ≥ {LONG_N}", fontsize=8, color="tab:green",
                     transform=ax.get_xaxis_transform())
         pivot = sub.pivot_table(index="N", columns="scheme", values="bytes_model")
-        ratio = pivot["naive"] / pivot["flash"]
+        ratio = pivot[contract.NAIVE_SCHEME] / pivot[contract.FLASH_SCHEME]
         n_big = ratio.index[-1]
-        ax.annotate(f"N={n_big}: naive/flash = {ratio.iloc[-1]:.2f}×", xy=(n_big, pivot["flash"].iloc[-1]),
+        ax.annotate(f"N={n_big}: naive/flash = {ratio.iloc[-1]:.2f}×",
+                    xy=(n_big, pivot[contract.FLASH_SCHEME].iloc[-1]),
                     xytext=(0.04, 0.9), textcoords="axes fraction", fontsize=8,
                     arrowprops={"arrowstyle": "->", "color": "gray"})
     g.set_axis_labels("sequence length N (log)", "bytes per head (log)")
@@ -93,17 +100,18 @@ def intensity_ratio(symbolic_bytes: pd.DataFrame, tile: tuple[int, int]):
         tiles = sorted(set(zip(symbolic_bytes["B_r"], symbolic_bytes["B_c"], strict=True)))
         raise ValueError(f"the symbolic table has no tile B_r = {block_r}, B_c = {block_c}; "
                          f"its tiles: {tiles}")
-    naive = data[data["scheme"].isin(["naive", "naive_fp32_softmax"])]
-    flash = data[data["scheme"] == "flash"][["N", "d", "dtype", "intensity"]]
+    naive = data[data["scheme"].isin([contract.NAIVE_SCHEME, contract.NAIVE_FP32_SOFTMAX_SCHEME])]
+    flash = data[data["scheme"] == contract.FLASH_SCHEME][["N", "d", "dtype", "intensity"]]
     ratio = naive.merge(flash, on=["N", "d", "dtype"], suffixes=("", "_flash"))
     ratio["ratio"] = ratio["intensity_flash"] / ratio["intensity"]
     # with every tensor in one dtype the ratio does not depend on which: one line for all of them
     ratio["naive accounting"] = ratio["scheme"].map(
-        {"naive": "every tensor in one dtype (any)",
-         "naive_fp32_softmax": "softmax in fp32, fp16 in and out"})
+        {contract.NAIVE_SCHEME: "every tensor in one dtype (any)",
+         contract.NAIVE_FP32_SOFTMAX_SCHEME: "softmax in fp32, fp16 in and out"})
     ratio["head dim"] = "d = " + ratio["d"].astype(str)
     ratio = ratio.drop_duplicates(["naive accounting", "N", "d"]).reset_index(drop=True)
-    fig, ax = plt.subplots(figsize=(8, 4.5))
+    fig = Figure(figsize=(8, 4.5))
+    ax = fig.subplots()
     sns.lineplot(data=ratio, x="N", y="ratio", hue="naive accounting", style="head dim", markers=True,
                  ax=ax)
     ax.set(xscale="log", xlabel="sequence length N (log)",
@@ -123,7 +131,8 @@ def roofline(cpu_ceilings: dict, gpu_timing: dict | None, gpu_rows: pd.DataFrame
         c = gpu_timing["ceilings"]
         panels.append((f"GPU: {gpu_timing['device']} (fp16)", c["peak_flops_per_s"],
                        c["bandwidth_bytes_per_s"], _gpu_points(gpu_timing, gpu_rows)))
-    fig, axes = plt.subplots(1, len(panels), figsize=(6.5 * len(panels), 4.6), squeeze=False)
+    fig = Figure(figsize=(6.5 * len(panels), 4.6))
+    axes = fig.subplots(1, len(panels), squeeze=False)
     points_all = []
     for ax, (title, peak, bw, points) in zip(axes[0], panels, strict=True):
         x = np.logspace(-1, 4, 200)
@@ -145,7 +154,7 @@ def _cpu_points(c: dict) -> pd.DataFrame:
     p = c["prediction"]
     rows = [{"label": f"{s} reference, N={p['N']}, d={p['d']}, fp32", "scheme": s,
              "intensity": refs[s]["intensity"], "achieved_flops_per_s": refs[s]["achieved_flops_per_s"]}
-            for s in ("naive", "flash") if s in refs]
+            for s in (contract.NAIVE_SCHEME, contract.FLASH_SCHEME) if s in refs]
     return pd.DataFrame(rows)
 
 
@@ -213,7 +222,8 @@ def lab_speedup(rows: pd.DataFrame, timing: dict, device: str):
                 & rows["triton_speedup_over_this"].notna()].copy()
     data["mask"] = np.where(data["causal"], "causal", "not causal")
     pred = pd.DataFrame(timing["lab_grid_predictions_from_gpu_ceilings"])
-    fig, ax = plt.subplots(figsize=(7, 4.3))
+    fig = Figure(figsize=(7, 4.3))
+    ax = fig.subplots()
     sns.lineplot(data=data, x="N", y="triton_speedup_over_this", hue="mask", marker="o", ax=ax)
     ax.plot(pred["N"], pred["predicted_speedup"], color="gray", ls="--", marker="x",
             label="roofline prediction from bytes (not causal)")
@@ -230,43 +240,107 @@ def lab_speedup(rows: pd.DataFrame, timing: dict, device: str):
     return fig, data
 
 
-ERROR_FLOOR = 1e-7  # an exact result (N = 1) is drawn here on the log axis
+RATIO_FLOOR = 1e-4  # an exact result (error 0) is drawn here on the log axis
+PASS, FAIL, NO_ERROR, SKIP = "pass", "fail", "fail, no error to draw", "skipped"
+VERDICT_STYLE = {PASS: ("tab:blue", "o"), FAIL: ("tab:red", "o"), NO_ERROR: ("tab:red", "X")}
+DTYPE_SHORT = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}
+
+
+def _correctness_cases(rows: pd.DataFrame) -> pd.DataFrame:
+    """Every row of the table with its case label, implementation, verdict and the y it is drawn at.
+
+    The verdict is the table's (`passed`, `skipped`); y is the error over the row's own
+    tolerance, which the verdict compares with 1. A failure with no error (the call raised, hung,
+    returned the wrong shape or NaN) is drawn at the panel's top, a skipped case not at all.
+    """
+    data = rows.copy()
+    if "impl" not in data:
+        data["impl"] = contract.TRITON
+    data["implementation"] = [IMPL_LABELS.get(i, f"{i} (contender)") for i in data["impl"]]
+    dtype = data["dtype"].map(DTYPE_SHORT).fillna(data["dtype"])
+    data["case"] = (dtype + " d=" + data["d"].astype(str) + " N=" + data["N"].astype(str)
+                    + np.where(data["causal"].astype(bool), " causal", ""))
+    err = pd.to_numeric(data["err_kernel_vs_fp64"], errors="coerce")
+    data["ratio"] = err / pd.to_numeric(data["tolerance"], errors="coerce")
+    skipped = data["skipped"].astype(bool)
+    passed = data["passed"].eq(True) & ~skipped
+    data["verdict"] = np.select([skipped, passed, data["ratio"].notna()], [SKIP, PASS, FAIL], NO_ERROR)
+    data["drawn_at"] = np.select([data["verdict"].isin([PASS, FAIL]), data["verdict"] == NO_ERROR],
+                                 [data["ratio"].clip(lower=RATIO_FLOOR), _ratio_top(data)], np.nan)
+    data["reason"] = data["reason"].fillna("") if "reason" in data else ""
+    dtypes = {d: i for i, d in enumerate(dict.fromkeys(data["dtype"]))}  # the sweep's (the config's) order
+    order = (data.assign(dtype_rank=data["dtype"].map(dtypes)).drop_duplicates("case")
+             .sort_values(["dtype_rank", "d", "N", "causal"])["case"])
+    data["position"] = data["case"].map({c: i for i, c in enumerate(order)})
+    return data.sort_values(["position"], kind="stable").reset_index(drop=True)
+
+
+def _ratio_top(data: pd.DataFrame) -> float:
+    """Where a failure with no error is drawn: above every error, and the line at 1 in view."""
+    return max(10.0, 3 * float(data["ratio"].max())) if data["ratio"].notna().any() else 10.0
+
+
+def _panel_title(part: pd.DataFrame) -> str:
+    counts = part["verdict"].value_counts()
+    ran = len(part) - counts.get(SKIP, 0)
+    passed = counts.get(PASS, 0)
+    title = f"{part['implementation'].iloc[0]}: {passed} of {ran} cases pass"
+    if ran and not passed:
+        title += " — it fails every case"
+    elif ran == 0:
+        title = f"{part['implementation'].iloc[0]}: no case ran"
+    if counts.get(SKIP, 0):
+        title += f"; {counts[SKIP]} skipped"
+    return title
 
 
 def correctness(rows: pd.DataFrame, machine: str):
-    """The kernel's error per case against the pass line; each contender's error beside it."""
-    every = rows[~rows["skipped"].astype(bool)].copy()
-    dtype = every["dtype"].map({"float16": "fp16", "bfloat16": "bf16"}).fillna(every["dtype"])
-    every["case"] = (dtype + " d=" + every["d"].astype(str) + " N=" + every["N"].astype(str)
-                     + np.where(every["causal"], " causal", ""))
-    impl = every["impl"] if "impl" in every else pd.Series(contract.TRITON, index=every.index)
-    data = every[impl == contract.TRITON].sort_values(["dtype", "d", "N", "causal"])
-    others = every[impl != contract.TRITON]
-    passed = int(data["passed"].astype(bool).sum())
-    fig, ax = plt.subplots(figsize=(max(9, 0.36 * len(data)), 5.4))
-    x = np.arange(len(data))
-    ax.scatter(x, np.maximum(data["err_kernel_vs_fp64"], ERROR_FLOOR), zorder=3,
-               label="this kernel vs float64")
-    ax.scatter(x, np.maximum(data["err_torch_vs_fp64"], ERROR_FLOOR), marker="x", zorder=3,
-               label="PyTorch, same dtype, vs float64")
-    position = dict(zip(data["case"], x, strict=True))
-    contenders = others.groupby("impl", sort=False) if len(others) else []
-    for (name, part), marker in zip(contenders, "^vs<>Dph*", strict=False):
-        part = part[part["case"].isin(position) & part["err_kernel_vs_fp64"].notna()]
-        ax.scatter(part["case"].map(position), np.maximum(part["err_kernel_vs_fp64"], ERROR_FLOOR),
-                   marker=marker, s=18, alpha=0.8, zorder=2, label=f"{name} (contender) vs float64")
-    ax.step(x, data["tolerance"], where="mid", color="tab:green",
-            label="pass line: max(1e-3, 2 × PyTorch's error)")
-    ax.axhline(1e-3, color="tab:red", ls="--", label="1e-3 (the lab's threshold)")
-    ax.set_xticks(x, data["case"], rotation=60, ha="right", fontsize=8)
-    ax.set(yscale="log", ylim=(ERROR_FLOOR / 2, None),
-           # two lines: on one, the rotated label is taller than the plot and runs into the title
-           ylabel=f"max |error| vs float64\n(log; 0 drawn at {ERROR_FLOOR:g})",
-           title=f"Correctness per case: {passed} of {len(data)} pass — {machine} "
-                 f"({data['backend'].iloc[0]})")
-    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
-    fig.tight_layout()
-    return fig, data
+    """Each implementation's error over its own tolerance per case, one panel each, the pass line at 1.
+
+    Every case of the table is on the x axis, both dtypes; a case an implementation skipped is a
+    gray band in its panel, its reason in the legend. Each panel's title counts its own passes.
+    """
+    data = _correctness_cases(rows)
+    impls = list(dict.fromkeys(data.sort_values("impl", key=lambda s: s != contract.TRITON,
+                                                kind="stable")["implementation"]))
+    data["panel"] = data["implementation"].map(
+        {name: _panel_title(data[data["implementation"] == name]) for name in impls})
+    cases = data.drop_duplicates("position")["case"].tolist()
+    height = 2.6
+    # FacetGrid rather than relplot: a panel whose every case was skipped has nothing to draw
+    g = sns.FacetGrid(data, row="implementation", row_order=impls, height=height,
+                      aspect=max(9, 0.36 * len(cases)) / height)
+    g.map_dataframe(sns.scatterplot, x="position", y="drawn_at", hue="verdict", style="verdict",
+                    hue_order=list(VERDICT_STYLE), style_order=list(VERDICT_STYLE),
+                    palette={v: c for v, (c, _) in VERDICT_STYLE.items()},
+                    markers={v: m for v, (_, m) in VERDICT_STYLE.items()}, s=45, legend=False)
+    reasons = list(dict.fromkeys(data.loc[data["verdict"] == SKIP, "reason"]))
+    hatches = dict(zip(reasons, ["", "//", "..", "xx", "\\\\", "++"] * len(reasons), strict=False))
+    legend = {v: Line2D([], [], color=c, marker=m, ls="", markersize=7)
+              for v, (c, m) in VERDICT_STYLE.items() if v in set(data["verdict"])}
+    legend["error = tolerance (the verdict's line)"] = Line2D([], [], color="tab:green", lw=1.2)
+    for reason in reasons:
+        label = textwrap.fill(f"skipped: {reason or 'no reason given'}", 40)
+        legend[label] = Patch(facecolor="0.88", edgecolor="0.6", lw=0, hatch=hatches[reason])
+    top = _ratio_top(data)
+    for name, ax in g.axes_dict.items():
+        part = data[data["implementation"] == name]
+        ax.set(yscale="log", ylim=(RATIO_FLOOR / 2, top * 2))
+        ax.axhline(1, color="tab:green", lw=1.2)
+        for x, reason in part.loc[part["verdict"] == SKIP, ["position", "reason"]].itertuples(index=False):
+            ax.axvspan(x - 0.45, x + 0.45, facecolor="0.88", edgecolor="0.6", lw=0, hatch=hatches[reason],
+                       zorder=0)
+        ax.set_title(part["panel"].iloc[0], fontsize=10)
+    g.set(xticks=range(len(cases)), xlim=(-0.6, len(cases) - 0.4))
+    g.axes.flat[-1].set_xticklabels(cases, rotation=60, ha="right", fontsize=8)
+    g.set_axis_labels("", "error / tolerance\n(log)")
+    g.add_legend(legend_data=legend, title="an exact 0 is drawn at the bottom", fontsize=8)
+    g.legend.get_title().set_fontsize(8)
+    backends = ", ".join(dict.fromkeys(data["backend"].dropna().astype(str))) if "backend" in data else ""
+    g.figure.suptitle("Correctness per case: max |error| vs float64 over each implementation's own "
+                      f"tolerance, max(1e-3, 2 × PyTorch's error) — {machine}"
+                      + (f" ({backends})" if backends else ""), y=1.0, va="bottom", fontsize=11)
+    return g.figure, data
 
 
 def no_gpu_figure(title: str, reason: str):
@@ -291,7 +365,7 @@ def gpu_bytes(table: pd.DataFrame, device: str):
     for column, kind in (("measured", "measured (DRAM)"), ("model", "model")):
         part = rows[["regime", "d", "N", "impl", column]].rename(columns={column: "bytes_per_head"})
         long.append(part.assign(kind=kind, series=part["impl"]))
-    floor = rows[rows["impl"] == "flash"][["regime", "d", "N", "inputs"]]
+    floor = rows[rows["impl"] == contract.FLASH_SCHEME][["regime", "d", "N", "inputs"]]
     long.append(floor.rename(columns={"inputs": "bytes_per_head"})
                 .assign(kind="Q, K, V once", series="Q, K, V once", impl="Q, K, V once"))
     data = pd.concat(long, ignore_index=True)
@@ -303,7 +377,7 @@ def gpu_bytes(table: pd.DataFrame, device: str):
                     row="d", kind="line", markers={"measured (DRAM)": "o", "model": "X", "Q, K, V once": "s"},
                     dashes={"measured (DRAM)": "", "model": (4, 2), "Q, K, V once": (1, 2)},
                     palette=palette, height=3.2, aspect=1.3,
-                    hue_order=["naive", "flash", *contenders, "Q, K, V once"],
+                    hue_order=[contract.NAIVE_SCHEME, contract.FLASH_SCHEME, *contenders, "Q, K, V once"],
                     style_order=["measured (DRAM)", "model", "Q, K, V once"], facet_kws={"sharey": False})
     for ax in g.axes.flat:
         ax.set(xscale="log", yscale="log")

@@ -186,6 +186,7 @@ def collect(paths: dict) -> dict:
         "correctness": {
             "backend": corr["backend"], "device": timing.get("device") or ceilings["device"],
             "all_passed": corr["all_passed"], "ran": corr["ran"], "skipped": corr["skipped"],
+            "failed": corr["failed"],
             "max_err_kernel": corr["max_err_kernel_vs_fp64"], "max_err_torch": corr["max_err_torch_vs_fp64"],
             "lab_cases": lab_cases.sort_values(["dtype", "N", "causal"]).to_dict("records"),
             "fp16_all_under_1e-3": bool((ran[ran["dtype"] == "float16"]["err_kernel_vs_fp64"] < 1e-3).all()),
