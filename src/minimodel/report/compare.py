@@ -116,6 +116,7 @@ def compare_symbolic(run: Path, ref: Path) -> list[dict]:
     keys = ["scheme", "convention", "N", "d", "B_r", "B_c", "dtype"]
     metrics = ["bytes", "flops", "flops_with_softmax", "intensity", "intensity_with_softmax"]
     a, b = (runs.table(folder, contract.SYMBOLIC_BYTES, keys + metrics) for folder in (run, ref))
+    a, b = (None if t is None else contract.forward_rows(t) for t in (a, b))  # the forward's, so far
     rows = _exact("symbolic", a, b, keys, metrics, contract.SYMBOLIC_BYTES)
     for name in (contract.SYMBOLIC_FORMULAS, contract.SYMBOLIC_LAB_TABLE):
         a, b = (runs.text(folder, name) for folder in (run, ref))
@@ -132,6 +133,7 @@ def compare_cpu_bytes(run: Path, ref: Path) -> list[dict]:
     keys = ["scheme", "N", "d", "dtype", "B_r", "B_c", "sram_bytes"]
     counted = ["bytes_model", "bytes_instrumented", "bytes_read", "bytes_written", "o_write_bytes"]
     a, b = (runs.table(f, contract.CPU_BYTES, keys + counted + ["bytes_profiler"]) for f in (run, ref))
+    a, b = (None if t is None else contract.forward_rows(t) for t in (a, b))  # the forward's, so far
     rows = _exact("cpu bytes", a, b, keys, counted, contract.CPU_BYTES)
     if a is None or b is None:
         return rows
