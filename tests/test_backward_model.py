@@ -8,7 +8,7 @@ import sympy as sp
 import torch
 
 from minimodel import contract, symbolic, symbolic_backward
-from minimodel.cpu import backward, backward_bytes
+from minimodel.cpu import backward, backward_bytes, bytecount
 from minimodel.cpu.references import reference_attn
 from minimodel.provenance import project
 from minimodel.provenance.configcheck import load_config
@@ -243,3 +243,50 @@ def test_the_sweep_covers_every_point_and_names_itself():
         backward_bytes.measure("blocked", 64, 64, "float32")
     with pytest.raises(ValueError, match="accepted: float16"):
         backward_bytes.measure("flash", 64, 64, "float64")
+
+
+# ---- what reads the tables ----------------------------------------------------------------------
+def _with_backward(forward: pd.DataFrame, backward_rows: pd.DataFrame) -> pd.DataFrame:
+    return pd.concat([forward, backward_rows], ignore_index=True)
+
+
+def test_todays_figures_and_readme_read_only_the_forward_rows():
+    from minimodel.report import plots, results_readme
+
+    grid = [256, 512], [64], [(64, 64)], ["float32"]
+    sym = symbolic.byte_table(*grid)
+    both_sym = _with_backward(sym, symbolic_backward.byte_table(*grid))
+    cpu = pd.DataFrame([bytecount.measure(s, n, 64, "float32") for s in ("naive", "flash")
+                        for n in (256, 512)])
+    both_cpu = _with_backward(cpu, pd.DataFrame(backward_bytes.sweep([256, 512], [64], ["float32"])))
+    fig, data = plots.bytes_vs_n(both_cpu, "test machine")
+    assert set(data["direction"]) == {contract.FORWARD} and len(data) == len(cpu)
+    plots.plt.close(fig)
+    fig, ratio = plots.intensity_ratio(both_sym, (64, 64))
+    plain = plots.intensity_ratio(sym, (64, 64))[1]
+    assert ratio[plain.columns].equals(plain)
+    plots.plt.close("all")
+    assert results_readme.bytes_answers(both_sym, both_cpu) == results_readme.bytes_answers(sym, cpu)
+
+
+def test_the_backward_bytes_figure_plots_the_model_and_the_cpu_points():
+    from minimodel.report import backward_plots
+
+    grid = [256, 512, 1024], [64], [(64, 64)], ["float32"]
+    sym = _with_backward(symbolic.byte_table(*grid), symbolic_backward.byte_table(*grid))
+    cpu = pd.DataFrame(backward_bytes.sweep([256, 512], [64], ["float32"]))
+    fig, data = backward_plots.backward_bytes_vs_n(sym, cpu, (64, 64), "float32")
+    model = data[data["source"] == "model"]
+    assert set(model["variant"]) == {"naive", f"flash, dQ {RMW}", f"flash, dQ {SEPARATE}"}
+    assert len(model) == 3 * 3
+    points = data[data["source"] != "model"]
+    assert sorted(points["variant"]) == ["flash, dQ " + RMW] * 2 + ["naive"] * 2
+    # each measured point lies on its model's line (the counts are exact at these N)
+    merged = points.merge(model, on=["variant", "N", "d"], suffixes=("", "_model"))
+    assert len(merged) == 4 and (merged["value"] == merged["value_model"]).all()
+    backward_plots.plt.close(fig)
+    with pytest.raises(ValueError, match="no backward rows at B_r = 128"):
+        backward_plots.backward_bytes_vs_n(sym, cpu, (128, 64), "float32")
+    with pytest.raises(ValueError, match="no direction column"):
+        backward_plots.backward_bytes_vs_n(symbolic.byte_table(*grid).drop(columns="direction"), None,
+                                           (64, 64), "float32")

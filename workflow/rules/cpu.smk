@@ -5,9 +5,9 @@ _BACKWARD_ONLY = [
 ]
 if _BACKWARD_ONLY:
     raise WorkflowError(
-        f"cpu.backward.dtypes has {', '.join(_BACKWARD_ONLY)}, which cpu.dtypes "
-        f"({', '.join(config['cpu']['dtypes'])}) lacks: the backward is measured in the job of "
-        "each of cpu.dtypes; add them there or take them out of cpu.backward.dtypes."
+        f"config: cpu.backward.dtypes has {', '.join(_BACKWARD_ONLY)}, which cpu.dtypes "
+        f"({', '.join(config['cpu']['dtypes'])}) lacks; accepted: dtypes of cpu.dtypes (the "
+        "backward is measured in the cpu_bytes_part job of its dtype)"
     )
 
 
