@@ -1,6 +1,6 @@
-"""The closed-form byte model of the attention backward (issue 31, stage 1), as `symbolic` does the
-forward's: a per-step list of the reads and writes that cross the slow-memory boundary, summed
-with sympy.
+"""The closed-form byte model of the attention backward (notes/backward.md), as `symbolic` does
+the forward's: a per-step list of the reads and writes that cross the slow-memory boundary,
+summed with sympy.
 
 The passes (`contract.DIRECTIONS`): the backward alone, and forward + backward (the forward's
 consistent sum, plus the log-sum-exp the flash forward stores for the backward, plus the

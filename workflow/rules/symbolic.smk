@@ -1,5 +1,5 @@
 rule symbolic:
-    """Stage 1: closed-form HBM bytes, FLOPs and intensity of naive vs flash, forward and backward (notes/labs.md, lab 01 A-B; issue 31)."""
+    """Stage 1: closed-form HBM bytes, FLOPs and intensity of naive vs flash, forward and backward (notes/labs.md, lab 01 A-B; notes/backward.md)."""
     input:
         code=code("scripts/symbolic.py"),
     output:
