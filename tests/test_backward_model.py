@@ -136,6 +136,21 @@ def test_todays_forward_rows_are_the_committed_references_exactly():
     assert written.getvalue() == reference.read_text()
 
 
+def test_the_forward_cpu_rows_are_the_committed_references_but_for_direction():
+    reference = pd.read_csv(project.root() / "results" / "reference" / "nvidia-h200" / contract.CPU_BYTES)
+    rows = pd.DataFrame([bytecount.measure(s, n, 64, t) for s in ("naive", "flash") for n in (256, 512)
+                         for t in ("float32", "float16")])
+    assert set(rows.direction) == {contract.FORWARD}
+    # the profiler's columns are this machine's, the rest is counted and must be the same
+    columns = [c for c in reference.columns if not c.startswith(("bytes_profiler", "profiler_"))]
+    assert list(rows.drop(columns="direction").columns) == list(reference.columns)
+    keys = ["scheme", "N", "d", "dtype"]
+    merged = rows[columns].merge(reference[columns], on=keys, suffixes=("", "_ref"))
+    assert len(merged) == len(rows)
+    for c in set(columns) - set(keys):
+        assert (merged[c] == merged[c + "_ref"]).all(), c
+
+
 def test_a_table_without_direction_is_all_forward():
     old = pd.DataFrame({"scheme": ["naive", "flash"], "bytes": [1.0, 2.0]})
     assert contract.forward_rows(old).equals(old)
