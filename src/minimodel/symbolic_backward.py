@@ -3,8 +3,10 @@ the forward's: a per-step list of the reads and writes that cross the slow-memor
 summed with sympy.
 
 The passes (`contract.DIRECTIONS`): the backward alone, and forward + backward (the forward's
-consistent sum, plus the log-sum-exp the flash forward stores for the backward, plus the
-backward's). One head of Q, K, V, O, dO ∈ ℝ^{N × d}.
+consistent sum, `symbolic.naive_transfers` or `flash_transfers`, plus the log-sum-exp the flash
+forward stores for the backward, plus the backward's). One head of Q, K, V, O, dO ∈ ℝ^{N × d}.
+Every tensor of the naive scheme is in the input's dtype (no fp32 softmax, so no backward of
+`naive_fp32_softmax`).
 
 - **Naive** (`naive_backward_transfers`): the forward stored P (N × N, as PyTorch's autograd keeps
   softmax's output); the backward reads it and materializes dP and dS, as PyTorch's autograd does:
