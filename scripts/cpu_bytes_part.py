@@ -1,24 +1,32 @@
-"""Rule `cpu_bytes_part`: measured vs modelled bytes of both references, one dtype."""
+"""Rule `cpu_bytes_part`: measured vs modelled bytes of both references, one dtype, forward and
+(for the dtypes of cpu.backward) backward."""
 
 
 import pandas as pd
 import torch
 
-from minimodel.cpu import bytecount
+from minimodel.cpu import backward_bytes, bytecount
 from minimodel.provenance import project
 from minimodel.provenance.io import write_csv
 from minimodel.provenance.manifest import stage
 
 with stage(snakemake) as st:
     cfg = snakemake.params.cfg
+    dtype = snakemake.wildcards.dtype
     project.check_memory(bytecount.memory_needed(cfg["n"]))
     if cfg["threads"]:
         torch.set_num_threads(cfg["threads"])
+    tiles = cfg["block_r"], cfg["block_c"], cfg["sram_bytes"], cfg["profiler_max_n"]
     rows = bytecount.sweep(
-        cfg["n"], cfg["head_dims"], [snakemake.wildcards.dtype], cfg["block_r"], cfg["block_c"],
-        cfg["sram_bytes"], cfg["profiler_max_n"], random_seed=snakemake.params.random_seed,
-        progress=st.progress,
+        cfg["n"], cfg["head_dims"], [dtype], *tiles,
+        random_seed=snakemake.params.random_seed, progress=st.progress,
     )
+    bwd = cfg["backward"]
+    if dtype in bwd["dtypes"]:
+        rows += backward_bytes.sweep(
+            bwd["n"], bwd["head_dims"], [dtype], *tiles,
+            random_seed=snakemake.params.random_seed, progress=st.progress,
+        )
     table = pd.DataFrame(rows)
     st.extra["worst_abs_deviation"] = float(table["deviation"].abs().max())
     write_csv(snakemake.output.table, table)

@@ -246,6 +246,9 @@ def test_a_misspelled_key_is_one_line_with_the_closest_key(unrun):
      "config: gpu.correctness.n[0] is 64.0; accepted: an integer from 1 to 1048576"),
     (f"random_seed: {2**64}\n",
      f"config: random_seed is {2**64}; accepted: an integer from 0 to {2**63 - 1}"),
+    ("cpu:\n  backward:\n    dtypes: [float32, bfloat16]\n",
+     "config: cpu.backward.dtypes has bfloat16, which cpu.dtypes (float32, float16) lacks; "
+     "accepted: dtypes of cpu.dtypes (the backward is measured in the cpu_bytes_part job of its dtype)"),
 ])
 def test_a_value_the_code_cannot_take_is_refused_before_any_job(unrun, tmp_path, text, says):
     (tmp_path / "bad.yaml").write_text(text)

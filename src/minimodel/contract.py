@@ -15,8 +15,9 @@ This module imports nothing of minimodel: every layer may import it.
 from __future__ import annotations
 
 # ---- the results layout, relative to results_dir --------------------------------------------
-SYMBOLIC_BYTES = "symbolic/bytes.csv"  # scheme × convention × N × d × tile × dtype
-SYMBOLIC_FORMULAS = "symbolic/formulas.csv"  # every closed form, and whether it equals the lab's
+SYMBOLIC_BYTES = "symbolic/bytes.csv"  # scheme × direction × convention × N × d × tile × dtype
+SYMBOLIC_FORMULAS = "symbolic/formulas.csv"  # every forward closed form, and whether it equals the lab's
+SYMBOLIC_BACKWARD_FORMULAS = "symbolic/backward_formulas.csv"  # the backward's closed forms
 SYMBOLIC_LAB_TABLE = "symbolic/lab_table.txt"  # lab 01's printed table, annotated
 CPU_BYTES_PART = "cpu/bytes/{dtype}/bytes.csv"  # one dtype's measured bytes
 CPU_BYTES = "cpu/bytes.csv"  # every dtype's
@@ -81,6 +82,16 @@ GRIDS = (LAB_GRID, FLASHATTENTION_GRID)
 LAB_CONVENTION = "lab"
 CONSISTENT_CONVENTION = "consistent"
 CONVENTIONS = (LAB_CONVENTION, CONSISTENT_CONVENTION)
+# The passes a row counts (`direction` in symbolic/bytes.csv and cpu/bytes.csv): the forward alone,
+# the gradient pass alone, the two together. A table without the column (a run made before the
+# backward) is all forward: `forward_rows`.
+FORWARD, BACKWARD, FWD_BWD = "forward", "backward", "fwd+bwd"
+DIRECTIONS = (FORWARD, BACKWARD, FWD_BWD)
+# How the flash backward accumulates dQ (`dq_accumulation`; empty where no dQ is accumulated over
+# K/V tiles): the dQ tile read, updated and written back in slow memory once per K/V tile (the
+# tiled CPU reference), or a pass of its own over Q tiles (a dK/dV kernel and a dQ kernel).
+DQ_READ_MODIFY_WRITE, DQ_SEPARATE_PASS = "read-modify-write", "separate pass"
+DQ_ACCUMULATIONS = (DQ_READ_MODIFY_WRITE, DQ_SEPARATE_PASS)
 # The correctness sweep's groups of cases (correctness.csv's `group`).
 LAB_CASES, AWKWARD_CASES, HEAD_DIM_CASES = "lab grid", "awkward N", "head dim"
 GQA_CASES = "grouped heads"  # K and V with fewer heads than Q
@@ -123,3 +134,12 @@ LAB_TILE = (64, 64)
 # (N, d) of lab 01's printed table, in its dtype (the lab's dtype_bytes = 2).
 LAB_TABLE_POINTS = ((64, 64), (1024, 64), (2048, 64), (4096, 64), (8192, 128), (32768, 128))
 LAB_DTYPE = "float16"
+
+
+# ---- reading the tables --------------------------------------------------------------------
+def forward_rows(frame):
+    """The forward's rows of a table: `direction` == FORWARD, or every row of a table without the
+    column (a run made before the backward)."""
+    if "direction" not in frame.columns:
+        return frame
+    return frame[frame["direction"] == FORWARD]

@@ -224,7 +224,8 @@ def intensity(scheme: str, N: int, d: int, B_r: int = B_R, B_c: int = B_C, dtype
 def byte_table(
     n_values, head_dims, tiles, dtypes, schemes=("naive", "flash"), conventions=CONVENTIONS,
 ) -> pd.DataFrame:
-    """Tidy table: one row per scheme × convention × N × d × tile × dtype."""
+    """Tidy table of the forward (`direction` = forward): one row per scheme × convention × N × d ×
+    tile × dtype. The backward's rows: `symbolic_backward.byte_table`."""
     rows = []
     for scheme in schemes:
         for convention in conventions:
@@ -236,7 +237,8 @@ def byte_table(
                         for br, bc in tiles:
                             b = model_bytes(scheme, n, hd, br, bc, DTYPE_BYTES[dtype], convention)
                             rows.append({
-                                "scheme": scheme, "convention": convention, "N": n, "d": hd,
+                                "scheme": scheme, "direction": contract.FORWARD,
+                                "convention": convention, "N": n, "d": hd,
                                 "B_r": br, "B_c": bc, "dtype": dtype, "bytes": b,
                                 "flops": flops(n, hd, "matmul"),
                                 "flops_with_softmax": flops(n, hd, "matmul+softmax"),

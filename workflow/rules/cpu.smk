@@ -1,5 +1,18 @@
+# The backward is measured in the cpu_bytes_part job of each of its dtypes: one without a job
+# would be left out in silence. Refused before any job.
+_BACKWARD_ONLY = [
+    t for t in config["cpu"]["backward"]["dtypes"] if t not in config["cpu"]["dtypes"]
+]
+if _BACKWARD_ONLY:
+    raise WorkflowError(
+        f"config: cpu.backward.dtypes has {', '.join(_BACKWARD_ONLY)}, which cpu.dtypes "
+        f"({', '.join(config['cpu']['dtypes'])}) lacks; accepted: dtypes of cpu.dtypes (the "
+        "backward is measured in the cpu_bytes_part job of its dtype)"
+    )
+
+
 rule cpu_bytes_part:
-    """Stage 2: measured byte traffic of the naive and tiled-flash references for one dtype (notes/labs.md, lab 01 C)."""
+    """Stage 2: measured byte traffic of the naive and tiled-flash references for one dtype, forward and backward (notes/labs.md, lab 01 C)."""
     input:
         code=code("scripts/cpu_bytes_part.py"),
     output:

@@ -1,5 +1,5 @@
 rule symbolic:
-    """Stage 1: closed-form HBM bytes, FLOPs and intensity of naive vs flash (notes/labs.md, lab 01 A-B)."""
+    """Stage 1: closed-form HBM bytes, FLOPs and intensity of naive vs flash, forward and backward (notes/labs.md, lab 01 A-B; notes/backward.md)."""
     input:
         code=code("scripts/symbolic.py"),
     output:
@@ -9,6 +9,7 @@ rule symbolic:
             category="Tables",
         ),
         formulas=out(C.SYMBOLIC_FORMULAS),
+        backward_formulas=out(C.SYMBOLIC_BACKWARD_FORMULAS),
         lab_table=out(C.SYMBOLIC_LAB_TABLE),
         manifest=manifest_of("symbolic"),
     log:

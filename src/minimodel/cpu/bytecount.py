@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterable
 import torch
 from tqdm import tqdm
 
-from minimodel import symbolic
+from minimodel import contract, symbolic
 from minimodel.cpu import references
 
 log = logging.getLogger(__name__)
@@ -312,7 +312,7 @@ def measure(scheme: str, n: int, d: int, dtype: str, block_r: int = 64, block_c:
     model = symbolic.model_bytes(model_name, n, d, block_r, block_c,
                                  symbolic.DTYPE_BYTES[dtype], "consistent")
     row = {
-        "scheme": scheme, "model_scheme": model_name, "N": n, "d": d,
+        "scheme": scheme, "direction": contract.FORWARD, "model_scheme": model_name, "N": n, "d": d,
         "B_r": block_r, "B_c": block_c, "dtype": dtype, "sram_bytes": sram_bytes,
         "convention": "consistent (O write left out)",
         "bytes_model": model,

@@ -61,7 +61,7 @@ def scheme_labels(data: pd.DataFrame) -> dict[str, str]:
 
 def bytes_vs_n(cpu_bytes: pd.DataFrame, machine: str):
     """Model bytes as lines, instrumented CPU measurements as points, log-log; d and dtype as facets."""
-    data = cpu_bytes.copy()
+    data = contract.forward_rows(cpu_bytes).copy()
     labels = scheme_labels(data)
     data["scheme_label"] = data["scheme"].map(labels)
     g = sns.relplot(data=data, x="N", y="bytes_model", hue="scheme_label", col="d", row="dtype",
@@ -94,6 +94,7 @@ def bytes_vs_n(cpu_bytes: pd.DataFrame, machine: str):
 def intensity_ratio(symbolic_bytes: pd.DataFrame, tile: tuple[int, int]):
     """flash/naive intensity ratio (= naive/flash bytes, the FLOPs being equal) vs N at one tile."""
     block_r, block_c = tile
+    symbolic_bytes = contract.forward_rows(symbolic_bytes)
     data = symbolic_bytes[(symbolic_bytes["convention"] == contract.CONSISTENT_CONVENTION)
                           & (symbolic_bytes["B_r"] == block_r) & (symbolic_bytes["B_c"] == block_c)]
     if data.empty:

@@ -32,6 +32,7 @@ def bytes_answers(symbolic_table: pd.DataFrame, cpu_bytes: pd.DataFrame) -> dict
 
     At the lab's 64 × 64 tile when the table has it, else at the table's first tile.
     """
+    symbolic_table, cpu_bytes = contract.forward_rows(symbolic_table), contract.forward_rows(cpu_bytes)
     tiles = list(dict.fromkeys(zip(symbolic_table["B_r"], symbolic_table["B_c"], strict=True)))
     block_r, block_c = LAB_TILE if LAB_TILE in tiles else tiles[0]
     t = symbolic_table[(symbolic_table["convention"] == contract.CONSISTENT_CONVENTION)

@@ -20,6 +20,7 @@ def compare(run: Path, ref: Path) -> list[dict]:
     keys = ["scheme", "N", "d", "dtype", "B_r", "B_c", "sram_bytes"]
     counted = ["bytes_model", "bytes_instrumented", "bytes_read", "bytes_written", "o_write_bytes"]
     a, b = (runs.table(f, contract.CPU_BYTES, keys + counted + ["bytes_profiler"]) for f in (run, ref))
+    a, b = (None if t is None else contract.forward_rows(t) for t in (a, b))  # the forward's rows
     rows = exact(NAME, a, b, keys, counted, contract.CPU_BYTES)
     if a is None or b is None:
         return rows

@@ -17,6 +17,7 @@ def compare(run: Path, ref: Path) -> list[dict]:
     keys = ["scheme", "convention", "N", "d", "B_r", "B_c", "dtype"]
     metrics = ["bytes", "flops", "flops_with_softmax", "intensity", "intensity_with_softmax"]
     a, b = (runs.table(folder, contract.SYMBOLIC_BYTES, keys + metrics) for folder in (run, ref))
+    a, b = (None if t is None else contract.forward_rows(t) for t in (a, b))  # the forward's rows
     rows = exact(NAME, a, b, keys, metrics, contract.SYMBOLIC_BYTES)
     for name in (contract.SYMBOLIC_FORMULAS, contract.SYMBOLIC_LAB_TABLE):
         a, b = (runs.text(folder, name) for folder in (run, ref))
