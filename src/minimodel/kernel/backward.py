@@ -295,7 +295,8 @@ def _validate(q, k, v, o, lse, do) -> None:
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
         if t.shape != q.shape:
-            raise ValueError(f"{name} must have Q's shape (B, H, N, d) = {tuple(q.shape)}, got {tuple(t.shape)}")
+            raise ValueError(f"{name} must have Q's shape (B, H, N, d) = {tuple(q.shape)}, "
+                             f"got {tuple(t.shape)}")
         if t.dtype != q.dtype:
             raise TypeError(f"{name} has dtype {t.dtype}; accepted: Q's dtype, {q.dtype}")
         if t.device != q.device:
