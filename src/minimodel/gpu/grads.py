@@ -18,7 +18,7 @@ import torch
 
 from minimodel.cpu.references import reference_attn
 from minimodel.gpu.correctness import tolerance
-from minimodel.kernel.backward import BwdConfig, flash_attn_backward, get_bwd_config
+from minimodel.kernel.backward import BwdConfig, default_bwd_config, flash_attn_backward
 from minimodel.kernel.flash import flash_attn_forward
 
 GRADS = ("dq", "dk", "dv")
@@ -63,7 +63,7 @@ def check_backward_case(B: int, H: int, N: int, d: int, causal: bool, dtype: str
     lowp = reference_grads(q, k, v, do, causal, sm_scale)
     o, lse = flash_attn_forward(q, k, v, causal=causal, sm_scale=sm_scale, return_lse=True)
     got = flash_attn_backward(q, k, v, o, lse, do, causal, sm_scale, config)
-    cfg = config or get_bwd_config(d, causal, q.device.type)
+    cfg = config or default_bwd_config(q, causal)
     row = {"B": B, "H": H, "H_kv": H_kv, "N": N, "d": d, "causal": causal, "dtype": dtype, "layout": layout}
     has_nan, passed, worst, worst_ratio = False, True, GRADS[0], -1.0
     for name, g, e, t in zip(GRADS, got, exact, lowp, strict=True):

@@ -27,68 +27,15 @@ Triton's interpreter.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
 
 import torch
 import triton
 import triton.language as tl
 
 from minimodel.kernel import flash
+from minimodel.kernel.bwd_config import BwdConfig, get_bwd_config
+from minimodel.kernel.config import HOPPER, device_arch
 from minimodel.kernel.flash import LOG2E, _grid, _kv_range, _program_ids
-
-
-@dataclass(frozen=True)
-class BwdConfig:
-    """Tiles and launch options of the two gradient kernels.
-
-    dK/dV kernel: BLOCK_N1 key rows per program, BLOCK_M1 query rows per inner step; BLOCK_N1 is
-    a multiple of BLOCK_M1, so the causal diagonal of a key tile falls in whole query tiles.
-    dQ kernel: BLOCK_M2 query rows per program, BLOCK_N2 key rows per inner step; BLOCK_M2 is a
-    multiple of BLOCK_N2 (the forward's rule, `flash._kv_range`). The preprocess takes BLOCK_M2 rows.
-    """
-
-    BLOCK_M1: int
-    BLOCK_N1: int
-    BLOCK_M2: int
-    BLOCK_N2: int
-    num_warps_kv: int = 4
-    num_stages_kv: int = 2
-    num_warps_q: int = 4
-    num_stages_q: int = 2
-
-    def __post_init__(self):
-        blocks = (self.BLOCK_M1, self.BLOCK_N1, self.BLOCK_M2, self.BLOCK_N2)
-        if any(b < 16 or b & (b - 1) for b in blocks):
-            raise ValueError(f"tile sizes must be powers of two >= 16 (tl.dot's minimum), got {blocks}")
-        if self.BLOCK_N1 % self.BLOCK_M1 or self.BLOCK_M2 % self.BLOCK_N2:
-            raise ValueError(f"BLOCK_N1 ({self.BLOCK_N1}) must be a multiple of BLOCK_M1 ({self.BLOCK_M1}) "
-                             f"and BLOCK_M2 ({self.BLOCK_M2}) of BLOCK_N2 ({self.BLOCK_N2})")
-
-    def as_dict(self) -> dict:
-        return asdict(self)
-
-
-# CUDA starting points, per (head dim, causal): the lead tunes them on the H200 with
-# tools/bwd_bench.py. Head dims not listed take the next larger one's row.
-CUDA_CONFIGS = {
-    (64, False): BwdConfig(64, 128, 128, 64, 8, 2, 8, 2),
-    (64, True): BwdConfig(64, 128, 128, 64, 8, 2, 8, 2),
-    (128, False): BwdConfig(64, 128, 128, 64, 8, 2, 8, 2),
-    (128, True): BwdConfig(64, 128, 128, 64, 8, 2, 8, 2),
-    (256, False): BwdConfig(32, 64, 64, 32, 8, 1, 8, 1),
-    (256, True): BwdConfig(32, 64, 64, 32, 8, 1, 8, 1),
-}
-# The interpreter runs one program at a time: few, mid-sized tiles; BLOCK_N1 > BLOCK_M1 and
-# BLOCK_M2 > BLOCK_N2, so a causal diagonal spans several inner steps, as on the GPU.
-INTERPRETER_CONFIG = BwdConfig(32, 64, 64, 32, 4, 1, 4, 1)
-
-
-def get_bwd_config(head_dim: int, causal: bool, device_type: str) -> BwdConfig:
-    """The configuration `flash_attn_backward` takes when none is given."""
-    if device_type != "cuda":
-        return INTERPRETER_CONFIG
-    d = min((hd for hd, _ in CUDA_CONFIGS if hd >= head_dim), default=max(hd for hd, _ in CUDA_CONFIGS))
-    return CUDA_CONFIGS[(d, bool(causal))]
 
 
 @triton.jit
@@ -282,6 +229,12 @@ def _bwd_dq_kernel(
              dq.to(DQ.dtype.element_ty), mask=in_range[:, None])
 
 
+def default_bwd_config(q: torch.Tensor, causal: bool) -> BwdConfig:
+    """The configuration `flash_attn_backward` runs for q of shape (B, H, N, d) when none is given."""
+    arch = device_arch(q.device) if q.device.type == "cuda" else HOPPER
+    return get_bwd_config(q.shape[-1], causal, q.device.type, arch)
+
+
 def _strides(prefix: str, t: torch.Tensor) -> dict:
     return {f"stride_{prefix}{axis}": s for axis, s in zip("bhnd", t.stride(), strict=True)}
 
@@ -351,7 +304,7 @@ def flash_attn_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: to
     `flash.SUPPORTED_HEAD_DIMS`, one CUDA device or the CPU under TRITON_INTERPRET=1. Every
     tensor is read through its strides (any layout, broadcast dO included); a non-contiguous
     LSE is copied. causal and sm_scale must be the forward's (sm_scale defaults to 1/sqrt(d)).
-    config: tiles; defaults to `get_bwd_config(d, causal, device)`.
+    config: tiles; defaults to `default_bwd_config(q, causal)`.
     Returns dQ, dK, dV, contiguous, in the shapes and dtype of q, k, v.
     """
     _validate(q, k, v, o, lse, do)
@@ -359,7 +312,7 @@ def flash_attn_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: to
     scale = _scale(d, sm_scale)
     if q.numel() == 0 or k.numel() == 0:
         return tuple(torch.zeros(t.shape, dtype=t.dtype, device=t.device) for t in (q, k, v))
-    cfg = config or get_bwd_config(d, causal, q.device.type)
+    cfg = config or default_bwd_config(q, causal)
     q, k, v, o, do = (t.detach() for t in (q, k, v, o, do))
     lse = lse.detach().contiguous()
     dq = torch.empty(q.shape, dtype=q.dtype, device=q.device)
