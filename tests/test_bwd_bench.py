@@ -1,0 +1,47 @@
+"""tools/bwd_bench.py, the backward's tuning tool: what it reads and how it sums up, without a GPU."""
+
+import argparse
+import math
+
+import bwd_bench
+import pytest
+from conftest import HAS_CUDA
+
+from minimodel.kernel.bwd_config import BwdConfig
+
+
+def test_a_configuration_reads_as_the_bwdconfig_it_names():
+    assert bwd_bench.parse_config("64,128,128,64,8,2,8,3") == BwdConfig(64, 128, 128, 64, 8, 2, 8, 3)
+    assert bwd_bench.parse_config("32,64,64,32") == BwdConfig(32, 64, 64, 32)
+
+
+@pytest.mark.parametrize("spec", ["64,128,128", "64,32,64,32", "a,b,c,d", "64,128,128,64,8"])
+def test_a_configuration_that_is_not_one_is_refused(spec):
+    with pytest.raises(argparse.ArgumentTypeError, match="expected BLOCK_M1,BLOCK_N1,BLOCK_M2,BLOCK_N2"):
+        bwd_bench.parse_config(spec)
+
+
+def test_backward_flops_follow_flashattention_s_convention():
+    assert bwd_bench.backward_flops(2, 3, 100, 64, False) == 2.5 * 4 * 2 * 3 * 100**2 * 64
+    assert bwd_bench.backward_flops(2, 3, 100, 64, True) == 2.5 * 2 * 2 * 3 * 100**2 * 64
+
+
+def test_summary_is_the_geometric_mean_of_sdpa_flash_over_the_kernel():
+    rows = [{"config": "a", "shipped": True, "d": 64, "causal": False, "vs_sdpa_flash": 2.0},
+            {"config": "a", "shipped": True, "d": 64, "causal": False, "vs_sdpa_flash": 0.5},
+            {"config": "a", "shipped": True, "d": 128, "causal": True, "vs_sdpa_flash": 4.0},
+            {"config": "b", "shipped": False, "d": 64, "causal": False, "vs_sdpa_flash": math.nan}]
+    found = {(name, d, causal): (points, mean) for name, d, causal, points, mean in bwd_bench.summary(rows)}
+    assert found[("shipped", 64, False)] == (2, pytest.approx(1.0))
+    assert found[("shipped", "all", "all")] == (3, pytest.approx(4 ** (1 / 3)))
+    assert math.isnan(found[("b", 64, False)][1])  # a point that did not run is no ratio of 1
+
+
+@pytest.mark.skipif(HAS_CUDA, reason="checks a machine without a GPU")
+def test_timing_without_a_gpu_is_refused_after_the_command_line_is_read(capsys):
+    with pytest.raises(SystemExit):
+        bwd_bench.main(["--config", "64,128"])
+    assert "expected BLOCK_M1" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        bwd_bench.main(["--d", "64"])
+    assert "timing needs a CUDA device" in capsys.readouterr().err
