@@ -2,12 +2,20 @@
 
 import argparse
 import math
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
 
 import bwd_bench
 import pytest
 from conftest import HAS_CUDA
 
+from minimodel.kernel import HOPPER, SHARED_MEMORY
 from minimodel.kernel.bwd_config import BwdConfig
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_a_configuration_reads_as_the_bwdconfig_it_names():
@@ -45,3 +53,16 @@ def test_timing_without_a_gpu_is_refused_after_the_command_line_is_read(capsys):
     with pytest.raises(SystemExit):
         bwd_bench.main(["--d", "64"])
     assert "timing needs a CUDA device" in capsys.readouterr().err
+
+
+def test_the_shipped_hopper_configs_compile_for_sm90_without_spilling_and_fit():
+    # compiled in a fresh process: this session interprets its kernels
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    proc = subprocess.run([sys.executable, str(ROOT / "tools" / "bwd_bench.py"), "--report", "--d", "64",
+                           "--d", "128"], env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    found = re.findall(r"(_bwd_\w+): (\d+) registers, (\d+) spill bytes, (\d+) shared bytes", proc.stdout)
+    print(proc.stdout)
+    assert len(found) == 8  # two kernels, at d = 64 and 128, causal and not
+    for _, registers, spills, shared in found:
+        assert int(spills) == 0 and int(shared) <= SHARED_MEMORY[HOPPER] and 0 < int(registers) <= 255

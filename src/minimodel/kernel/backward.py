@@ -37,6 +37,8 @@ from minimodel.kernel.bwd_config import BwdConfig, get_bwd_config
 from minimodel.kernel.config import HOPPER, device_arch
 from minimodel.kernel.flash import LOG2E, _grid, _kv_range, _program_ids
 
+_LOG2E = tl.constexpr(LOG2E)  # the kernels turn the forward's natural-log LSE into base 2
+
 
 @triton.jit
 def _bwd_preprocess(O, DO, Delta,
@@ -77,7 +79,7 @@ def _dkdv_step(dk, dv, k, v, q_ptrs, do_ptrs, lse_ptr, delta_ptr, start_m, offs_
         lse = tl.load(lse_ptr + offs_m)
         delta = tl.load(delta_ptr + offs_m)
     st = tl.dot(k, tl.trans(q))  # Sᵀ before scaling: (BLOCK_N, BLOCK_M)
-    pt = tl.math.exp2(st * qk_scale - (lse * 1.4426950408889634)[None, :])
+    pt = tl.math.exp2(st * qk_scale - (lse * _LOG2E)[None, :])
     if MASKED:
         valid = in_range[None, :]
         if IS_CAUSAL:
@@ -207,7 +209,7 @@ def _bwd_dq_kernel(
     do = tl.load(DO + b * stride_dob + h * stride_doh + rows_m * stride_don + offs_d[None, :] * stride_dod,
                  mask=in_range[:, None], other=0.0)
     row_base = pid_bh.to(tl.int64) * N
-    lse = tl.load(LSE + row_base + offs_m, mask=in_range, other=0.0) * 1.4426950408889634
+    lse = tl.load(LSE + row_base + offs_m, mask=in_range, other=0.0) * _LOG2E
     delta = tl.load(Delta + row_base + offs_m, mask=in_range, other=0.0)
 
     offs_n0 = tl.arange(0, BLOCK_N)

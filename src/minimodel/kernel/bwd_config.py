@@ -45,8 +45,8 @@ class BwdConfig:
 HOPPER_CONFIGS = {
     (64, False): BwdConfig(64, 128, 128, 64, 8, 2, 8, 2),
     (64, True): BwdConfig(64, 128, 128, 64, 8, 2, 8, 2),
-    (128, False): BwdConfig(64, 128, 128, 64, 8, 2, 8, 2),
-    (128, True): BwdConfig(64, 128, 128, 64, 8, 2, 8, 2),
+    (128, False): BwdConfig(32, 128, 128, 32, 8, 2, 8, 2),
+    (128, True): BwdConfig(32, 128, 128, 32, 8, 2, 8, 2),
     (256, False): BwdConfig(32, 32, 32, 32, 8, 1, 8, 1),
     (256, True): BwdConfig(32, 32, 32, 32, 8, 1, 8, 1),
 }
