@@ -111,6 +111,12 @@ def test_attention_without_grad_is_the_forward(gen):
     assert not out.requires_grad
 
 
+def test_the_forward_alone_points_to_the_differentiable_entry_point(gen):
+    q = half(1, 1, 16, 16, gen=gen).requires_grad_()
+    with pytest.raises(ValueError, match="forward-only .* take minimodel.kernel.attention"):
+        flash_attn_forward(q, q, q)
+
+
 def test_double_backward_is_refused(gen):
     q, k, v = (half(1, 1, 20, 16, gen=gen).requires_grad_() for _ in range(3))
     (dq,) = torch.autograd.grad(attention(q, k, v).sum(), q, create_graph=True)
