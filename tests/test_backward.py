@@ -74,6 +74,11 @@ def test_any_valid_tiling_gives_the_same_gradients(gen, config):
     check(1, 2, 100, 32, True, gen=gen, H_kv=1, config=config)
 
 
+@pytest.mark.parametrize("causal", [False, True])
+def test_atomic_dq_accumulation_gives_the_same_gradients(gen, causal):
+    check(1, 4, 100, 32, causal, gen=gen, H_kv=2, config=BwdConfig(32, 64, 64, 32, ATOMIC_DQ=True))
+
+
 def test_sm_scale_is_applied(gen):
     check(1, 1, 60, 32, False, gen=gen, sm_scale=0.3)
 

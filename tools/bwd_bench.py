@@ -8,7 +8,8 @@
 
 A configuration is `BwdConfig`'s fields in order: BLOCK_M1,BLOCK_N1,BLOCK_M2,BLOCK_N2 (dK/dV query
 and key tiles, dQ query and key tiles), then WARPS_KV,STAGES_KV,WARPS_Q,STAGES_Q (optional,
-4,2,4,2). The shipped configuration (`default_bwd_config`) of each point is always run too (`shipped`).
+4,2,4,2), then ATOMIC (optional: dQ by atomic adds in the dK/dV kernel, no dQ kernel). The
+shipped configuration (`default_bwd_config`) of each point is always run too (`shipped`).
 
 Each configuration is first checked once per (d, causal) at (2, 4, 1000, d) fp16 against float64
 autograd (the forward's rule, `minimodel.gpu.grads`); one that fails is said and not timed.
@@ -38,19 +39,25 @@ CANDIDATES = {
     "sweep": [BwdConfig(m1, n1, m2, n2, w, s, w, s)
               for (m1, n1), (m2, n2), w, s in itertools.product(
                   ((32, 128), (64, 128), (64, 64)), ((128, 64), (128, 32), (64, 64)), (4, 8), (2, 3))],
+    # dQ by atomic adds (FlashAttention-2's way): only the dK/dV kernel's tiles matter
+    "atomic": [BwdConfig(m1, n1, 128, 64, w, s, ATOMIC_DQ=True)
+               for (m1, n1), w, s in itertools.product(((32, 128), (64, 128), (64, 64)), (4, 8), (2, 3))],
 }
 CHECK_SHAPE = (2, 4, 1000)  # B, H, N of the correctness check
 
 
 def parse_config(spec: str) -> BwdConfig:
+    """`BLOCK_M1,BLOCK_N1,BLOCK_M2,BLOCK_N2[,WARPS_KV,STAGES_KV,WARPS_Q,STAGES_Q][,ATOMIC]`."""
+    parts = [p.strip() for p in spec.split(",")]
+    atomic = parts[-1].upper() == "ATOMIC"
     try:
-        sizes = [int(p) for p in spec.split(",")]
+        sizes = [int(p) for p in parts[:-1 if atomic else None]]
         if len(sizes) not in (4, 8):
             raise ValueError(f"{len(sizes)} numbers")
-        return BwdConfig(*sizes)
+        return BwdConfig(*sizes, ATOMIC_DQ=atomic)
     except (TypeError, ValueError) as e:
         raise argparse.ArgumentTypeError(f"{spec!r}: expected BLOCK_M1,BLOCK_N1,BLOCK_M2,BLOCK_N2"
-                                         f"[,WARPS_KV,STAGES_KV,WARPS_Q,STAGES_Q] ({e})") from e
+                                         f"[,WARPS_KV,STAGES_KV,WARPS_Q,STAGES_Q][,ATOMIC] ({e})") from e
 
 
 def backward_flops(B, H, N, d, causal) -> float:

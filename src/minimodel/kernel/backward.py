@@ -11,6 +11,9 @@ same bit for bit from run to run:
 3. `_bwd_dq_kernel`: one program per (query tile, batch·head), the same recomputation with key
    tiles streaming past: dQ += dS K. (A separate pass instead of a read-modify-write of dQ per
    key tile, or atomics: it recomputes P once more, and writes dQ once.)
+A configuration with ATOMIC_DQ (`BwdConfig`) drops launch 3 for FlashAttention-2's own choice:
+the dK/dV kernel adds each tile pair's dS K to a float32 dQ with atomic adds (P computed once;
+dQ's last bits then depend on the order of the adds). The default tables keep it off.
 dQ and dK carry the softmax scale: dQ = scale · dS K, dK = scale · dSᵀ Q.
 
 LSE is the forward's: the natural-log log-sum-exp of each row of S, (B, H, N) float32
@@ -62,9 +65,13 @@ def _bwd_preprocess(O, DO, Delta,
 
 
 @triton.jit
-def _dkdv_step(dk, dv, k, v, q_ptrs, do_ptrs, lse_ptr, delta_ptr, start_m, offs_m0, offs_n, N,
-               qk_scale, stride_qn, stride_don, MASKED: tl.constexpr, IS_CAUSAL: tl.constexpr):
-    """One query tile against this program's key tile, in transposed form (keys as rows)."""
+def _dkdv_step(dk, dv, k, v, q_ptrs, do_ptrs, dq_ptrs, lse_ptr, delta_ptr, start_m, offs_m0, offs_n, N,
+               qk_scale, sm_scale, stride_qn, stride_don, stride_dqn,
+               MASKED: tl.constexpr, IS_CAUSAL: tl.constexpr, ATOMIC_DQ: tl.constexpr):
+    """One query tile against this program's key tile, in transposed form (keys as rows).
+
+    ATOMIC_DQ: also add this tile pair's scale · dS K to the float32 dQ accumulator, atomically.
+    """
     offs_m = start_m + offs_m0
     row = tl.cast(start_m, tl.int64)
     if MASKED:  # the causal diagonal band and the ragged tail: rows past N read as zeros
@@ -89,22 +96,31 @@ def _dkdv_step(dk, dv, k, v, q_ptrs, do_ptrs, lse_ptr, delta_ptr, start_m, offs_
     dpt = tl.dot(v, tl.trans(do))
     dst = pt * (dpt - delta[None, :])
     dk = tl.dot(dst.to(q.dtype), q, dk)
+    if ATOMIC_DQ:
+        dq = tl.dot(tl.trans(dst.to(k.dtype)), k) * sm_scale
+        if MASKED:
+            tl.atomic_add(dq_ptrs + row * stride_dqn, dq, mask=in_range[:, None], sem="relaxed")
+        else:
+            tl.atomic_add(dq_ptrs + row * stride_dqn, dq, sem="relaxed")
     return dk, dv
 
 
 @triton.jit
 def _bwd_dkdv_kernel(
-    Q, K, V, DO, DK, DV, LSE, Delta, qk_scale, sm_scale,
+    Q, K, V, DO, DK, DV, DQ, LSE, Delta, qk_scale, sm_scale,
     stride_qb, stride_qh, stride_qn, stride_qd,
     stride_kb, stride_kh, stride_kn, stride_kd,
     stride_vb, stride_vh, stride_vn, stride_vd,
     stride_dob, stride_doh, stride_don, stride_dod,
     stride_dkb, stride_dkh, stride_dkn, stride_dkd,
     stride_dvb, stride_dvh, stride_dvn, stride_dvd,
+    stride_dqb, stride_dqh, stride_dqn, stride_dqd,
     H, H_KV, N, GROUP,
     HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, IS_CAUSAL: tl.constexpr,
+    ATOMIC_DQ: tl.constexpr,
 ):
-    """dK, dV of BLOCK_N keys of one (batch, K/V head), summed over the GROUP query heads."""
+    """dK, dV of BLOCK_N keys of one (batch, K/V head), summed over the GROUP query heads (and,
+    with ATOMIC_DQ, their share of dQ, added to DQ, float32)."""
     num_n = tl.cdiv(N, BLOCK_N)
     pid = tl.program_id(0)
     pid_n = pid % num_n  # causal: the first key tiles have the most query tiles, and start first
@@ -139,18 +155,22 @@ def _bwd_dkdv_kernel(
         h = h_kv * GROUP + g
         q_ptrs = Q + b * stride_qb + h * stride_qh + rows_m0 * stride_qn + offs_d * stride_qd
         do_ptrs = DO + b * stride_dob + h * stride_doh + rows_m0 * stride_don + offs_d * stride_dod
+        dq_ptrs = DQ + b * stride_dqb + h * stride_dqh + rows_m0 * stride_dqn + offs_d * stride_dqd
         lse_ptr = LSE + (b * H + h) * N
         delta_ptr = Delta + (b * H + h) * N
         for start_m in range(lo, band, BLOCK_M):
-            dk, dv = _dkdv_step(dk, dv, k, v, q_ptrs, do_ptrs, lse_ptr, delta_ptr, start_m, offs_m0,
-                                offs_n, N, qk_scale, stride_qn, stride_don, True, IS_CAUSAL)
+            dk, dv = _dkdv_step(dk, dv, k, v, q_ptrs, do_ptrs, dq_ptrs, lse_ptr, delta_ptr, start_m,
+                                offs_m0, offs_n, N, qk_scale, sm_scale, stride_qn, stride_don, stride_dqn,
+                                True, IS_CAUSAL, ATOMIC_DQ)
         for start_m in range(band, full, BLOCK_M):
             start_m = tl.multiple_of(start_m, BLOCK_M)
-            dk, dv = _dkdv_step(dk, dv, k, v, q_ptrs, do_ptrs, lse_ptr, delta_ptr, start_m, offs_m0,
-                                offs_n, N, qk_scale, stride_qn, stride_don, False, IS_CAUSAL)
+            dk, dv = _dkdv_step(dk, dv, k, v, q_ptrs, do_ptrs, dq_ptrs, lse_ptr, delta_ptr, start_m,
+                                offs_m0, offs_n, N, qk_scale, sm_scale, stride_qn, stride_don, stride_dqn,
+                                False, IS_CAUSAL, ATOMIC_DQ)
         for start_m in range(full, N, BLOCK_M):
-            dk, dv = _dkdv_step(dk, dv, k, v, q_ptrs, do_ptrs, lse_ptr, delta_ptr, start_m, offs_m0,
-                                offs_n, N, qk_scale, stride_qn, stride_don, True, IS_CAUSAL)
+            dk, dv = _dkdv_step(dk, dv, k, v, q_ptrs, do_ptrs, dq_ptrs, lse_ptr, delta_ptr, start_m,
+                                offs_m0, offs_n, N, qk_scale, sm_scale, stride_qn, stride_don, stride_dqn,
+                                True, IS_CAUSAL, ATOMIC_DQ)
 
     dk = dk * sm_scale
     tl.store(DK + b * stride_dkb + h_kv * stride_dkh + rows_n * stride_dkn + offs_d * stride_dkd,
@@ -271,8 +291,10 @@ def _scale(d: int, sm_scale: float | None) -> float:
 
 
 def arguments(q, k, v, o, lse, do, dq, dk, dv, delta, scale: float, cfg: BwdConfig, causal: bool):
-    """[(kernel, grid, arguments, launch options)] of the three launches, in order: what
-    `flash_attn_backward` runs, and what a compile for a GPU without one specializes on."""
+    """[(kernel, grid, arguments, launch options)] of the launches, in order: what
+    `flash_attn_backward` runs, and what a compile for a GPU without one specializes on.
+    dq: dQ in q's dtype, or with cfg.ATOMIC_DQ the zeroed float32 accumulator (then there is no
+    dQ kernel: the dK/dV kernel adds to it)."""
     B, H, N, d = q.shape
     H_kv = k.shape[1]
     qk_scale = scale * LOG2E
@@ -280,18 +302,19 @@ def arguments(q, k, v, o, lse, do, dq, dk, dv, delta, scale: float, cfg: BwdConf
                HEAD_DIM=d, BLOCK_M=cfg.BLOCK_M2)
     common = dict(qk_scale=qk_scale, sm_scale=scale, **_strides("q", q), **_strides("k", k),
                   **_strides("v", v), **_strides("do", do), HEAD_DIM=d, IS_CAUSAL=bool(causal))
-    dkdv = dict(Q=q, K=k, V=v, DO=do, DK=dk, DV=dv, LSE=lse, Delta=delta, **common,
-                **_strides("dk", dk), **_strides("dv", dv), H=H, H_KV=H_kv, N=N, GROUP=H // H_kv,
-                BLOCK_M=cfg.BLOCK_M1, BLOCK_N=cfg.BLOCK_N1)
+    dkdv = dict(Q=q, K=k, V=v, DO=do, DK=dk, DV=dv, DQ=dq, LSE=lse, Delta=delta, **common,
+                **_strides("dk", dk), **_strides("dv", dv), **_strides("dq", dq), H=H, H_KV=H_kv, N=N,
+                GROUP=H // H_kv, BLOCK_M=cfg.BLOCK_M1, BLOCK_N=cfg.BLOCK_N1, ATOMIC_DQ=cfg.ATOMIC_DQ)
     dqa = dict(Q=q, K=k, V=v, DO=do, DQ=dq, LSE=lse, Delta=delta, **common, **_strides("dq", dq),
                H=H, N=N, GROUP=H // H_kv, BLOCK_M=cfg.BLOCK_M2, BLOCK_N=cfg.BLOCK_N2)
-    return [
+    launches = [
         (_bwd_preprocess, _grid(N, B * H, cfg.BLOCK_M2), pre, dict(num_warps=4, num_stages=1)),
         (_bwd_dkdv_kernel, _grid(N, B * H_kv, cfg.BLOCK_N1), dkdv,
          dict(num_warps=cfg.num_warps_kv, num_stages=cfg.num_stages_kv)),
         (_bwd_dq_kernel, _grid(N, B * H, cfg.BLOCK_M2), dqa,
          dict(num_warps=cfg.num_warps_q, num_stages=cfg.num_stages_q)),
     ]
+    return launches[:2] if cfg.ATOMIC_DQ else launches
 
 
 def flash_attn_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
@@ -317,13 +340,16 @@ def flash_attn_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: to
     cfg = config or default_bwd_config(q, causal)
     q, k, v, o, do = (t.detach() for t in (q, k, v, o, do))
     lse = lse.detach().contiguous()
-    dq = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    if cfg.ATOMIC_DQ:
+        dq = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
+    else:
+        dq = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     dk = torch.empty(k.shape, dtype=k.dtype, device=k.device)
     dv = torch.empty(v.shape, dtype=v.dtype, device=v.device)
     delta = torch.empty((B, H, N), dtype=torch.float32, device=q.device)
     for kernel, grid, args, options in arguments(q, k, v, o, lse, do, dq, dk, dv, delta, scale, cfg, causal):
         kernel[grid](**args, **options)
-    return dq, dk, dv
+    return (dq.to(q.dtype) if cfg.ATOMIC_DQ else dq), dk, dv
 
 
 def backward_fn(q, k, v, causal: bool, sm_scale: float | None = None, do: torch.Tensor | None = None,

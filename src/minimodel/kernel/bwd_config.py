@@ -16,6 +16,10 @@ class BwdConfig:
     a multiple of BLOCK_M1, so the causal diagonal of a key tile falls in whole query tiles.
     dQ kernel: BLOCK_M2 query rows per program, BLOCK_N2 key rows per inner step; BLOCK_M2 is a
     multiple of BLOCK_N2 (the forward's rule, `flash._kv_range`). The preprocess takes BLOCK_M2 rows.
+    ATOMIC_DQ: no dQ kernel; the dK/dV kernel adds each tile pair's share of dQ to a float32
+    accumulator with atomic adds, as FlashAttention-2 does: P is computed once instead of twice,
+    but the order of the adds, so dQ's last bits, change from run to run (the default, False, is
+    deterministic). BLOCK_M2 and BLOCK_N2 then size only the preprocess.
     """
 
     BLOCK_M1: int
@@ -26,6 +30,7 @@ class BwdConfig:
     num_stages_kv: int = 2
     num_warps_q: int = 4
     num_stages_q: int = 2
+    ATOMIC_DQ: bool = False
 
     def __post_init__(self):
         blocks = (self.BLOCK_M1, self.BLOCK_N1, self.BLOCK_M2, self.BLOCK_N2)
