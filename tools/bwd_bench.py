@@ -15,8 +15,8 @@ Each configuration is first checked once per (d, causal) at (2, 4, 1000, d) fp16
 autograd (the forward's rule, `minimodel.gpu.grads`); one that fails is said and not timed.
 Timed is the backward alone: the forward's O and LSE saved, one dO, `flash_attn_backward`
 (`backward_fn`), against SDPA's backward of the same inputs through autograd (`autograd.grad` of a
-saved graph). Medians of `triton.testing.do_bench` (eager) or of CUDA-graph replays (`--graph`),
-in ms; TFLOP/s under FlashAttention's convention, backward = 2.5 × the forward's 4·B·H·N²·d,
+saved graph). Medians of `triton.testing.do_bench` (eager) or of CUDA-graph replays (`--graph`,
+`graph_ms`), in ms; TFLOP/s under FlashAttention's convention, backward = 2.5 × the forward's 4·B·H·N²·d,
 halved when causal. The last lines give each configuration's geometric mean of SDPA flash's time
 over the kernel's (the target is >= 1.00). A development tool: the workflow never imports it.
 """
@@ -28,6 +28,7 @@ import csv
 import itertools
 import math
 import sys
+from functools import partial
 
 import torch
 
@@ -66,10 +67,41 @@ def backward_flops(B, H, N, d, causal) -> float:
     return 2.5 * attention_flops(B, H, N, d, causal)
 
 
+def graph_ms(make, rep_ms: float, batches: int = 10) -> float:
+    """Median ms of one call in CUDA-graph replays. `make()` builds the call on the capturing stream
+    (an SDPA forward too: autograd runs a backward on its forward's stream, which must be that one)."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        fn = make()
+        for _ in range(3):  # compiles, and warms the allocator up before the capture
+            fn()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=stream):
+            fn()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    graph.replay()
+    end.record()
+    end.synchronize()
+    replays = max(1, int(rep_ms / batches / max(start.elapsed_time(end), 1e-3)))
+    times = []
+    for _ in range(batches):
+        start.record()
+        for _ in range(replays):
+            graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / replays)
+    return sorted(times)[len(times) // 2]
+
+
 def _timer(graph: bool, warmup_ms: float, rep_ms: float):
+    """ms of the call `make()` builds: eager (`bench.bench_ms`, do_bench's median) or graph replays."""
     if graph:
-        return lambda fn: bench.bench_graph_ms(fn, rep_ms)
-    return lambda fn: bench.bench_ms(fn, warmup_ms, rep_ms)
+        return lambda make: graph_ms(make, rep_ms)
+    return lambda make: bench.bench_ms(make(), warmup_ms, rep_ms)
 
 
 def sdpa_backward(q, k, v, do, causal: bool, backend: str):
@@ -112,7 +144,7 @@ def run(args) -> list[dict]:
         sdpa_ms = {}
         for backend in contract.SDPA_BACKENDS:
             try:
-                sdpa_ms[backend] = time_ms(sdpa_backward(q, k, v, do, p.causal, backend))
+                sdpa_ms[backend] = time_ms(partial(sdpa_backward, q, k, v, do, p.causal, backend))
             except Exception as e:  # noqa: BLE001 -- a backend that does not take this shape, GPU or graph
                 print(f"{backend} at {base}: {str(e).splitlines()[0][:100]}", file=sys.stderr)
                 sdpa_ms[backend] = math.nan
@@ -126,7 +158,7 @@ def run(args) -> list[dict]:
                    "shipped": cfg == shipped, "passed": passed[key][0], "ms": math.nan}
             if passed[key][0]:
                 try:
-                    row["ms"] = time_ms(backward_fn(q, k, v, p.causal, do=do, config=cfg))
+                    row["ms"] = time_ms(partial(backward_fn, q, k, v, p.causal, do=do, config=cfg))
                 except Exception as e:  # noqa: BLE001 -- e.g. out of shared memory: said, not timed
                     print(f"{cfg} at {base}: {type(e).__name__}: {str(e)[:100]}", file=sys.stderr)
             row["tflops"] = flops / row["ms"] / 1e9
