@@ -67,3 +67,31 @@ def test_the_shipped_hopper_configs_compile_for_sm90_without_spilling_and_fit():
     assert len(found) == 8  # two kernels, at d = 64 and 128, causal and not
     for _, registers, spills, shared in found:
         assert int(spills) == 0 and int(shared) <= SHARED_MEMORY[HOPPER] and 0 < int(registers) <= 255
+
+
+def test_a_run_checks_times_and_sums_up_every_point_and_config(monkeypatch):
+    # the CUDA run's path on the CPU, under the interpreter: tiny points, a timer that calls once
+    from conftest import DEVICE
+
+    from minimodel.gpu import grids
+
+    def timer(graph, warmup_ms, rep_ms):
+        def time_ms(make):
+            make()()
+            return 2.0
+        return time_ms
+
+    points = [grids.Point("fa", 1, 1, 48, 32, causal) for causal in (False, True)]
+    monkeypatch.setattr(bwd_bench, "DEVICE", DEVICE)
+    monkeypatch.setattr(bwd_bench, "CHECK_SHAPE", (1, 1, 40))
+    monkeypatch.setattr(bwd_bench, "_timer", timer)
+    monkeypatch.setattr(grids, "flashattention_grid", lambda cfg: points)
+    given = ["--config", "16,32,32,16", "--config", "16,32,32,16,ATOMIC"]
+    parsed = bwd_bench.build_parser().parse_args(given)
+    rows = bwd_bench.run(parsed)
+    assert len(rows) == 2 * 3  # per point: the shipped config and the two given
+    assert all(r["passed"] and r["ms"] == 2.0 for r in rows)
+    assert all(r["tflops"] == bwd_bench.backward_flops(1, 1, 48, 32, r["causal"]) / 2.0 / 1e9 for r in rows)
+    # SDPA's flash backend (the CPU has one) at the same fake 2 ms: ratio 1
+    assert all(r["vs_sdpa_flash"] == 1.0 for r in rows)
+    assert sum(r["shipped"] for r in rows) == 2

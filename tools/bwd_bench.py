@@ -45,6 +45,7 @@ CANDIDATES = {
                for (m1, n1), w, s in itertools.product(((32, 128), (64, 128), (64, 64)), (4, 8), (2, 3))],
 }
 CHECK_SHAPE = (2, 4, 1000)  # B, H, N of the correctness check
+DEVICE = "cuda"  # where `run` checks and times (its test runs it on the CPU, under the interpreter)
 
 
 def parse_config(spec: str) -> BwdConfig:
@@ -118,7 +119,7 @@ def sdpa_backward(q, k, v, do, causal: bool, backend: str):
 def check(cfg: BwdConfig | None, d: int, causal: bool) -> tuple[bool, str]:
     from minimodel.gpu.grads import check_backward_case
 
-    row = check_backward_case(*CHECK_SHAPE, d, causal, "float16", device="cuda",
+    row = check_backward_case(*CHECK_SHAPE, d, causal, "float16", device=DEVICE,
                               generator=torch.Generator().manual_seed(torch.seed()), config=cfg)
     text = " ".join(f"{g} {row[f'err_{g}_kernel_vs_fp64']:.1e}/{row[f'tolerance_{g}']:.1e}"
                     for g in ("dq", "dk", "dv"))
@@ -137,7 +138,7 @@ def run(args) -> list[dict]:
     passed: dict = {}
     rows = []
     for p in points:
-        q, k, v, do = (torch.randn(p.B, p.H, p.N, p.d, device="cuda", dtype=torch.float16) for _ in range(4))
+        q, k, v, do = (torch.randn(p.B, p.H, p.N, p.d, device=DEVICE, dtype=torch.float16) for _ in range(4))
         shipped = default_bwd_config(q, p.causal)
         flops = backward_flops(p.B, p.H, p.N, p.d, p.causal)
         base = {"d": p.d, "causal": p.causal, "N": p.N, "B": p.B, "H": p.H}
@@ -228,7 +229,7 @@ def report(args) -> None:
             print(f"d={d} causal={causal} {cfg}: " + "; ".join(found), flush=True)
 
 
-def main(argv=None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", type=parse_config, action="append", default=[])
     parser.add_argument("--candidates", action="append", default=[], choices=sorted(CANDIDATES))
@@ -239,6 +240,11 @@ def main(argv=None) -> int:
     parser.add_argument("--rep-ms", type=float, default=200.0)
     parser.add_argument("--csv", help="write every row to this file")
     parser.add_argument("--report", action="store_true", help="compile for sm_90 and report; no GPU needed")
+    return parser
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
     if args.report:
         report(args)
