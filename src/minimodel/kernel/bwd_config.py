@@ -55,8 +55,8 @@ HOPPER_CONFIGS = {
     (256, False): BwdConfig(32, 32, 32, 32, 8, 1, 8, 1),
     (256, True): BwdConfig(32, 32, 32, 32, 8, 1, 8, 1),
 }
-# Other GPUs: tiles whose shared memory (at most ~82 KB) fits every architecture's 101 KB (sm_86,
-# sm_89) and that do not spill on sm_90; not timed there.
+# Other GPUs: tiles whose shared memory (at most 80 KiB on sm_90) fits every architecture's 99 KiB
+# (sm_86, sm_89); not timed there.
 PORTABLE_CONFIGS = {64: BwdConfig(64, 128, 128, 64, 8, 2, 8, 2), 128: BwdConfig(32, 64, 64, 32, 4, 2, 4, 2),
                     256: BwdConfig(32, 32, 32, 32, 8, 1, 8, 1)}
 # The interpreter runs one program at a time: few, mid-sized tiles; BLOCK_N1 > BLOCK_M1 and
