@@ -79,6 +79,26 @@ def test_atomic_dq_accumulation_gives_the_same_gradients(gen, causal):
     check(1, 4, 100, 32, causal, gen=gen, H_kv=2, config=BwdConfig(32, 64, 64, 32, ATOMIC_DQ=True))
 
 
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")  # the rows past N, on purpose
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
+@pytest.mark.parametrize("atomic", [False, True])
+def test_rows_whose_every_score_is_very_negative_leave_no_nan(gen, atomic):
+    # every q·k ≈ -200 after scaling, so LSE ≈ -196: a zero key row past N (ragged tile) has
+    # p = exp(0 - LSE), past float32's range; it must not reach a stored gradient
+    d, N = 32, 100
+    u = torch.ones(d) / d**0.5
+    q = (33.6 * u + 0.1 * torch.randn(1, 1, N, d, generator=gen)).half().to(DEVICE)
+    k = (-33.6 * u + 0.1 * torch.randn(1, 1, N, d, generator=gen)).half().to(DEVICE)
+    v, do = half(1, 1, N, d, gen=gen), half(1, 1, N, d, gen=gen)
+    o, lse = flash_attn_forward(q, k, v, causal=False, return_lse=True)
+    assert lse.max().item() < -150
+    got = flash_attn_backward(q, k, v, o, lse, do, False, config=BwdConfig(32, 64, 64, 32, ATOMIC_DQ=atomic))
+    exact = reference_grads(q, k, v, do, False, upcast=True)
+    lowp = reference_grads(q, k, v, do, False)
+    for g, e, t in zip(got, exact, lowp, strict=True):
+        assert not g.isnan().any() and within_rule(g, e, t)
+
+
 def test_sm_scale_is_applied(gen):
     check(1, 1, 60, 32, False, gen=gen, sm_scale=0.3)
 

@@ -65,12 +65,13 @@ def _bwd_preprocess(O, DO, Delta,
 
 
 @triton.jit
-def _dkdv_step(dk, dv, k, v, q_ptrs, do_ptrs, dq_ptrs, lse_ptr, delta_ptr, start_m, offs_m0, offs_n, N,
-               qk_scale, sm_scale, stride_qn, stride_don, stride_dqn,
+def _dkdv_step(dk, dv, k, v, kv_in_range, q_ptrs, do_ptrs, dq_ptrs, lse_ptr, delta_ptr, start_m, offs_m0,
+               offs_n, N, qk_scale, sm_scale, stride_qn, stride_don, stride_dqn,
                MASKED: tl.constexpr, IS_CAUSAL: tl.constexpr, ATOMIC_DQ: tl.constexpr):
     """One query tile against this program's key tile, in transposed form (keys as rows).
 
     ATOMIC_DQ: also add this tile pair's scale · dS K to the float32 dQ accumulator, atomically.
+    Key rows past N (zeros) then get dS = 0: their P need not be finite, and 0 · inf is NaN.
     """
     offs_m = start_m + offs_m0
     row = tl.cast(start_m, tl.int64)
@@ -97,6 +98,7 @@ def _dkdv_step(dk, dv, k, v, q_ptrs, do_ptrs, dq_ptrs, lse_ptr, delta_ptr, start
     dst = pt * (dpt - delta[None, :])
     dk = tl.dot(dst.to(q.dtype), q, dk)
     if ATOMIC_DQ:
+        dst = tl.where(kv_in_range, dst, 0.0)
         dq = tl.dot(tl.trans(dst.to(k.dtype)), k) * sm_scale
         if MASKED:
             tl.atomic_add(dq_ptrs + row * stride_dqn, dq, mask=in_range[:, None], sem="relaxed")
@@ -159,18 +161,18 @@ def _bwd_dkdv_kernel(
         lse_ptr = LSE + (b * H + h) * N
         delta_ptr = Delta + (b * H + h) * N
         for start_m in range(lo, band, BLOCK_M):
-            dk, dv = _dkdv_step(dk, dv, k, v, q_ptrs, do_ptrs, dq_ptrs, lse_ptr, delta_ptr, start_m,
-                                offs_m0, offs_n, N, qk_scale, sm_scale, stride_qn, stride_don, stride_dqn,
-                                True, IS_CAUSAL, ATOMIC_DQ)
+            dk, dv = _dkdv_step(dk, dv, k, v, kv_in_range, q_ptrs, do_ptrs, dq_ptrs, lse_ptr, delta_ptr,
+                                start_m, offs_m0, offs_n, N, qk_scale, sm_scale, stride_qn, stride_don,
+                                stride_dqn, True, IS_CAUSAL, ATOMIC_DQ)
         for start_m in range(band, full, BLOCK_M):
             start_m = tl.multiple_of(start_m, BLOCK_M)
-            dk, dv = _dkdv_step(dk, dv, k, v, q_ptrs, do_ptrs, dq_ptrs, lse_ptr, delta_ptr, start_m,
-                                offs_m0, offs_n, N, qk_scale, sm_scale, stride_qn, stride_don, stride_dqn,
-                                False, IS_CAUSAL, ATOMIC_DQ)
+            dk, dv = _dkdv_step(dk, dv, k, v, kv_in_range, q_ptrs, do_ptrs, dq_ptrs, lse_ptr, delta_ptr,
+                                start_m, offs_m0, offs_n, N, qk_scale, sm_scale, stride_qn, stride_don,
+                                stride_dqn, False, IS_CAUSAL, ATOMIC_DQ)
         for start_m in range(full, N, BLOCK_M):
-            dk, dv = _dkdv_step(dk, dv, k, v, q_ptrs, do_ptrs, dq_ptrs, lse_ptr, delta_ptr, start_m,
-                                offs_m0, offs_n, N, qk_scale, sm_scale, stride_qn, stride_don, stride_dqn,
-                                True, IS_CAUSAL, ATOMIC_DQ)
+            dk, dv = _dkdv_step(dk, dv, k, v, kv_in_range, q_ptrs, do_ptrs, dq_ptrs, lse_ptr, delta_ptr,
+                                start_m, offs_m0, offs_n, N, qk_scale, sm_scale, stride_qn, stride_don,
+                                stride_dqn, True, IS_CAUSAL, ATOMIC_DQ)
 
     dk = dk * sm_scale
     tl.store(DK + b * stride_dkb + h_kv * stride_dkh + rows_n * stride_dkn + offs_d * stride_dkd,
