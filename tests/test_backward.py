@@ -113,15 +113,17 @@ def test_gradients_are_deterministic(gen):
         assert torch.equal(a, b)
 
 
-def test_attention_is_differentiable_through_autograd(gen):
+@pytest.mark.parametrize("sm_scale", [None, 0.5])
+def test_attention_is_differentiable_through_autograd(gen, sm_scale):
     q, k, v = (half(1, 2, 40, 32, gen=gen).requires_grad_() for _ in range(3))
     v.requires_grad_(False)  # a gradient only where one is asked for
-    out = attention(q, k, v, causal=True)
-    torch.testing.assert_close(out.double(), reference_attn(q, k, v, causal=True, upcast=True),
-                               atol=2e-3, rtol=0)
+    out = attention(q, k, v, causal=True, sm_scale=sm_scale)
+    torch.testing.assert_close(out.double(), reference_attn(q, k, v, causal=True, sm_scale=sm_scale,
+                                                            upcast=True), atol=2e-3, rtol=0)
     out.sum().backward()  # dO = ones, broadcast: every stride 0
-    exact = reference_grads(q, k, v, torch.ones_like(out), causal=True, upcast=True)
-    lowp = reference_grads(q, k, v, torch.ones_like(out), causal=True)
+    ones = torch.ones_like(out)
+    exact = reference_grads(q, k, v, ones, causal=True, sm_scale=sm_scale, upcast=True)
+    lowp = reference_grads(q, k, v, ones, causal=True, sm_scale=sm_scale)
     for got, e, t in ((q.grad, exact[0], lowp[0]), (k.grad, exact[1], lowp[1])):
         assert got.shape == e.shape and got.dtype == torch.float16
         assert within_rule(got, e, t)
