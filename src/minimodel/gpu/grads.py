@@ -19,7 +19,7 @@ import torch
 from minimodel.cpu.references import reference_attn
 from minimodel.gpu.correctness import tolerance
 from minimodel.kernel.backward import BwdConfig, default_bwd_config, flash_attn_backward
-from minimodel.kernel.flash import flash_attn_forward
+from minimodel.kernel.flash import flash_attn_forward, launch_config
 
 GRADS = ("dq", "dk", "dv")
 
@@ -56,6 +56,8 @@ def check_backward_case(B: int, H: int, N: int, d: int, causal: bool, dtype: str
 
     err_kernel_vs_fp64, err_torch_vs_fp64 and tolerance are those of the gradient nearest its
     tolerance (`worst`), so the row reads as a forward row does; err_<grad>_* give all three.
+    path: the backward's kernel ("tl"); forward_path: the forward kernel whose O and LSE it took
+    ("gluon" or "tl"); then the backward's tiles (`BwdConfig`).
     """
     H_kv = H_kv or H
     q, k, v, do = random_inputs(B, H, N, d, getattr(torch, dtype), H_kv, device, layout, generator)
@@ -79,6 +81,6 @@ def check_backward_case(B: int, H: int, N: int, d: int, causal: bool, dtype: str
         "worst": worst, "err_kernel_vs_fp64": row[f"err_{worst}_kernel_vs_fp64"],
         "err_torch_vs_fp64": row[f"err_{worst}_torch_vs_fp64"], "tolerance": row[f"tolerance_{worst}"],
         "has_nan": has_nan, "passed": (not has_nan) and passed, "skipped": False, "reason": "",
-        "path": "tl", **cfg.as_dict(),
+        "path": "tl", "forward_path": launch_config(q, k, v, causal).path, **cfg.as_dict(),
     })
     return row
