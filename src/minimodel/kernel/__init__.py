@@ -19,7 +19,7 @@ _CONFIG_NAMES = ("HOPPER", "SHARED_MEMORY", "FwdConfig", "get_fwd_config", "port
 _FLASH_NAMES = ("BF16_INTERPRETER_REASON", "INTERPRETED", "SUPPORTED_DTYPES", "SUPPORTED_HEAD_DIMS",
                 "default_config", "flash_attn_forward", "launch_config")
 
-__all__ = ["use_interpreter_if_no_gpu", *_CONFIG_NAMES, *_FLASH_NAMES]
+__all__ = ["use_interpreter_if_no_gpu", *_CONFIG_NAMES, *_FLASH_NAMES, "attention", "flash_attn_backward"]
 
 
 def use_interpreter_if_no_gpu() -> None:
@@ -44,6 +44,8 @@ def __getattr__(name: str):
         from minimodel.kernel import config as module
     elif name in _FLASH_NAMES:
         from minimodel.kernel import flash as module
+    elif name in ("attention", "flash_attn_backward"):  # differentiable entry point; the backward
+        from minimodel.kernel import autograd as module
     else:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     return getattr(module, name)

@@ -290,7 +290,8 @@ def _validate(Q, K, V) -> None:
     if torch.is_grad_enabled() and any(t.requires_grad for t in (Q, K, V)):
         names = ", ".join(n for n, t in (("Q", Q), ("K", K), ("V", V)) if t.requires_grad)
         raise ValueError(f"{names} require grad, but this kernel is forward-only (no backward "
-                         "pass): call it under torch.no_grad() or pass detached tensors")
+                         "pass): call it under torch.no_grad() or pass detached tensors, or take "
+                         "minimodel.kernel.attention, which autograd differentiates")
 
 
 def _grid(N: int, batch_heads: int, block_m: int) -> tuple[int]:
@@ -337,7 +338,8 @@ def flash_attn_forward(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, causal
     (e.g. a transposed (B, N, H, d) tensor) are read as they are.
     causal: query i sees keys j <= i. sm_scale: any finite number > 0 (a huge one makes the
     softmax a hard maximum, as in float64, never NaN), defaults to 1/sqrt(d).
-    Inputs that require grad are refused while autograd is on: there is no backward pass.
+    Inputs that require grad are refused while autograd is on: this is the forward alone
+    (`minimodel.kernel.attention` is the differentiable entry point).
     return_lse: also return the natural-log log-sum-exp of each row, (B, H, N) float32.
     config: tile configuration; defaults to `get_fwd_config(d, causal, device, N, B·H, SMs)`.
     Returns O with Q's shape and dtype (contiguous), and LSE when asked.

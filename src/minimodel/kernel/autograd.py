@@ -1,0 +1,54 @@
+"""The differentiable entry point: `attention(q, k, v, causal=False, sm_scale=None)`.
+
+The forward is `flash_attn_forward` (its default kernel, the Gluon one included, which stores
+the LSE the backward needs); the backward is `flash_attn_backward` (Triton, FlashAttention-2's
+Algorithm 2). Gradients flow to whichever of q, k, v require them.
+
+    import torch
+    from minimodel.kernel import attention
+    q, k, v = (torch.randn(2, 4, 1024, 64, device="cuda", dtype=torch.float16, requires_grad=True)
+               for _ in range(3))
+    attention(q, k, v, causal=True).sum().backward()   # q.grad, k.grad, v.grad
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.autograd.function import once_differentiable
+
+from minimodel.kernel.backward import flash_attn_backward
+from minimodel.kernel.flash import flash_attn_forward
+
+
+class FlashAttention(torch.autograd.Function):
+    """softmax(Q Kᵀ · sm_scale) V; saves Q, K, V, O and LSE for the backward."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, causal: bool, sm_scale: float | None):
+        # autograd runs this under no_grad, where the forward takes inputs that require grad
+        o, lse = flash_attn_forward(q, k, v, causal=causal, sm_scale=sm_scale, return_lse=True)
+        ctx.save_for_backward(q, k, v, o, lse)
+        ctx.causal, ctx.sm_scale = causal, sm_scale
+        return o
+
+    @staticmethod
+    @once_differentiable  # no double backward: a second derivative raises
+    def backward(ctx, do):
+        q, k, v, o, lse = ctx.saved_tensors
+        dq, dk, dv = flash_attn_backward(q, k, v, o, lse, do, ctx.causal, ctx.sm_scale)
+        return dq, dk, dv, None, None
+
+
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
+              sm_scale: float | None = None) -> torch.Tensor:
+    """Attention softmax(q kᵀ · sm_scale) V that autograd can differentiate.
+
+    Shapes, dtypes, devices and layouts as `flash_attn_forward` takes them (q: (B, H, N, d);
+    k, v: (B, H_kv, N, d), H divisible by H_kv). causal: query i sees keys j <= i.
+    sm_scale defaults to 1/sqrt(d). Without autograd (no input requires grad, or under
+    torch.no_grad()) it is `flash_attn_forward` alone, with no LSE stored.
+    """
+    tensors = (q, k, v)
+    if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in tensors):
+        return FlashAttention.apply(q, k, v, bool(causal), sm_scale)
+    return flash_attn_forward(q, k, v, causal=causal, sm_scale=sm_scale)

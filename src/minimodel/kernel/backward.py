@@ -1,0 +1,367 @@
+"""Flash-attention backward in Triton: `flash_attn_backward(q, k, v, o, lse, do, causal, sm_scale)`.
+
+FlashAttention-2's Algorithm 2 in three launches, none with atomics, so every gradient is the
+same bit for bit from run to run:
+1. `_bwd_preprocess`: D = rowsum(dO ∘ O), one float32 per query row.
+2. `_bwd_dkdv_kernel`: one program per (key tile, batch, K/V head). It keeps its K and V tiles
+   and the fp32 accumulators dK and dV on chip while every query tile of every query head of its
+   group streams past (grouped-query attention: dK and dV are summed over the group inside the
+   program, in a fixed order). Per query tile, with S = scale·Q Kᵀ recomputed:
+       P = exp(S − LSE),  dV += Pᵀ dO,  dP = dO Vᵀ,  dS = P ∘ (dP − D),  dK += dSᵀ Q.
+3. `_bwd_dq_kernel`: one program per (query tile, batch·head), the same recomputation with key
+   tiles streaming past: dQ += dS K. (A separate pass instead of a read-modify-write of dQ per
+   key tile, or atomics: it recomputes P once more, and writes dQ once.)
+A configuration with ATOMIC_DQ (`BwdConfig`) drops launch 3 for FlashAttention-2's own choice:
+the dK/dV kernel adds each tile pair's dS K to a float32 dQ with atomic adds (P computed once;
+dQ's last bits then depend on the order of the adds). The default tables keep it off.
+dQ and dK carry the softmax scale: dQ = scale · dS K, dK = scale · dSᵀ Q.
+
+LSE is the forward's: the natural-log log-sum-exp of each row of S, (B, H, N) float32
+(`flash_attn_forward(..., return_lse=True)`, either of its kernels). The kernels work in base 2,
+P = exp2(q·k · scale·log2 e − LSE · log2 e); the scale is multiplied in before LSE is
+subtracted, so the exponent's rounding is that of a float32 of the scaled score (fine for any
+scale a model uses; the forward's any-finite-scale guarantee is the forward's alone).
+
+Every program is on the grid's x axis (B·H past 65,535 launches) and every element offset is
+64-bit, as in the forward (`minimodel.kernel.flash`). Runs on CUDA, or on CPU tensors under
+Triton's interpreter.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import triton
+import triton.language as tl
+
+from minimodel.kernel import flash
+from minimodel.kernel.bwd_config import BwdConfig, get_bwd_config
+from minimodel.kernel.config import HOPPER, device_arch
+from minimodel.kernel.flash import LOG2E, _grid, _kv_range, _program_ids
+
+_LOG2E = tl.constexpr(LOG2E)  # the kernels turn the forward's natural-log LSE into base 2
+
+
+@triton.jit
+def _bwd_preprocess(O, DO, Delta,
+                    stride_ob, stride_oh, stride_on, stride_od,
+                    stride_dob, stride_doh, stride_don, stride_dod,
+                    H, N, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr):
+    """D = rowsum(dO ∘ O) in float32, for BLOCK_M rows of one (batch, head)."""
+    pid_m, pid_bh = _program_ids(N, BLOCK_M, False)
+    b = (pid_bh // H).to(tl.int64)
+    h = (pid_bh % H).to(tl.int64)
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    rows = offs_m.to(tl.int64)[:, None]
+    offs_d = tl.arange(0, HEAD_DIM).to(tl.int64)[None, :]
+    in_range = offs_m[:, None] < N
+    o = tl.load(O + b * stride_ob + h * stride_oh + rows * stride_on + offs_d * stride_od,
+                mask=in_range, other=0.0)
+    do = tl.load(DO + b * stride_dob + h * stride_doh + rows * stride_don + offs_d * stride_dod,
+                 mask=in_range, other=0.0)
+    delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), 1)
+    tl.store(Delta + pid_bh.to(tl.int64) * N + offs_m, delta, mask=offs_m < N)
+
+
+@triton.jit
+def _dkdv_step(dk, dv, k, v, kv_in_range, q_ptrs, do_ptrs, dq_ptrs, lse_ptr, delta_ptr, start_m, offs_m0,
+               offs_n, N, qk_scale, sm_scale, stride_qn, stride_don, stride_dqn,
+               MASKED: tl.constexpr, IS_CAUSAL: tl.constexpr, ATOMIC_DQ: tl.constexpr):
+    """One query tile against this program's key tile, in transposed form (keys as rows).
+
+    ATOMIC_DQ: also add this tile pair's scale · dS K to the float32 dQ accumulator, atomically.
+    Key rows past N (zeros) then get dS = 0: their P need not be finite, and 0 · inf is NaN.
+    """
+    offs_m = start_m + offs_m0
+    row = tl.cast(start_m, tl.int64)
+    if MASKED:  # the causal diagonal band and the ragged tail: rows past N read as zeros
+        in_range = offs_m < N
+        q = tl.load(q_ptrs + row * stride_qn, mask=in_range[:, None], other=0.0)
+        do = tl.load(do_ptrs + row * stride_don, mask=in_range[:, None], other=0.0)
+        lse = tl.load(lse_ptr + offs_m, mask=in_range, other=0.0)
+        delta = tl.load(delta_ptr + offs_m, mask=in_range, other=0.0)
+    else:
+        q = tl.load(q_ptrs + row * stride_qn)
+        do = tl.load(do_ptrs + row * stride_don)
+        lse = tl.load(lse_ptr + offs_m)
+        delta = tl.load(delta_ptr + offs_m)
+    st = tl.dot(k, tl.trans(q))  # Sᵀ before scaling: (BLOCK_N, BLOCK_M)
+    pt = tl.math.exp2(st * qk_scale - (lse * _LOG2E)[None, :])
+    if MASKED:
+        valid = in_range[None, :]
+        if IS_CAUSAL:
+            valid = valid & (offs_m[None, :] >= offs_n[:, None])
+        pt = tl.where(valid, pt, 0.0)
+    dv = tl.dot(pt.to(do.dtype), do, dv)
+    dpt = tl.dot(v, tl.trans(do))
+    dst = pt * (dpt - delta[None, :])
+    dk = tl.dot(dst.to(q.dtype), q, dk)
+    if ATOMIC_DQ:
+        dst = tl.where(kv_in_range, dst, 0.0)
+        dq = tl.dot(tl.trans(dst.to(k.dtype)), k) * sm_scale
+        if MASKED:
+            tl.atomic_add(dq_ptrs + row * stride_dqn, dq, mask=in_range[:, None], sem="relaxed")
+        else:
+            tl.atomic_add(dq_ptrs + row * stride_dqn, dq, sem="relaxed")
+    return dk, dv
+
+
+@triton.jit
+def _bwd_dkdv_kernel(
+    Q, K, V, DO, DK, DV, DQ, LSE, Delta, qk_scale, sm_scale,
+    stride_qb, stride_qh, stride_qn, stride_qd,
+    stride_kb, stride_kh, stride_kn, stride_kd,
+    stride_vb, stride_vh, stride_vn, stride_vd,
+    stride_dob, stride_doh, stride_don, stride_dod,
+    stride_dkb, stride_dkh, stride_dkn, stride_dkd,
+    stride_dvb, stride_dvh, stride_dvn, stride_dvd,
+    stride_dqb, stride_dqh, stride_dqn, stride_dqd,
+    H, H_KV, N, GROUP,
+    HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, IS_CAUSAL: tl.constexpr,
+    ATOMIC_DQ: tl.constexpr,
+):
+    """dK, dV of BLOCK_N keys of one (batch, K/V head), summed over the GROUP query heads (and,
+    with ATOMIC_DQ, their share of dQ, added to DQ, float32)."""
+    num_n = tl.cdiv(N, BLOCK_N)
+    pid = tl.program_id(0)
+    pid_n = pid % num_n  # causal: the first key tiles have the most query tiles, and start first
+    pid_bkv = pid // num_n
+    b = (pid_bkv // H_KV).to(tl.int64)
+    h_kv = (pid_bkv % H_KV).to(tl.int64)
+
+    start_n = pid_n * BLOCK_N
+    offs_n = start_n + tl.arange(0, BLOCK_N)
+    rows_n = offs_n.to(tl.int64)[:, None]
+    offs_d = tl.arange(0, HEAD_DIM).to(tl.int64)[None, :]
+    kv_in_range = offs_n[:, None] < N
+    k = tl.load(K + b * stride_kb + h_kv * stride_kh + rows_n * stride_kn + offs_d * stride_kd,
+                mask=kv_in_range, other=0.0)
+    v = tl.load(V + b * stride_vb + h_kv * stride_vh + rows_n * stride_vn + offs_d * stride_vd,
+                mask=kv_in_range, other=0.0)
+    dk = tl.zeros([BLOCK_N, HEAD_DIM], dtype=tl.float32)
+    dv = tl.zeros([BLOCK_N, HEAD_DIM], dtype=tl.float32)
+
+    # query rows [lo, band) meet the causal diagonal; [band, full) need no mask; [full, N) is the
+    # ragged tail. Causal query rows before start_n see none of these keys and are skipped.
+    if IS_CAUSAL:
+        lo = start_n
+        band = tl.minimum(start_n + BLOCK_N, N)
+    else:
+        lo = 0
+        band = 0
+    full = tl.maximum(band, (N // BLOCK_M) * BLOCK_M)
+    offs_m0 = tl.arange(0, BLOCK_M)
+    rows_m0 = offs_m0.to(tl.int64)[:, None]
+    for g in range(GROUP):  # in order: the same sum every run
+        h = h_kv * GROUP + g
+        q_ptrs = Q + b * stride_qb + h * stride_qh + rows_m0 * stride_qn + offs_d * stride_qd
+        do_ptrs = DO + b * stride_dob + h * stride_doh + rows_m0 * stride_don + offs_d * stride_dod
+        dq_ptrs = DQ + b * stride_dqb + h * stride_dqh + rows_m0 * stride_dqn + offs_d * stride_dqd
+        lse_ptr = LSE + (b * H + h) * N
+        delta_ptr = Delta + (b * H + h) * N
+        for start_m in range(lo, band, BLOCK_M):
+            dk, dv = _dkdv_step(dk, dv, k, v, kv_in_range, q_ptrs, do_ptrs, dq_ptrs, lse_ptr, delta_ptr,
+                                start_m, offs_m0, offs_n, N, qk_scale, sm_scale, stride_qn, stride_don,
+                                stride_dqn, True, IS_CAUSAL, ATOMIC_DQ)
+        for start_m in range(band, full, BLOCK_M):
+            start_m = tl.multiple_of(start_m, BLOCK_M)
+            dk, dv = _dkdv_step(dk, dv, k, v, kv_in_range, q_ptrs, do_ptrs, dq_ptrs, lse_ptr, delta_ptr,
+                                start_m, offs_m0, offs_n, N, qk_scale, sm_scale, stride_qn, stride_don,
+                                stride_dqn, False, IS_CAUSAL, ATOMIC_DQ)
+        for start_m in range(full, N, BLOCK_M):
+            dk, dv = _dkdv_step(dk, dv, k, v, kv_in_range, q_ptrs, do_ptrs, dq_ptrs, lse_ptr, delta_ptr,
+                                start_m, offs_m0, offs_n, N, qk_scale, sm_scale, stride_qn, stride_don,
+                                stride_dqn, True, IS_CAUSAL, ATOMIC_DQ)
+
+    dk = dk * sm_scale
+    tl.store(DK + b * stride_dkb + h_kv * stride_dkh + rows_n * stride_dkn + offs_d * stride_dkd,
+             dk.to(DK.dtype.element_ty), mask=kv_in_range)
+    tl.store(DV + b * stride_dvb + h_kv * stride_dvh + rows_n * stride_dvn + offs_d * stride_dvd,
+             dv.to(DV.dtype.element_ty), mask=kv_in_range)
+
+
+@triton.jit
+def _dq_step(dq, q, do, lse, delta, k_ptrs, v_ptrs, start_n, offs_n0, offs_m, N, qk_scale,
+             stride_kn, stride_vn, MASKED: tl.constexpr, IS_CAUSAL: tl.constexpr):
+    """One key tile against this program's query tile."""
+    cols = start_n + offs_n0
+    row = tl.cast(start_n, tl.int64)
+    if MASKED:
+        k = tl.load(k_ptrs + row * stride_kn, mask=cols[:, None] < N, other=0.0)
+        vt = tl.load(v_ptrs + row * stride_vn, mask=cols[None, :] < N, other=0.0)
+    else:
+        k = tl.load(k_ptrs + row * stride_kn)
+        vt = tl.load(v_ptrs + row * stride_vn)
+    s = tl.dot(q, tl.trans(k))
+    p = tl.math.exp2(s * qk_scale - lse[:, None])
+    if MASKED:
+        valid = cols[None, :] < N
+        if IS_CAUSAL:
+            valid = valid & (offs_m[:, None] >= cols[None, :])
+        p = tl.where(valid, p, 0.0)
+    dp = tl.dot(do, vt)
+    ds = p * (dp - delta[:, None])
+    return tl.dot(ds.to(k.dtype), k, dq)
+
+
+@triton.jit
+def _bwd_dq_kernel(
+    Q, K, V, DO, DQ, LSE, Delta, qk_scale, sm_scale,
+    stride_qb, stride_qh, stride_qn, stride_qd,
+    stride_kb, stride_kh, stride_kn, stride_kd,
+    stride_vb, stride_vh, stride_vn, stride_vd,
+    stride_dob, stride_doh, stride_don, stride_dod,
+    stride_dqb, stride_dqh, stride_dqn, stride_dqd,
+    H, N, GROUP,
+    HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, IS_CAUSAL: tl.constexpr,
+):
+    """dQ of BLOCK_M queries of one (batch, head): every key tile it sees streams past once."""
+    pid_m, pid_bh = _program_ids(N, BLOCK_M, IS_CAUSAL)
+    b = (pid_bh // H).to(tl.int64)
+    h = (pid_bh % H).to(tl.int64)
+    h_kv = h // GROUP
+
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    rows_m = offs_m.to(tl.int64)[:, None]
+    offs_d = tl.arange(0, HEAD_DIM).to(tl.int64)
+    in_range = offs_m < N
+    q = tl.load(Q + b * stride_qb + h * stride_qh + rows_m * stride_qn + offs_d[None, :] * stride_qd,
+                mask=in_range[:, None], other=0.0)
+    do = tl.load(DO + b * stride_dob + h * stride_doh + rows_m * stride_don + offs_d[None, :] * stride_dod,
+                 mask=in_range[:, None], other=0.0)
+    row_base = pid_bh.to(tl.int64) * N
+    lse = tl.load(LSE + row_base + offs_m, mask=in_range, other=0.0) * _LOG2E
+    delta = tl.load(Delta + row_base + offs_m, mask=in_range, other=0.0)
+
+    offs_n0 = tl.arange(0, BLOCK_N)
+    rows_n0 = offs_n0.to(tl.int64)
+    k_ptrs = K + b * stride_kb + h_kv * stride_kh + rows_n0[:, None] * stride_kn + offs_d[None, :] * stride_kd
+    v_ptrs = V + b * stride_vb + h_kv * stride_vh + rows_n0[None, :] * stride_vn + offs_d[:, None] * stride_vd
+    dq = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+    lo, hi = _kv_range(pid_m, N, BLOCK_M, BLOCK_N, IS_CAUSAL)
+    for start_n in range(0, lo, BLOCK_N):
+        start_n = tl.multiple_of(start_n, BLOCK_N)
+        dq = _dq_step(dq, q, do, lse, delta, k_ptrs, v_ptrs, start_n, offs_n0, offs_m, N, qk_scale,
+                      stride_kn, stride_vn, False, IS_CAUSAL)
+    for start_n in range(lo, hi, BLOCK_N):
+        dq = _dq_step(dq, q, do, lse, delta, k_ptrs, v_ptrs, start_n, offs_n0, offs_m, N, qk_scale,
+                      stride_kn, stride_vn, True, IS_CAUSAL)
+
+    dq = dq * sm_scale
+    tl.store(DQ + b * stride_dqb + h * stride_dqh + rows_m * stride_dqn + offs_d[None, :] * stride_dqd,
+             dq.to(DQ.dtype.element_ty), mask=in_range[:, None])
+
+
+def default_bwd_config(q: torch.Tensor, causal: bool) -> BwdConfig:
+    """The configuration `flash_attn_backward` runs for q of shape (B, H, N, d) when none is given."""
+    arch = device_arch(q.device) if q.device.type == "cuda" else HOPPER
+    return get_bwd_config(q.shape[-1], causal, q.device.type, arch)
+
+
+def _strides(prefix: str, t: torch.Tensor) -> dict:
+    return {f"stride_{prefix}{axis}": s for axis, s in zip("bhnd", t.stride(), strict=True)}
+
+
+def _validate(q, k, v, o, lse, do) -> None:
+    """The forward's checks on Q, K, V (`flash._validate`), then O, dO and LSE against them."""
+    # detached: inputs that require grad are what a backward is for (the forward refuses them)
+    flash._validate(*(t.detach() if isinstance(t, torch.Tensor) else t for t in (q, k, v)))
+    B, H, N, _ = q.shape
+    for name, t in (("O", o), ("dO", do)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.shape != q.shape:
+            raise ValueError(f"{name} must have Q's shape (B, H, N, d) = {tuple(q.shape)}, "
+                             f"got {tuple(t.shape)}")
+        if t.dtype != q.dtype:
+            raise TypeError(f"{name} has dtype {t.dtype}; accepted: Q's dtype, {q.dtype}")
+        if t.device != q.device:
+            raise ValueError(f"{name} is on {t.device}; accepted: Q's device, {q.device}")
+    if not isinstance(lse, torch.Tensor):
+        raise TypeError(f"LSE must be a torch.Tensor, got {type(lse).__name__}")
+    if lse.shape != (B, H, N) or lse.dtype != torch.float32 or lse.device != q.device:
+        raise ValueError(f"LSE must be float32 of shape (B, H, N) = {(B, H, N)} on {q.device} (the "
+                         f"forward's return_lse=True), got {lse.dtype} {tuple(lse.shape)} on {lse.device}")
+
+
+def _scale(d: int, sm_scale: float | None) -> float:
+    scale = 1.0 / math.sqrt(d) if sm_scale is None else float(sm_scale)
+    if not (math.isfinite(scale) and scale > 0):
+        raise ValueError(f"sm_scale must be a finite number > 0, got {sm_scale!r}")
+    return scale
+
+
+def arguments(q, k, v, o, lse, do, dq, dk, dv, delta, scale: float, cfg: BwdConfig, causal: bool):
+    """[(kernel, grid, arguments, launch options)] of the launches, in order: what
+    `flash_attn_backward` runs, and what a compile for a GPU without one specializes on.
+    dq: dQ in q's dtype, or with cfg.ATOMIC_DQ the zeroed float32 accumulator (then there is no
+    dQ kernel: the dK/dV kernel adds to it)."""
+    B, H, N, d = q.shape
+    H_kv = k.shape[1]
+    qk_scale = scale * LOG2E
+    pre = dict(O=o, DO=do, Delta=delta, **_strides("o", o), **_strides("do", do), H=H, N=N,
+               HEAD_DIM=d, BLOCK_M=cfg.BLOCK_M2)
+    common = dict(qk_scale=qk_scale, sm_scale=scale, **_strides("q", q), **_strides("k", k),
+                  **_strides("v", v), **_strides("do", do), HEAD_DIM=d, IS_CAUSAL=bool(causal))
+    dkdv = dict(Q=q, K=k, V=v, DO=do, DK=dk, DV=dv, DQ=dq, LSE=lse, Delta=delta, **common,
+                **_strides("dk", dk), **_strides("dv", dv), **_strides("dq", dq), H=H, H_KV=H_kv, N=N,
+                GROUP=H // H_kv, BLOCK_M=cfg.BLOCK_M1, BLOCK_N=cfg.BLOCK_N1, ATOMIC_DQ=cfg.ATOMIC_DQ)
+    dqa = dict(Q=q, K=k, V=v, DO=do, DQ=dq, LSE=lse, Delta=delta, **common, **_strides("dq", dq),
+               H=H, N=N, GROUP=H // H_kv, BLOCK_M=cfg.BLOCK_M2, BLOCK_N=cfg.BLOCK_N2)
+    launches = [
+        (_bwd_preprocess, _grid(N, B * H, cfg.BLOCK_M2), pre, dict(num_warps=4, num_stages=1)),
+        (_bwd_dkdv_kernel, _grid(N, B * H_kv, cfg.BLOCK_N1), dkdv,
+         dict(num_warps=cfg.num_warps_kv, num_stages=cfg.num_stages_kv)),
+        (_bwd_dq_kernel, _grid(N, B * H, cfg.BLOCK_M2), dqa,
+         dict(num_warps=cfg.num_warps_q, num_stages=cfg.num_stages_q)),
+    ]
+    return launches[:2] if cfg.ATOMIC_DQ else launches
+
+
+def flash_attn_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
+                        lse: torch.Tensor, do: torch.Tensor, causal: bool = False,
+                        sm_scale: float | None = None, config: BwdConfig | None = None):
+    """(dQ, dK, dV) of attention softmax(Q Kᵀ · sm_scale) V at the output gradient dO.
+
+    q: (B, H, N, d); k, v: (B, H_kv, N, d) with H divisible by H_kv (dK and dV are summed over
+    the H / H_kv query heads sharing a K/V head). o, lse: the forward's output and its
+    natural-log LSE, `flash_attn_forward(q, k, v, causal, sm_scale, return_lse=True)`;
+    do: (B, H, N, d). Dtypes, head dims, devices as the forward: float16 or bfloat16, d in
+    `flash.SUPPORTED_HEAD_DIMS`, one CUDA device or the CPU under TRITON_INTERPRET=1. Every
+    tensor is read through its strides (any layout, broadcast dO included); a non-contiguous
+    LSE is copied. causal and sm_scale must be the forward's (sm_scale defaults to 1/sqrt(d)).
+    config: tiles; defaults to `default_bwd_config(q, causal)`.
+    Returns dQ, dK, dV, contiguous, in the shapes and dtype of q, k, v.
+    """
+    _validate(q, k, v, o, lse, do)
+    B, H, N, d = q.shape
+    scale = _scale(d, sm_scale)
+    if q.numel() == 0 or k.numel() == 0:
+        return tuple(torch.zeros(t.shape, dtype=t.dtype, device=t.device) for t in (q, k, v))
+    cfg = config or default_bwd_config(q, causal)
+    q, k, v, o, do = (t.detach() for t in (q, k, v, o, do))
+    lse = lse.detach().contiguous()
+    if cfg.ATOMIC_DQ:
+        dq = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
+    else:
+        dq = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    dk = torch.empty(k.shape, dtype=k.dtype, device=k.device)
+    dv = torch.empty(v.shape, dtype=v.dtype, device=v.device)
+    delta = torch.empty((B, H, N), dtype=torch.float32, device=q.device)
+    for kernel, grid, args, options in arguments(q, k, v, o, lse, do, dq, dk, dv, delta, scale, cfg, causal):
+        kernel[grid](**args, **options)
+    return (dq.to(q.dtype) if cfg.ATOMIC_DQ else dq), dk, dv
+
+
+def backward_fn(q, k, v, causal: bool, sm_scale: float | None = None, do: torch.Tensor | None = None,
+                config: BwdConfig | None = None, generator: torch.Generator | None = None):
+    """The backward alone, as a timing loop wants it: runs the forward once (O and LSE saved),
+    draws dO (standard normal, unless given) and returns a call with no arguments that runs
+    `flash_attn_backward` on them and returns (dQ, dK, dV)."""
+    with torch.no_grad():
+        o, lse = flash.flash_attn_forward(q.detach(), k.detach(), v.detach(), causal=causal,
+                                          sm_scale=sm_scale, return_lse=True)
+    if do is None:
+        do = torch.randn(q.shape, generator=generator, device="cpu").to(device=q.device, dtype=q.dtype)
+    return lambda: flash_attn_backward(q, k, v, o, lse, do, causal, sm_scale, config)

@@ -1,0 +1,265 @@
+"""Check and time the Triton backward on a CUDA device, beside SDPA's flash, efficient and cuDNN backends.
+
+    python tools/bwd_bench.py                                   # the shipped table, FlashAttention's grid
+    python tools/bwd_bench.py --d 128 --config 64,128,128,64,8,2,8,2 --config 32,128,128,32,8,2,8,2
+    python tools/bwd_bench.py --candidates sweep --graph --csv bwd.csv
+    python tools/bwd_bench.py --report --candidates sweep      # registers, spills, shared memory on
+                                                               # sm_90, compiled without a GPU
+
+A configuration is `BwdConfig`'s fields in order: BLOCK_M1,BLOCK_N1,BLOCK_M2,BLOCK_N2 (dK/dV query
+and key tiles, dQ query and key tiles), then WARPS_KV,STAGES_KV,WARPS_Q,STAGES_Q (optional,
+4,2,4,2), then ATOMIC (optional: dQ by atomic adds in the dK/dV kernel, no dQ kernel). The
+shipped configuration (`default_bwd_config`) of each point is always run too (`shipped`).
+
+Each configuration is first checked once per (d, causal) at (2, 4, 1000, d) fp16 against float64
+autograd (the forward's rule, `minimodel.gpu.grads`); one that fails is said and not timed.
+Timed is the backward alone: the forward's O and LSE saved, one dO, `flash_attn_backward`
+(`backward_fn`), against SDPA's backward of the same inputs through autograd (`autograd.grad` of a
+saved graph). Medians of `triton.testing.do_bench` (eager) or of CUDA-graph replays (`--graph`,
+`graph_ms`), in ms; TFLOP/s under FlashAttention's convention, backward = 2.5 × the forward's 4·B·H·N²·d,
+halved when causal. The last lines give each configuration's geometric mean of SDPA flash's time
+over the kernel's (the target is >= 1.00). A development tool: the workflow never imports it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import itertools
+import math
+import sys
+from functools import partial
+
+import torch
+
+from minimodel import contract
+from minimodel.gpu import bench, grids
+from minimodel.kernel.bwd_config import BwdConfig
+
+CANDIDATES = {
+    "sweep": [BwdConfig(m1, n1, m2, n2, w, s, w, s)
+              for (m1, n1), (m2, n2), w, s in itertools.product(
+                  ((32, 128), (64, 128), (64, 64)), ((128, 64), (128, 32), (64, 64)), (4, 8), (2, 3))],
+    # dQ by atomic adds (FlashAttention-2's way): only the dK/dV kernel's tiles matter
+    "atomic": [BwdConfig(m1, n1, 128, 64, w, s, ATOMIC_DQ=True)
+               for (m1, n1), w, s in itertools.product(((32, 128), (64, 128), (64, 64)), (4, 8), (2, 3))],
+}
+CHECK_SHAPE = (2, 4, 1000)  # B, H, N of the correctness check
+DEVICE = "cuda"  # where `run` checks and times (its test runs it on the CPU, under the interpreter)
+
+
+def parse_config(spec: str) -> BwdConfig:
+    """`BLOCK_M1,BLOCK_N1,BLOCK_M2,BLOCK_N2[,WARPS_KV,STAGES_KV,WARPS_Q,STAGES_Q][,ATOMIC]`."""
+    parts = [p.strip() for p in spec.split(",")]
+    atomic = parts[-1].upper() == "ATOMIC"
+    try:
+        sizes = [int(p) for p in parts[:-1 if atomic else None]]
+        if len(sizes) not in (4, 8):
+            raise ValueError(f"{len(sizes)} numbers")
+        return BwdConfig(*sizes, ATOMIC_DQ=atomic)
+    except (TypeError, ValueError) as e:
+        raise argparse.ArgumentTypeError(f"{spec!r}: expected BLOCK_M1,BLOCK_N1,BLOCK_M2,BLOCK_N2"
+                                         f"[,WARPS_KV,STAGES_KV,WARPS_Q,STAGES_Q][,ATOMIC] ({e})") from e
+
+
+def backward_flops(B, H, N, d, causal) -> float:
+    from minimodel.symbolic import attention_flops
+
+    return 2.5 * attention_flops(B, H, N, d, causal)
+
+
+def graph_ms(make, rep_ms: float, batches: int = 10) -> float:
+    """Median ms of one call in CUDA-graph replays. `make()` builds the call on the capturing stream
+    (an SDPA forward too: autograd runs a backward on its forward's stream, which must be that one)."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        fn = make()
+        for _ in range(3):  # compiles, and warms the allocator up before the capture
+            fn()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=stream):
+            fn()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    graph.replay()
+    end.record()
+    end.synchronize()
+    replays = max(1, int(rep_ms / batches / max(start.elapsed_time(end), 1e-3)))
+    times = []
+    for _ in range(batches):
+        start.record()
+        for _ in range(replays):
+            graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / replays)
+    return sorted(times)[len(times) // 2]
+
+
+def _timer(graph: bool, warmup_ms: float, rep_ms: float):
+    """ms of the call `make()` builds: eager (`bench.bench_ms`, do_bench's median) or graph replays."""
+    if graph:
+        return lambda make: graph_ms(make, rep_ms)
+    return lambda make: bench.bench_ms(make(), warmup_ms, rep_ms)
+
+
+def sdpa_backward(q, k, v, do, causal: bool, backend: str):
+    """A call running SDPA's backward (`backend` of `contract.SDPA_BACKENDS`) of a saved graph."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.nn.functional import scaled_dot_product_attention as sdpa
+
+    leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+    with sdpa_kernel(getattr(SDPBackend, contract.SDPA_BACKENDS[backend])):
+        out = sdpa(*leaves, is_causal=causal)
+    return lambda: torch.autograd.grad(out, leaves, do, retain_graph=True)
+
+
+def check(cfg: BwdConfig | None, d: int, causal: bool) -> tuple[bool, str]:
+    from minimodel.gpu.grads import check_backward_case
+
+    row = check_backward_case(*CHECK_SHAPE, d, causal, "float16", device=DEVICE,
+                              generator=torch.Generator().manual_seed(torch.seed()), config=cfg)
+    text = " ".join(f"{g} {row[f'err_{g}_kernel_vs_fp64']:.1e}/{row[f'tolerance_{g}']:.1e}"
+                    for g in ("dq", "dk", "dv"))
+    return bool(row["passed"]), text
+
+
+def run(args) -> list[dict]:
+    from minimodel.kernel.backward import backward_fn, default_bwd_config
+
+    timing = grids.default_timing_config()
+    time_ms = _timer(args.graph, timing["warmup_ms"], args.rep_ms)
+    points = [p for p in grids.flashattention_grid(timing)
+              if (not args.d or p.d in args.d) and (not args.n or p.N in args.n)
+              and (args.causal is None or p.causal == args.causal)]
+    configs = [*args.config, *(c for name in args.candidates for c in CANDIDATES[name])]
+    passed: dict = {}
+    rows = []
+    for p in points:
+        q, k, v, do = (torch.randn(p.B, p.H, p.N, p.d, device=DEVICE, dtype=torch.float16) for _ in range(4))
+        shipped = default_bwd_config(q, p.causal)
+        flops = backward_flops(p.B, p.H, p.N, p.d, p.causal)
+        base = {"d": p.d, "causal": p.causal, "N": p.N, "B": p.B, "H": p.H}
+        sdpa_ms = {}
+        for backend in contract.SDPA_BACKENDS:
+            try:
+                sdpa_ms[backend] = time_ms(partial(sdpa_backward, q, k, v, do, p.causal, backend))
+            except Exception as e:  # noqa: BLE001 -- a backend that does not take this shape, GPU or graph
+                print(f"{backend} at {base}: {str(e).splitlines()[0][:100]}", file=sys.stderr)
+                sdpa_ms[backend] = math.nan
+        for cfg in dict.fromkeys([shipped, *configs]):
+            key = (cfg, p.d, p.causal)
+            if key not in passed:
+                passed[key] = check(cfg, p.d, p.causal)
+                print(f"check d={p.d} causal={p.causal} {cfg}: {'pass' if passed[key][0] else 'FAIL'} "
+                      f"({passed[key][1]})", flush=True)
+            row = {**base, "config": ",".join(str(x) for x in cfg.as_dict().values()),
+                   "shipped": cfg == shipped, "passed": passed[key][0], "ms": math.nan}
+            if passed[key][0]:
+                try:
+                    row["ms"] = time_ms(partial(backward_fn, q, k, v, p.causal, do=do, config=cfg))
+                except Exception as e:  # noqa: BLE001 -- e.g. out of shared memory: said, not timed
+                    print(f"{cfg} at {base}: {type(e).__name__}: {str(e)[:100]}", file=sys.stderr)
+            row["tflops"] = flops / row["ms"] / 1e9
+            row.update({f"{b}_ms": t for b, t in sdpa_ms.items()})
+            row["vs_sdpa_flash"] = sdpa_ms[contract.SDPA_FLASH] / row["ms"]
+            rows.append(row)
+            print("  ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()),
+                  flush=True)
+    return rows
+
+
+def summary(rows: list[dict]) -> list[tuple]:
+    """Per configuration ("shipped" for the table's own), per (d, causal) and over all points:
+    (name, d, causal, points, geometric mean of SDPA flash's time over the kernel's); NaN where a
+    point has no ratio (a config or SDPA that did not run there)."""
+    groups: dict = {}
+    for r in rows:
+        name = "shipped" if r["shipped"] else r["config"]
+        for key in ((name, r["d"], r["causal"]), (name, "all", "all")):
+            groups.setdefault(key, []).append(r["vs_sdpa_flash"])
+    found = []
+    for (name, d, causal), ratios in groups.items():
+        ok = [x for x in ratios if x > 0 and math.isfinite(x)]
+        mean = math.exp(sum(map(math.log, ok)) / len(ok)) if ok and len(ok) == len(ratios) else math.nan
+        found.append((name, d, causal, len(ratios), mean))
+    return found
+
+
+def print_summary(rows: list[dict]) -> None:
+    print("\nconfig                      d     causal  points  geomean(sdpa_flash / kernel)")
+    for name, d, causal, points, mean in summary(rows):
+        print(f"{name:26s}  {d!s:5s} {causal!s:7s} {points:6d}  {mean:.3f}")
+
+
+def compiled_usage(kernel, kargs: dict, options: dict, arch: int = 90) -> str:
+    """Registers per thread, spill bytes and shared memory of `kernel` compiled for sm_`arch` as a
+    launch with these arguments specializes it (tools/kernel_report.py's signature and cubin reading)."""
+    import re
+
+    import kernel_report
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    signature, constants, attrs = kernel_report._signature(kernel, kernel_report._as_types(kargs))
+    compiled = triton.compile(ASTSource(kernel, signature, constants, attrs),
+                              target=GPUTarget("cuda", arch, 32), options=options)
+    usage = kernel_report._cuobjdump(compiled.asm["cubin"], "--dump-resource-usage")
+    regs, stack = (re.search(rf"{key}:(\d+)", usage).group(1) for key in ("REG", "STACK"))
+    return f"{regs} registers, {stack} spill bytes, {compiled.metadata.shared} shared bytes"
+
+
+def report(args) -> None:
+    """Compile each configuration's two gradient kernels for sm_90 without a GPU (run it without
+    TRITON_INTERPRET=1): registers per thread, spill bytes, shared memory."""
+    from minimodel.kernel.backward import arguments, get_bwd_config
+
+    configs = [*args.config, *(c for name in args.candidates for c in CANDIDATES[name])]
+    causals = (False, True) if args.causal is None else (args.causal,)
+    for d, causal in itertools.product(args.d or (64, 128), causals):
+        t = torch.empty(1, 1, 4096, d, dtype=torch.float16)
+        lse = torch.empty(1, 1, 4096)
+        for cfg in dict.fromkeys([get_bwd_config(d, causal, "cuda"), *configs]):
+            launches = arguments(t, t, t, t, lse, t, t, t, t, lse, 0.125, cfg, causal)[1:]
+            found = [f"{kernel.__name__}: " + compiled_usage(kernel, kargs, options)
+                     for kernel, _, kargs, options in launches]
+            print(f"d={d} causal={causal} {cfg}: " + "; ".join(found), flush=True)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config", type=parse_config, action="append", default=[])
+    parser.add_argument("--candidates", action="append", default=[], choices=sorted(CANDIDATES))
+    parser.add_argument("--d", type=int, action="append", help="head dims (default: the grid's)")
+    parser.add_argument("--n", type=int, action="append", help="sequence lengths (default: the grid's)")
+    parser.add_argument("--causal", type=lambda s: s.lower() in ("1", "true", "yes"), default=None)
+    parser.add_argument("--graph", action="store_true", help="time CUDA-graph replays, not eager calls")
+    parser.add_argument("--rep-ms", type=float, default=200.0)
+    parser.add_argument("--csv", help="write every row to this file")
+    parser.add_argument("--report", action="store_true", help="compile for sm_90 and report; no GPU needed")
+    return parser
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.report:
+        report(args)
+        return 0
+    if not torch.cuda.is_available():
+        parser.error("timing needs a CUDA device (--report compiles without one)")
+    rows = run(args)
+    print_summary(rows)
+    if args.csv and rows:
+        with open(args.csv, "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
