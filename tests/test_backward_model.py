@@ -276,11 +276,9 @@ def test_todays_figures_and_readme_read_only_the_forward_rows():
     both_cpu = _with_backward(cpu, pd.DataFrame(backward_bytes.sweep([256, 512], [64], ["float32"])))
     fig, data = plots.bytes_vs_n(both_cpu, "test machine")
     assert set(data["direction"]) == {contract.FORWARD} and len(data) == len(cpu)
-    plots.plt.close(fig)
     fig, ratio = plots.intensity_ratio(both_sym, (64, 64))
     plain = plots.intensity_ratio(sym, (64, 64))[1]
     assert ratio[plain.columns].equals(plain)
-    plots.plt.close("all")
     assert results_readme.bytes_answers(both_sym, both_cpu) == results_readme.bytes_answers(sym, cpu)
 
 

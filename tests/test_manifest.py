@@ -136,7 +136,7 @@ def test_verify_cli_without_manifests(tmp_path, capsys):
 
 def test_python_m_minimodel_hands_each_command_its_own_arguments(tmp_path, monkeypatch, capsys):
     from minimodel import __main__ as cli
-    from minimodel.report import compare
+    from minimodel.report.compare import cli as compare
 
     smk = run_stage(tmp_path, monkeypatch)
     assert cli.main(["verify", str(tmp_path / "out"), "--root", str(tmp_path)]) == 0

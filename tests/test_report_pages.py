@@ -15,6 +15,14 @@ from docutils.core import publish_parts
 from minimodel import contract
 from minimodel.report import results_readme
 
+REFERENCE = Path(__file__).resolve().parents[1] / "results" / "reference" / "nvidia-h200"
+
+
+@pytest.fixture
+def reference() -> Path:
+    """The committed H200 run (read only)."""
+    return REFERENCE
+
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = ROOT / "workflow" / "report"
 CONFIG = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
