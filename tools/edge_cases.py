@@ -55,7 +55,7 @@ def _long(kernel, N, d, misalign):
 def _many_heads(kernel):
     import torch
 
-    from minimodel.cpu.references import reference_attn
+    from minimodel.attention_ref import reference_attn
 
     gen = torch.Generator(device="cuda").manual_seed(0)
     q, k, v = (torch.randn(2, 35_000, 40, 16, device="cuda", generator=gen).half() for _ in range(3))

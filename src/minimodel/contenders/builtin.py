@@ -39,7 +39,7 @@ def triton_tl(q, k, v, causal=False):
 
 
 def naive(q, k, v, causal=False):
-    from minimodel.cpu.references import reference_attn
+    from minimodel.attention_ref import reference_attn
 
     return reference_attn(q, k, v, causal=causal)
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import torch
 
+from minimodel.attention_ref import reference_attn
 from minimodel.contenders.run import Case, Child, inputs
 from minimodel.contenders.spec import Contender
-from minimodel.cpu.references import reference_attn
 
 
 def _row(contender: Contender, case: Case, **values) -> dict:

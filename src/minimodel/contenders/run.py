@@ -30,6 +30,7 @@ import torch
 from minimodel.contenders.spec import Contender, load
 from minimodel.provenance.project import SRC
 from minimodel.subprocesses import die_with_parent
+from minimodel.timers import bench_graph_ms, bench_ms
 
 
 @dataclass(frozen=True)
@@ -110,8 +111,6 @@ def checked_output(fn, case: Case) -> torch.Tensor:
 def timed(fn, case: TimingCase) -> dict:
     """One checked call (its first head comes back for the float64 check), then eager and
     CUDA-graph times, as the timing stage takes them for its own implementations."""
-    from minimodel.gpu.bench import bench_graph_ms, bench_ms
-
     q, k, v = timing_inputs(case)
     poison = torch.full_like(q, float("nan"))
     del poison

@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterable
 import torch
 from tqdm import tqdm
 
-from minimodel import symbolic
+from minimodel import attention_ref, symbolic
 from minimodel.cpu import references
 
 log = logging.getLogger(__name__)
@@ -300,7 +300,7 @@ def measure(scheme: str, n: int, d: int, dtype: str, block_r: int = 64, block_c:
     gen = torch.Generator().manual_seed(random_seed)
     Q, K, V = (torch.randn(n, d, generator=gen).to(getattr(torch, dtype)) for _ in range(3))
     if scheme == "naive":
-        fn = references.attn_naive
+        fn = attention_ref.attn_naive
     else:
         fn = lambda q, k, v: references.attn_flash_reference_cpu(q, k, v, block_r, block_c)
     # The count does not depend on values. The naive reference's N x N matmuls are slow on a CPU

@@ -23,7 +23,7 @@ import torch
 from tqdm import tqdm
 
 from minimodel import contract
-from minimodel.cpu.references import reference_attn
+from minimodel.attention_ref import reference_attn
 from minimodel.kernel import (
     BF16_INTERPRETER_REASON,
     INTERPRETED,

@@ -124,7 +124,7 @@ def planned_rows(cfg: dict, l2_bytes: int, reason: str, contenders=()) -> list[d
 # ---- the profiled process -------------------------------------------------------------------
 
 def _implementation(row: dict, contender):
-    from minimodel.cpu.references import attn_naive
+    from minimodel.attention_ref import attn_naive
     from minimodel.kernel import flash_attn_forward
 
     causal = row["causal"]

@@ -28,13 +28,12 @@ import time
 import torch
 from tqdm import tqdm
 
-from minimodel import contract, symbolic
+from minimodel import contract, roofline_model, symbolic
+from minimodel.attention_ref import reference_attn
 from minimodel.contenders.run import TimingCase, timing_inputs
-from minimodel.cpu import roofline
-from minimodel.cpu.references import reference_attn
 from minimodel.gpu import correctness, grids
-from minimodel.gpu.bench import bench_graph_ms, bench_ms
 from minimodel.kernel import default_config, flash_attn_forward, launch_config
+from minimodel.timers import bench_graph_ms, bench_ms
 
 log = logging.getLogger(__name__)
 
@@ -249,7 +248,7 @@ def run(cfg: dict, random_seed: int, cpu_prediction: dict | None = None, progres
         if p.causal:
             continue
         block_m = default_config(torch.empty(p.B, p.H, p.N, p.d, device="cuda"), False).BLOCK_M
-        predictions.append(roofline.predict_speedup(ceilings, p.N, p.d, block_m, block_m, "float16"))
+        predictions.append(roofline_model.predict_speedup(ceilings, p.N, p.d, block_m, block_m, "float16"))
     return {
         **machine,
         "device_l2_bytes": device_l2,
