@@ -4,6 +4,7 @@ import logging
 
 import torch
 
+import minimodel.entry  # noqa: F401 (first: compiled or interpreted is decided on import)
 from minimodel import roofline_model
 from minimodel.cpu import roofline
 from minimodel.provenance import project

@@ -4,6 +4,7 @@ import json
 
 import pandas as pd
 
+import minimodel.entry  # noqa: F401 (first: compiled or interpreted is decided on import)
 from minimodel.provenance.io import save_figure
 from minimodel.provenance.manifest import stage
 from minimodel.report import plots

@@ -1,5 +1,6 @@
 """Rule `readme`: the results README, every number read from this run's tables."""
 
+import minimodel.entry  # noqa: F401 (first: compiled or interpreted is decided on import)
 from minimodel.provenance.io import write_text
 from minimodel.provenance.manifest import stage
 from minimodel.report import results_readme

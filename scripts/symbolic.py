@@ -1,5 +1,6 @@
 """Rule `symbolic`: the byte model's tidy table, its closed forms and the lab's printed table."""
 
+import minimodel.entry  # noqa: F401 (first: compiled or interpreted is decided on import)
 from minimodel import symbolic
 from minimodel.provenance.io import write_csv, write_text
 from minimodel.provenance.manifest import stage

@@ -1,5 +1,6 @@
 """Rule `verify`: the manifests of this run re-hashed; any change fails the rule."""
 
+import minimodel.entry  # noqa: F401 (first: compiled or interpreted is decided on import)
 from minimodel.provenance.io import write_text
 from minimodel.provenance.manifest import stage, verify_manifests
 

@@ -25,10 +25,14 @@ import itertools
 import sys
 from pathlib import Path
 
+import pandas as pd
 import torch
 
+import minimodel.entry  # noqa: F401 (first: compiled or interpreted is decided on import)
 from minimodel.gpu import grids, timing
-from minimodel.kernel.config import FwdConfig
+from minimodel.kernel import FwdConfig, flash_attn_forward, launch_config
+from minimodel.provenance.io import write_csv
+from minimodel.timers import bench_graph_ms, bench_ms
 
 SIZES = ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages")
 CANDIDATES = {
@@ -83,10 +87,8 @@ def tune_point(B, H, N, d, causal, configs, warmup_ms=25, rep_ms=100,
     """
     def bench(fn):
         if graph:
-            return timing.bench_graph_ms(fn, rep_ms)
-        return timing.bench_ms(fn, warmup_ms, rep_ms)
-
-    from minimodel.kernel import flash_attn_forward, launch_config
+            return bench_graph_ms(fn, rep_ms)
+        return bench_ms(fn, warmup_ms, rep_ms)
 
     q, k, v = (torch.randn(B, H, N, d, device="cuda", dtype=torch.float16) for _ in range(3))
     qs, ks, vs, exact, err_torch = timing.one_head_reference(q, k, v, causal)
@@ -130,8 +132,6 @@ def run(points, configs, warmup_ms=25, rep_ms=100, progress=sys.stderr,
 
 def summarize(frame):
     """Best config per point beside cuDNN and FA2, as ratios."""
-    import pandas as pd
-
     key = ["d", "causal", "N"]
     tri = frame[frame.impl == "triton"].dropna(subset=["tflops"])
     best = tri.loc[tri.groupby(key)["tflops"].idxmax()].set_index(key)
@@ -178,8 +178,6 @@ def main(argv=None) -> int:
     if not torch.cuda.is_available():
         print("tuning needs a CUDA device", file=sys.stderr)
         return 2
-    import pandas as pd
-
     if args.grid == "lab":
         points = [(p.B, p.H, p.N, p.d, p.causal)
                   for p in grids.lab_grid(grids.default_timing_config())]
@@ -188,8 +186,6 @@ def main(argv=None) -> int:
         points = [(*grid_shape(n, d, args), causal)
                   for d in args.d for causal in (False, True) for n in args.n]
         baselines = ("sdpa_cudnn", "sdpa_flash")
-    from minimodel.provenance.io import write_csv
-
     args.out.mkdir(parents=True, exist_ok=True)
 
     def save(rows):  # after every point, so a run cut short keeps what it measured

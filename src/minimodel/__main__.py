@@ -6,6 +6,7 @@
 
 import sys
 
+import minimodel.entry  # noqa: F401 (first: compiled or interpreted is decided on import)
 from minimodel.provenance import manifest
 from minimodel.report import compare
 

@@ -372,7 +372,7 @@ def format_lab_table(table: pd.DataFrame) -> str:
 
 
 if __name__ == "__main__":
-    from minimodel.provenance.configcheck import load_config
+    from minimodel.provenance.configcheck import load_config  # as a command only: a stage passes the config
 
     cfg = load_config()["symbolic"]
     print(format_lab_table(lab_table(l1_bytes=cfg["l1_bytes"], l2_bytes=cfg["l2_bytes"])))

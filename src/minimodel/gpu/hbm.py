@@ -33,10 +33,17 @@ import sys
 from pathlib import Path
 
 import pandas as pd
+import torch
 
 from minimodel import contract, symbolic
+from minimodel.attention_ref import attn_naive
+from minimodel.contenders.builtin import not_run_reason
+from minimodel.contenders.registry import SEARCH
+from minimodel.contenders.run import _cuda_usable, _validated, one_line
+from minimodel.contenders.spec import Contender, load
 from minimodel.gpu import ncu as ncu_tool
 from minimodel.gpu.ncu import KERNEL_COLUMNS, NCU_METRICS, NCU_OPTIONS, find_ncu  # noqa: F401
+from minimodel.kernel import flash_attn_forward, launch_config
 from minimodel.provenance import project
 from minimodel.subprocesses import exit_with_stage
 
@@ -124,9 +131,6 @@ def planned_rows(cfg: dict, l2_bytes: int, reason: str, contenders=()) -> list[d
 # ---- the profiled process -------------------------------------------------------------------
 
 def _implementation(row: dict, contender):
-    from minimodel.attention_ref import attn_naive
-    from minimodel.kernel import flash_attn_forward
-
     causal = row["causal"]
     if contender is not None:
         return lambda q, k, v: contender(q, k, v, causal=causal)
@@ -143,13 +147,8 @@ def probe(spec: dict, plan_path: Path) -> int:
     contender that does not load has that error recorded for every row. Returns the exit code:
     `RESTART` after an error that left CUDA unusable, so the rows left go to a fresh process.
     """
-    import torch
-    import triton
+    import triton  # the marker kernel is defined in the profiled process only
     import triton.language as tl
-
-    from minimodel.contenders.registry import SEARCH
-    from minimodel.contenders.run import _cuda_usable, _validated, one_line
-    from minimodel.contenders.spec import Contender, load
 
     @triton.jit
     def minimodel_bytes_marker(X):
@@ -208,8 +207,6 @@ def _check_memory(row: dict, free_bytes: int) -> str:
 
 
 def _initial_status(row: dict, free_bytes: int, contenders: dict) -> str:
-    from minimodel.contenders.builtin import not_run_reason
-
     contender = contenders.get(row["impl"])
     reason = contender and not_run_reason(contender, "cuda", DTYPE, row["d"], row["causal"], False,
                                           interpreted=False)
@@ -225,8 +222,6 @@ def measure(cfg: dict, l2_bytes: int, random_seed: int, ncu: str, workdir: str |
     tail in the message); a contender's failure fails its rows only. A missing counter
     permission gives `NO_PERMISSION` rows instead.
     """
-    import torch
-
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     free_bytes, _ = torch.cuda.mem_get_info()
@@ -318,10 +313,6 @@ def _profile_rows(ncu: str, rows: list[dict], contender, workdir: Path) -> pd.Da
 
 def _flash_config(row) -> tuple[int, int, bool]:
     """The tile `flash_attn_forward` chose for the row's shape (as the probe's inputs: contiguous)."""
-    import torch
-
-    from minimodel.kernel import launch_config
-
     q = torch.empty(row["B"], row["H"], row["N"], row["d"], device="cuda", dtype=torch.float16)
     cfg = launch_config(q, q, q, row["causal"])
     return cfg.BLOCK_M, cfg.BLOCK_N, cfg.TMA
@@ -333,8 +324,6 @@ def summary(table: pd.DataFrame, ncu: str | None, l2_bytes: int) -> dict:
     measured = int(statuses.get(MEASURED, 0))
     device, device_l2 = None, None
     if measured:
-        import torch
-
         props = torch.cuda.get_device_properties(0)
         device, device_l2 = props.name, int(props.L2_cache_size)  # beside the plan's assumed l2_bytes
     status = MEASURED if measured else next(iter(statuses), "no points")

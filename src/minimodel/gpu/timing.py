@@ -30,7 +30,9 @@ from tqdm import tqdm
 
 from minimodel import contract, roofline_model, symbolic
 from minimodel.attention_ref import reference_attn
-from minimodel.contenders.run import TimingCase, timing_inputs
+from minimodel.contenders import builtin, registry
+from minimodel.contenders.builtin import not_run_reason
+from minimodel.contenders.run import Child, TimingCase, timing_inputs
 from minimodel.gpu import correctness, grids
 from minimodel.kernel import default_config, flash_attn_forward, launch_config
 from minimodel.timers import bench_graph_ms, bench_ms
@@ -81,8 +83,6 @@ def gpu_ceilings(warmup_ms: float = 25, rep_ms: float = 200, sustain_s: float = 
 def implementations(causal: bool, config=None) -> dict:
     """name -> fn(q, k, v) for every implementation timed; `config` fixes the kernel's tiles.
     Naive and the SDPA backends are the built-in contenders' functions."""
-    from minimodel.contenders import builtin
-
     impls = {contract.TRITON: lambda q, k, v: flash_attn_forward(q, k, v, causal=causal, config=config)}
     impls.update({name: functools.partial(getattr(builtin, name), causal=causal)
                   for name in (contract.NAIVE, *SDPA_BACKENDS)})
@@ -180,8 +180,6 @@ def time_contender(child, row: dict, exact, err_torch: float, random_seed: int, 
     """A contender at one point (`row`, its empty timing row), in its child process: the same
     inputs (drawn from the same seed), the same one-head check, eager and graph times taken there
     (`minimodel.contenders.run`)."""
-    from minimodel.contenders.builtin import not_run_reason
-
     reason = not_run_reason(child.contender, "cuda", "float16", row["d"], row["causal"], False,
                             interpreted=False)
     grids = child.contender.grids
@@ -220,9 +218,6 @@ def run(cfg: dict, random_seed: int, cpu_prediction: dict | None = None, progres
     `contenders` (`minimodel.contenders.Contender`) are timed at every point too, each in a
     child process that lives for the whole stage.
     """
-    from minimodel.contenders import registry
-    from minimodel.contenders.run import Child
-
     children = [Child(c, registry.SEARCH) for c in contenders]
     for child in children:  # started before the ceilings: no idle GPU between them and the points
         child.start()

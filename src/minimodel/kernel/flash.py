@@ -5,7 +5,7 @@ query tile, the running maximum m, the running sum l and the fp32 output accumul
 while every key/value tile streams past once (the online softmax of theory 02).
 
 Runs on a CUDA device, or on CPU tensors under Triton's interpreter, which a run switches on
-before this module defines a kernel (`minimodel.kernel.use_interpreter_if_no_gpu`).
+before this module defines a kernel (`minimodel.entry`).
 
     import torch
     from minimodel.kernel import flash_attn_forward
@@ -230,9 +230,14 @@ def _gluon_ok(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor) -> bool:
     """The Gluon kernel runs compiled on Hopper only (it has no interpreter), on inputs it can read."""
     if INTERPRETED or Q.device.type != "cuda" or device_arch(Q.device) != HOPPER:
         return False
-    from minimodel.kernel import hopper  # Gluon is imported only where it can run
+    return _hopper().supports(Q, K, V)
 
-    return hopper.supports(Q, K, V)
+
+def _hopper():
+    """The Gluon kernel's module, imported on first use: only on Hopper, compiled."""
+    from minimodel.kernel import hopper  # not at the top: Gluon has no interpreter to define it under
+
+    return hopper
 
 
 def launch_config(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, causal: bool,
@@ -355,9 +360,7 @@ def flash_attn_forward(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, causal
     cfg = launch_config(Q, K, V, causal, config)
     _grid(N, B * H, cfg.BLOCK_M)  # one launch must hold every program
     if cfg.GLUON:
-        from minimodel.kernel import hopper
-
-        hopper.launch(Q, K, V, O, LSE, scale * LOG2E, cfg, causal, return_lse)
+        _hopper().launch(Q, K, V, O, LSE, scale * LOG2E, cfg, causal, return_lse)
     else:
         kernel, grid, args, options = arguments(Q, K, V, O, LSE, scale * LOG2E, cfg, causal, return_lse)
         kernel[grid](**args, **options)
