@@ -6,6 +6,7 @@ import pandas as pd
 import torch
 
 import minimodel.entry  # noqa: F401 (first: compiled or interpreted is decided on import)
+from minimodel import contract
 from minimodel.contenders import registry
 from minimodel.gpu import timing
 from minimodel.provenance import machine
@@ -25,9 +26,9 @@ with stage(snakemake) as st:
         st.extra.update(backend="cuda", device=result["device"])
     else:
         rows = timing.no_gpu_rows(cfg)
-        result = {"device": None, "status": timing.NO_GPU_REASON,
+        result = {"device": None, "status": contract.NO_GPU_TIMING,
                   "lab01_prediction_from_cpu_ceilings": cpu_prediction}
-        st.extra.update(backend="none", status=timing.NO_GPU_REASON)
+        st.extra.update(backend="none", status=contract.NO_GPU_TIMING)
         # said on the console where it happens, not only in the log and the compare summary at the end
         print(f"gpu_timing: no CUDA device; {snakemake.output.table} lists the {len(rows)} planned "
               "points as not run", file=st.progress)

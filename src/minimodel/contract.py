@@ -104,6 +104,7 @@ IMPLEMENTATIONS_BY_GRID = {LAB_GRID: [TRITON, NAIVE, *SDPA_BACKENDS],
                            FLASHATTENTION_GRID: [TRITON, *SDPA_BACKENDS, NAIVE]}
 # The byte model's schemes that the GPU's DRAM bytes are set beside (gpu/bytes/bytes.csv's `impl`).
 NAIVE_SCHEME, FLASH_SCHEME = "naive", "flash"
+BYTES_SCHEMES = (NAIVE_SCHEME, FLASH_SCHEME)
 
 # Status words. timing.csv: `OK`, else why not. gpu/bytes/bytes.csv: `MEASURED`, else a sentence
 # that starts with `NOT_MEASURED` (nothing could be measured) or `SKIPPED` (this point was not).

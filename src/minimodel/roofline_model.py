@@ -9,7 +9,7 @@ rate rises).
 
 from __future__ import annotations
 
-from minimodel import symbolic
+from minimodel import contract, symbolic
 
 
 def attainable(intensity: float, peak: float, bandwidth: float) -> float:
@@ -17,16 +17,16 @@ def attainable(intensity: float, peak: float, bandwidth: float) -> float:
     return min(peak, intensity * bandwidth)
 
 
-def predict_speedup(ceilings: dict, n: int = 2048, d: int = 64, B_r: int = 64, B_c: int = 64,
-                    dtype: str = "float32") -> dict:
+def predict_speedup(ceilings: dict, n: int = 2048, d: int = 64, B_r: int = contract.LAB_TILE[0],
+                    B_c: int = contract.LAB_TILE[1], dtype: str = "float32") -> dict:
     """Flash over naive speedup the roofline predicts at (n, d), consistent convention."""
     peak = ceilings["peak_flops_per_s"]
     bw = ceilings["bandwidth_bytes_per_s"]
     b = symbolic.DTYPE_BYTES[dtype]
     out = {"N": n, "d": d, "B_r": B_r, "B_c": B_c, "dtype": dtype,
-           "convention": "consistent (O write left out)"}
-    for scheme in ("naive", "flash"):
-        i = symbolic.intensity(scheme, n, d, B_r, B_c, b, "consistent")
+           "convention": f"{contract.CONSISTENT_CONVENTION} (O write left out)"}
+    for scheme in contract.BYTES_SCHEMES:
+        i = symbolic.intensity(scheme, n, d, B_r, B_c, b, contract.CONSISTENT_CONVENTION)
         out[f"intensity_{scheme}"] = i
         out[f"attainable_{scheme}_flops_per_s"] = attainable(i, peak, bw)
         out[f"bound_{scheme}"] = "memory" if i * bw < peak else "compute"

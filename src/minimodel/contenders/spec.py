@@ -33,7 +33,6 @@ from minimodel import contract
 DEVICES = ("cuda", "cpu")
 DTYPES = ("float16", "bfloat16")
 DEFAULT_TIMEOUT_S = 120.0
-GRIDS = (contract.LAB_GRID, contract.FLASHATTENTION_GRID)
 KEYS = {"fn", "devices", "dtypes", "head_dims", "causal", "gqa", "triton", "timeout_s", "grids"}
 # bf16 tl.dot is wrong under Triton 3.6's interpreter (minimodel.kernel.flash says the same)
 BF16_INTERPRETER_REASON = ("bfloat16 skipped: tl.dot on bf16 operands is wrong under Triton's "
@@ -55,7 +54,7 @@ class Contender:
     gqa: bool = False
     triton: bool = False
     timeout_s: float = DEFAULT_TIMEOUT_S
-    grids: tuple[str, ...] = GRIDS  # the timing grids it is timed on
+    grids: tuple[str, ...] = contract.GRIDS  # the timing grids it is timed on
 
     def skip_reason(self, device: str, dtype: str, d: int, causal: bool, grouped: bool,
                     interpreted: bool) -> str | None:
@@ -112,7 +111,7 @@ def parse(name: str, entry: dict) -> Contender:
         head_dims=listed("head_dims", kind=int),
         causal=listed("causal", (False, True), kind=bool) or (False, True),
         gqa=entry.get("gqa", False), triton=entry.get("triton", False), timeout_s=float(timeout),
-        grids=listed("grids", GRIDS) or GRIDS,
+        grids=listed("grids", contract.GRIDS) or contract.GRIDS,
     )
 
 

@@ -32,6 +32,7 @@ import torch
 from tqdm import tqdm
 
 from minimodel import attention_ref, symbolic
+from minimodel.contract import LAB_TILE
 from minimodel.cpu import references
 
 log = logging.getLogger(__name__)
@@ -290,7 +291,7 @@ def model_scheme(scheme: str, dtype: str) -> str:
     return scheme
 
 
-def measure(scheme: str, n: int, d: int, dtype: str, block_r: int = 64, block_c: int = 64,
+def measure(scheme: str, n: int, d: int, dtype: str, block_r: int = LAB_TILE[0], block_c: int = LAB_TILE[1],
             sram_bytes: int = THEORY_SRAM_BYTES, with_profiler: bool = False, random_seed: int = 0) -> dict:
     """Bytes of one reference on one (N, d) head, measured and set beside the model."""
     if scheme not in ("naive", "flash"):

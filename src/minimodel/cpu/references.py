@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 
 from minimodel.attention_ref import check_qkv, softmax_scale
+from minimodel.contract import LAB_TILE
 
 
 def _load_tile(view: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -20,7 +21,7 @@ def _load_tile(view: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return view.to(dtype=dtype, copy=True)
 
 
-def attn_flash_reference_cpu(Q, K, V, B_r: int = 64, B_c: int = 64, causal: bool = False,
+def attn_flash_reference_cpu(Q, K, V, B_r: int = LAB_TILE[0], B_c: int = LAB_TILE[1], causal: bool = False,
                              sm_scale: float | None = None) -> torch.Tensor:
     """Theory 02's tiled flash attention in pure PyTorch (FlashAttention-2 loop order).
 

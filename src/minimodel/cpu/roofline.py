@@ -15,6 +15,7 @@ import torch
 
 from minimodel import symbolic
 from minimodel.attention_ref import attn_naive
+from minimodel.contract import LAB_TILE
 from minimodel.cpu.references import attn_flash_reference_cpu
 
 
@@ -71,7 +72,7 @@ def measure_ceilings(matmul_n: int = 2048, copy_mib: int = 256, repeats: int = 7
     }
 
 
-def time_references(n: int = 2048, d: int = 64, B_r: int = 64, B_c: int = 64,
+def time_references(n: int = 2048, d: int = 64, B_r: int = LAB_TILE[0], B_c: int = LAB_TILE[1],
                     repeats: int = 3) -> dict:
     """Achieved FLOP/s (4·N²·d per head) of the naive and tiled-flash CPU references, fp32."""
     q, k, v = (torch.randn(n, d) for _ in range(3))

@@ -49,10 +49,6 @@ from minimodel.subprocesses import exit_with_stage
 
 DTYPE = "float16"
 REGIMES = ("one head", "many heads")
-# the schemes of minimodel.symbolic they are compared with
-IMPLEMENTATIONS = (contract.NAIVE_SCHEME, contract.FLASH_SCHEME)
-MEASURED = contract.MEASURED
-LAB_TILE = contract.LAB_TILE  # the model's tile where no kernel ran
 NO_CUDA = f"{contract.NOT_MEASURED}: no CUDA device on this machine"
 NO_NCU = (f"{contract.NOT_MEASURED}: Nsight Compute (ncu) was not found on PATH, in $CUDA_HOME/bin or "
           "/usr/local/cuda/bin; set gpu.bytes.ncu to its path")
@@ -90,7 +86,7 @@ def plan(cfg: dict, l2_bytes: int, contenders=()) -> list[dict]:
                     n, d, l2_bytes, cfg["many_heads_l2_multiple"])
                 points += [{"regime": regime, "B": 1, "H": heads, "N": n, "d": d, "causal": causal}
                            for causal in (False, True)]
-    rows = [{**point, "impl": impl} for point in points for impl in IMPLEMENTATIONS]
+    rows = [{**point, "impl": impl} for point in points for impl in contract.BYTES_SCHEMES]
     rows += [{**point, "impl": c.name} for c in contenders for point in points]
     return [{**row, "dtype": DTYPE, "device_bytes": device_bytes(row["impl"], row["H"], row["N"], row["d"])}
             for row in rows]
@@ -105,7 +101,7 @@ def model_columns(row: dict, block_m: int, block_n: int) -> dict:
     """
     n, d, heads = row["N"], row["d"], row["B"] * row["H"]
     compulsory = heads * symbolic.compulsory_bytes(n, d, ELEMENT_BYTES)
-    if row["impl"] not in IMPLEMENTATIONS:
+    if row["impl"] not in contract.BYTES_SCHEMES:
         return {**dict.fromkeys(MODEL_COLUMNS), "compulsory_bytes": compulsory}
     flash = row["impl"] == contract.FLASH_SCHEME
     tile = (block_m, block_n) if flash else (1, 1)  # naive has no tile
@@ -125,7 +121,7 @@ def model_columns(row: dict, block_m: int, block_n: int) -> dict:
 def planned_rows(cfg: dict, l2_bytes: int, reason: str, contenders=()) -> list[dict]:
     """The plan with the model beside it and `reason` as every row's status: nothing measured."""
     return [{**row, "status": reason, "kernels": None, **dict.fromkeys(NCU_METRICS.values()),
-             **model_columns(row, *LAB_TILE)} for row in plan(cfg, l2_bytes, contenders)]
+             **model_columns(row, *contract.LAB_TILE)} for row in plan(cfg, l2_bytes, contenders)]
 
 
 # ---- the profiled process -------------------------------------------------------------------
@@ -140,7 +136,7 @@ def _implementation(row: dict, contender):
 
 
 def probe(spec: dict, plan_path: Path) -> int:
-    """Run every row whose status is `MEASURED`: once unprofiled, then marked in the NVTX range.
+    """Run every row whose status is `contract.MEASURED`: once unprofiled, then marked in the NVTX range.
 
     Each row's outcome is recorded as it ends (`ncu.record_row`). The project's rows let an error
     end the process; a contender's error is recorded for its row, and the next row runs. A
@@ -154,7 +150,7 @@ def probe(spec: dict, plan_path: Path) -> int:
     def minimodel_bytes_marker(X):
         tl.store(X, 1)
 
-    todo = [i for i, row in enumerate(spec["rows"]) if row["status"] == MEASURED]
+    todo = [i for i, row in enumerate(spec["rows"]) if row["status"] == contract.MEASURED]
     contender = None
     if spec.get("contender"):
         entry = {k: tuple(v) if isinstance(v, list) else v for k, v in spec["contender"].items()}
@@ -203,7 +199,7 @@ def _check_memory(row: dict, free_bytes: int) -> str:
     short = project.memory_shortfall(row["device_bytes"], free_bytes, 0.9, "free on the device")
     if short:
         return f"{contract.SKIPPED}: {short}; lower gpu.bytes.n or gpu.bytes.many_heads_l2_multiple"
-    return MEASURED
+    return contract.MEASURED
 
 
 def _initial_status(row: dict, free_bytes: int, contenders: dict) -> str:
@@ -230,7 +226,7 @@ def measure(cfg: dict, l2_bytes: int, random_seed: int, ncu: str, workdir: str |
             for i, row in enumerate(plan(cfg, l2_bytes, contenders))]
     parts = []
     for contender in (None, *contenders):
-        impls = IMPLEMENTATIONS if contender is None else (contender.name,)
+        impls = contract.BYTES_SCHEMES if contender is None else (contender.name,)
         index = [i for i, row in enumerate(rows) if row["impl"] in impls]
         try:
             kernels = _profile_rows(ncu, [rows[i] for i in index], contender, workdir)
@@ -240,8 +236,9 @@ def measure(cfg: dict, l2_bytes: int, random_seed: int, ncu: str, workdir: str |
         kernels["row"] = [index[int(j)] if pd.notna(j) else None for j in kernels["row"]]
         parts.append(kernels)
     for row in rows:
-        ran_flash = row["impl"] == contract.FLASH_SCHEME and row["status"] == MEASURED
-        block_m, block_n, tma = _flash_config(row) if ran_flash else (*LAB_TILE, None)
+        ran_flash = row["impl"] == contract.FLASH_SCHEME and row["status"] == contract.MEASURED
+        # the model's tile where no kernel ran
+        block_m, block_n, tma = _flash_config(row) if ran_flash else (*contract.LAB_TILE, None)
         row.update(model_columns(row, block_m, block_n))
         if ran_flash:
             row.update(cfg_BLOCK_M=block_m, cfg_BLOCK_N=block_n, cfg_TMA=tma)
@@ -262,7 +259,7 @@ def _profile_rows(ncu: str, rows: list[dict], contender, workdir: Path) -> pd.Da
     name = "project" if contender is None else f"contender_{contender.name}"
     spec = {"contender": dataclasses.asdict(contender) if contender else None}
     for attempt in range(len(rows) + 1):
-        todo = [r["status"] == MEASURED for r in rows]
+        todo = [r["status"] == contract.MEASURED for r in rows]
         if not any(todo):
             return pd.DataFrame(columns=KERNEL_COLUMNS)
         profile = f"{name}_{attempt}"
@@ -287,9 +284,9 @@ def _profile_rows(ncu: str, rows: list[dict], contender, workdir: Path) -> pd.Da
             if result.returncode is None else
             f"its process died (exit code {result.returncode}): {result.last_words()}"))
         # the row it was at; past the last row, every row it profiled (their report is lost)
-        for i in unreached[:1] or [i for i, row in enumerate(rows) if row["status"] == MEASURED]:
+        for i in unreached[:1] or [i for i, row in enumerate(rows) if row["status"] == contract.MEASURED]:
             rows[i]["status"] = reason
-    if not any(r["status"] == MEASURED for r in rows):  # every row raised: nothing was profiled
+    if not any(r["status"] == contract.MEASURED for r in rows):  # every row raised: nothing was profiled
         return pd.DataFrame(columns=KERNEL_COLUMNS)
     raised = {i: o[len(RAISED_AFTER_MARK):] for i, o in result.outcome.items()
               if o.startswith(RAISED_AFTER_MARK)}  # its kernels are not a whole call
@@ -297,12 +294,12 @@ def _profile_rows(ncu: str, rows: list[dict], contender, workdir: Path) -> pd.Da
         if result.table is None:
             raise ncu_tool.ProbeMismatch(f"ncu wrote no report of the profiled rows: {result.last_words()}")
         kernels = ncu_tool.parse_ncu_csv(result.table)
-        ncu_tool.assign(kernels, rows, MEASURED, may_be_empty=frozenset(raised))
+        ncu_tool.assign(kernels, rows, contract.MEASURED, may_be_empty=frozenset(raised))
     except ncu_tool.ProbeMismatch as err:
         if contender is None:
             raise
         for row in rows:  # none of its numbers can be trusted to belong to its row
-            if row["status"] == MEASURED or row.get("kernels") is not None:
+            if row["status"] == contract.MEASURED or row.get("kernels") is not None:
                 row.update(_unmeasured(f"failed: {str(err).splitlines()[0][:200]}"))
         return pd.DataFrame(columns=KERNEL_COLUMNS)
     for i, error in raised.items():
@@ -321,13 +318,13 @@ def _flash_config(row) -> tuple[int, int, bool]:
 def summary(table: pd.DataFrame, ncu: str | None, l2_bytes: int) -> dict:
     """What the stage did: measured or why not, with ncu, its options, and the device's L2."""
     statuses = table["status"].value_counts().to_dict()
-    measured = int(statuses.get(MEASURED, 0))
+    measured = int(statuses.get(contract.MEASURED, 0))
     device, device_l2 = None, None
     if measured:
         props = torch.cuda.get_device_properties(0)
         device, device_l2 = props.name, int(props.L2_cache_size)  # beside the plan's assumed l2_bytes
-    status = MEASURED if measured else next(iter(statuses), "no points")
-    contenders = [i for i in dict.fromkeys(table["impl"]) if i not in IMPLEMENTATIONS]
+    status = contract.MEASURED if measured else next(iter(statuses), "no points")
+    contenders = [i for i in dict.fromkeys(table["impl"]) if i not in contract.BYTES_SCHEMES]
     return {"status": status, "contenders": contenders, "measured": measured, "statuses": statuses,
             "device": device, "device_l2_bytes": device_l2, "plan_l2_bytes": l2_bytes, "ncu": ncu,
             "ncu_version": ncu_tool.ncu_version(ncu) if measured else None,

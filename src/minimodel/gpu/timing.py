@@ -39,8 +39,6 @@ from minimodel.timers import bench_graph_ms, bench_ms
 
 log = logging.getLogger(__name__)
 
-SDPA_BACKENDS = contract.SDPA_BACKENDS
-NO_GPU_REASON = contract.NO_GPU_TIMING
 attention_flops = symbolic.attention_flops
 
 
@@ -85,7 +83,7 @@ def implementations(causal: bool, config=None) -> dict:
     Naive and the SDPA backends are the built-in contenders' functions."""
     impls = {contract.TRITON: lambda q, k, v: flash_attn_forward(q, k, v, causal=causal, config=config)}
     impls.update({name: functools.partial(getattr(builtin, name), causal=causal)
-                  for name in (contract.NAIVE, *SDPA_BACKENDS)})
+                  for name in (contract.NAIVE, *contract.SDPA_BACKENDS)})
     return impls
 
 
@@ -256,5 +254,5 @@ def run(cfg: dict, random_seed: int, cpu_prediction: dict | None = None, progres
 
 def no_gpu_rows(cfg: dict) -> list[dict]:
     """Without CUDA: one row per planned point saying that it could not be timed."""
-    return [{"grid": p.grid, "N": p.N, "d": p.d, "causal": p.causal, "status": NO_GPU_REASON,
+    return [{"grid": p.grid, "N": p.N, "d": p.d, "causal": p.causal, "status": contract.NO_GPU_TIMING,
              "ms": None} for p in grids.points(cfg)]

@@ -34,6 +34,7 @@ from minimodel.kernel.config import (
 SUPPORTED_HEAD_DIMS = (16, 32, 64, 128, 256)
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
 LOG2E = 1.4426950408889634  # log2(e): exp(x) = exp2(x·log2 e)
+LN2 = tl.constexpr(0.6931471805599453)  # ln(2): ln(x) = log2(x)·ln 2, in the kernels (this one and hopper's)
 MAX_PROGRAMS = 2**31 - 1  # a CUDA grid's x dimension; the kernel's one launch axis
 BF16_INTERPRETER_REASON = "tl.dot on bf16 operands is wrong under Triton's interpreter (3.6)"
 
@@ -109,7 +110,7 @@ def _program_ids(N, BLOCK_M: tl.constexpr, IS_CAUSAL: tl.constexpr):
 @triton.jit
 def _store_lse(LSE, pid_bh, offs_m, m_i, l_i, N, qk_scale):
     # natural-log log-sum-exp per row, what a backward pass needs (m_i is the raw maximum)
-    lse = (m_i * qk_scale + tl.math.log2(l_i)) * 0.6931471805599453
+    lse = (m_i * qk_scale + tl.math.log2(l_i)) * LN2
     tl.store(LSE + pid_bh.to(tl.int64) * N + offs_m, lse, mask=offs_m < N)
 
 

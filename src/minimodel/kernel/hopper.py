@@ -36,6 +36,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from minimodel.kernel.config import GLUON_HEAD_DIMS
+from minimodel.kernel.flash import LN2
 
 
 @gluon.jit
@@ -190,7 +191,7 @@ def _consume(smem, bars, o_desc, lse_ptr, b, h, pid_m, pid_bh, N, qk_scale, WG: 
     tma.store_wait(0)
     if STORE_LSE:
         # natural-log log-sum-exp per row, what a backward pass needs (m_i is the raw maximum)
-        lse = (m_i * qk_scale + gl.log2(l_i)) * 0.6931471805599453
+        lse = (m_i * qk_scale + gl.log2(l_i)) * LN2
         gl.store(lse_ptr + pid_bh.to(gl.int64) * N + rows, lse, mask=rows < N)
 
 
