@@ -186,9 +186,9 @@ def probe(spec: dict, plan_path: Path) -> int:
                 return RESTART
             continue
         ncu_tool.record_row(plan_path, i, MARKED)
-        # kept in PyTorch's cache, not handed back to the driver: on the H200 a profiled kernel
-        # that ran after 50 GB had been freed saw 17-32x its own stores written to DRAM (the
-        # freed memory being cleared beside it, counted by the device-wide DRAM counters)
+        # kept in PyTorch's cache, not handed back to the driver: memory handed back is cleared
+        # beside a later profiled kernel, and the device-wide DRAM counters count the clearing as
+        # its writes (notes/kernel.md, "DRAM writes after freed memory")
         del q, k, v, out
     return 0
 

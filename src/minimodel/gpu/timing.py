@@ -43,10 +43,9 @@ attention_flops = symbolic.attention_flops
 
 
 # Seconds of back-to-back matmuls before the ceilings are measured. A GPU that was idle runs its
-# first seconds of load at boost clocks: on the H200, 747 TFLOP/s at 1980 MHz in the first 3 s,
-# then 648-657 TFLOP/s at 1635-1680 MHz once at its 700 W power limit, which is where every point
-# of the grids runs (the kernel at (1, 16, 16384, 128): 568-575 TFLOP/s either way). Measured
-# cold, the ceiling would belong to another machine state than the points set beside it.
+# first seconds of load at boost clocks, faster than at the power limit it soon reaches, where
+# every point of the grids runs: measured cold, the ceiling would belong to another machine state
+# than the points set beside it (notes/kernel.md, "The matmul ceiling, cold and under load").
 SUSTAIN_S = 15
 
 
