@@ -2,6 +2,7 @@
 
 from pathlib import Path
 
+import minimodel.entry  # noqa: F401 (first: compiled or interpreted is decided on import)
 from minimodel.provenance.io import write_csv
 from minimodel.provenance.manifest import stage
 from minimodel.report import compare

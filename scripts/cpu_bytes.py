@@ -2,6 +2,7 @@
 
 import pandas as pd
 
+import minimodel.entry  # noqa: F401 (first: compiled or interpreted is decided on import)
 from minimodel.provenance.io import write_csv
 from minimodel.provenance.manifest import stage
 

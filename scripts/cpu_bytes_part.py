@@ -5,6 +5,7 @@
 import pandas as pd
 import torch
 
+import minimodel.entry  # noqa: F401 (first: compiled or interpreted is decided on import)
 from minimodel.cpu import backward_bytes, bytecount
 from minimodel.provenance import project
 from minimodel.provenance.io import write_csv

@@ -4,6 +4,8 @@ import logging
 
 import torch
 
+import minimodel.entry  # noqa: F401 (first: compiled or interpreted is decided on import)
+from minimodel import roofline_model
 from minimodel.cpu import roofline
 from minimodel.provenance import project
 from minimodel.provenance.io import write_json
@@ -17,7 +19,7 @@ with stage(snakemake):
     torch.manual_seed(snakemake.params.random_seed)
     ceilings = roofline.measure_ceilings(cfg["matmul_n"], cfg["copy_mib"], cfg["repeats"])
     n, d = cfg["predict_at"]
-    ceilings["prediction"] = roofline.predict_speedup(ceilings, n, d, *snakemake.params.tile)
+    ceilings["prediction"] = roofline_model.predict_speedup(ceilings, n, d, *snakemake.params.tile)
     # the references themselves on this CPU: the Python tile loop is far from its roofline
     ceilings["references"] = roofline.time_references(n, d, *snakemake.params.tile)
     ceilings["device"] = cpu_description()  # the CPU, also on a machine with a GPU

@@ -8,15 +8,12 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from minimodel import kernel
+import minimodel.entry  # noqa: F401 (first: compiled or interpreted is decided on import)
 from minimodel.contenders import registry
+from minimodel.gpu import hbm
 from minimodel.provenance import machine
 from minimodel.provenance.io import write_csv, write_json
 from minimodel.provenance.manifest import stage
-
-# before the kernel is imported: Triton decides then whether it compiles or interprets
-kernel.use_interpreter_if_no_gpu()
-from minimodel.gpu import hbm  # noqa: E402
 
 with stage(snakemake) as st:
     cfg, l2_bytes = snakemake.params.cfg, snakemake.params.l2_bytes

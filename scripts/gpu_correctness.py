@@ -4,15 +4,12 @@ import sys
 
 import pandas as pd
 
-from minimodel import kernel
+import minimodel.entry  # noqa: F401 (first: compiled or interpreted is decided on import)
+from minimodel.contenders import registry
+from minimodel.gpu import correctness
 from minimodel.provenance import machine
 from minimodel.provenance.io import write_csv, write_json
 from minimodel.provenance.manifest import stage
-
-# before the kernel is imported: Triton decides then whether it compiles or interprets
-kernel.use_interpreter_if_no_gpu()
-from minimodel.contenders import registry  # noqa: E402
-from minimodel.gpu import correctness  # noqa: E402
 
 with stage(snakemake) as st:
     cfg = snakemake.params.cfg

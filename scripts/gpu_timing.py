@@ -5,15 +5,13 @@ import json
 import pandas as pd
 import torch
 
-from minimodel import kernel
+import minimodel.entry  # noqa: F401 (first: compiled or interpreted is decided on import)
+from minimodel import contract
+from minimodel.contenders import registry
+from minimodel.gpu import timing
 from minimodel.provenance import machine
 from minimodel.provenance.io import write_csv, write_json
 from minimodel.provenance.manifest import stage
-
-# before the kernel is imported: Triton decides then whether it compiles or interprets
-kernel.use_interpreter_if_no_gpu()
-from minimodel.contenders import registry  # noqa: E402
-from minimodel.gpu import timing  # noqa: E402
 
 with stage(snakemake) as st:
     cfg = snakemake.params.cfg
@@ -28,9 +26,9 @@ with stage(snakemake) as st:
         st.extra.update(backend="cuda", device=result["device"])
     else:
         rows = timing.no_gpu_rows(cfg)
-        result = {"device": None, "status": timing.NO_GPU_REASON,
+        result = {"device": None, "status": contract.NO_GPU_TIMING,
                   "lab01_prediction_from_cpu_ceilings": cpu_prediction}
-        st.extra.update(backend="none", status=timing.NO_GPU_REASON)
+        st.extra.update(backend="none", status=contract.NO_GPU_TIMING)
         # said on the console where it happens, not only in the log and the compare summary at the end
         print(f"gpu_timing: no CUDA device; {snakemake.output.table} lists the {len(rows)} planned "
               "points as not run", file=st.progress)

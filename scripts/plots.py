@@ -10,6 +10,7 @@ import json
 import matplotlib
 import pandas as pd
 
+import minimodel.entry  # noqa: F401 (first: compiled or interpreted is decided on import)
 from minimodel import contract
 from minimodel.provenance.io import save_figure
 from minimodel.provenance.manifest import stage

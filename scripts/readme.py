@@ -1,6 +1,7 @@
 """Rule `readme`: the results README and the report's headline numbers, every number read from
 this run's tables."""
 
+import minimodel.entry  # noqa: F401 (first: compiled or interpreted is decided on import)
 from minimodel.provenance.io import write_text
 from minimodel.provenance.manifest import stage
 from minimodel.report import results_readme

@@ -10,6 +10,7 @@ and the next `snakemake` re-runs the rules it feeds.
 import logging
 from pathlib import Path
 
+import minimodel.entry  # noqa: F401 (first: compiled or interpreted is decided on import)
 from minimodel.provenance.io import write_text
 from minimodel.provenance.manifest import ProvenanceError, stage
 from minimodel.provenance.verify import check

@@ -1,8 +1,8 @@
 """Test set-up: the device the kernel tests run on, and a copy of the project for workflow tests.
 
-Without CUDA the kernel runs under Triton's CPU interpreter, switched on here before any test
-module imports the kernel. The development tools in tools/ are importable by name (`import tune`),
-through pytest's `pythonpath` setting in pyproject.toml.
+Without CUDA the kernel runs under Triton's CPU interpreter, switched on here (`minimodel.entry`)
+before any test module imports the kernel. The development tools in tools/ are importable by name
+(`import tune`), through pytest's `pythonpath` setting in pyproject.toml.
 """
 
 import os
@@ -14,9 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from minimodel import kernel
-
-kernel.use_interpreter_if_no_gpu()  # before a test module imports the kernel: Triton decides then
+import minimodel.entry  # noqa: F401 (first: compiled or interpreted is decided on import)
 
 HAS_CUDA = torch.cuda.is_available()
 

@@ -12,7 +12,7 @@ import pytest
 import torch
 from conftest import DEVICE, HAS_CUDA, requires_gpu
 
-from minimodel.cpu.references import reference_attn
+from minimodel.attention_ref import reference_attn
 from minimodel.gpu import correctness
 from minimodel.gpu.grads import check_backward_case, reference_grads
 from minimodel.kernel import BF16_INTERPRETER_REASON, attention, flash_attn_backward, flash_attn_forward

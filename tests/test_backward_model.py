@@ -8,8 +8,8 @@ import sympy as sp
 import torch
 
 from minimodel import contract, symbolic, symbolic_backward
+from minimodel.attention_ref import reference_attn
 from minimodel.cpu import backward, backward_bytes, bytecount
-from minimodel.cpu.references import reference_attn
 from minimodel.provenance import project
 from minimodel.provenance.configcheck import load_config
 from minimodel.symbolic import B_c, B_r, N, d, dtype_bytes

@@ -9,8 +9,9 @@ import torch
 from conftest import copy_project
 
 from minimodel import symbolic
+from minimodel.attention_ref import attn_naive
 from minimodel.cpu import bytecount
-from minimodel.cpu.references import attn_flash_reference_cpu, attn_naive
+from minimodel.cpu.references import attn_flash_reference_cpu
 
 
 def test_counter_counts_a_known_sequence_of_ops():

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 from conftest import HAS_CUDA, snakemake_until
 
-from minimodel import symbolic
+from minimodel import contract, symbolic
 from minimodel.contenders.spec import Contender
 from minimodel.gpu import hbm
 
@@ -56,7 +56,7 @@ def test_model_by_direction_rejects_an_unknown_scheme():
 
 
 def _measured_rows():
-    rows = [{**r, "status": hbm.MEASURED} for r in hbm.plan({**CFG, "n": [1024], "head_dims": [64]}, L2)]
+    rows = [{**r, "status": contract.MEASURED} for r in hbm.plan({**CFG, "n": [1024], "head_dims": [64]}, L2)]
     return rows[:4]  # the fixture's four points: one head, N = 1024, d = 64
 
 
@@ -72,7 +72,7 @@ def test_planned_rows_say_why_nothing_was_measured():
 
 def test_a_point_the_device_cannot_hold_is_skipped_with_the_reason():
     row = hbm.plan({**CFG, "n": [4096], "head_dims": [64]}, L2)[-2]  # many heads, naive
-    assert hbm._check_memory(row, 2**40) == hbm.MEASURED
+    assert hbm._check_memory(row, 2**40) == contract.MEASURED
     status = hbm._check_memory(row, row["device_bytes"])
     assert status.startswith("skipped: needs") and "gpu.bytes.many_heads_l2_multiple" in status
 
@@ -177,7 +177,7 @@ def test_measure_runs_the_plan_under_ncu_and_fills_every_row(tmp_path, as_if_on_
     cfg = {**CFG, "n": [256], "head_dims": [64]}
     rows, kernels = hbm.measure(cfg, L2, 0, _fake_ncu(tmp_path), tmp_path / "work")
     table = pd.DataFrame(rows)
-    assert len(table) == 8 and (table["status"] == hbm.MEASURED).all()
+    assert len(table) == 8 and (table["status"] == contract.MEASURED).all()
     assert (table["dram_read_bytes"] == 256).all() and (table["kernels"] == 1).all()
     assert (table["l2_write_bytes"] == table["H"] * 32).all()  # the row's own numbers, in order
     assert (table["model_read_bytes"] > 0).all() and len(kernels) == 16
@@ -216,9 +216,10 @@ def test_each_contender_is_profiled_apart_and_its_failures_stay_in_its_rows(tmp_
     table = pd.DataFrame(rows)
     assert len(table) == 8 * 2 + 8 * len(contenders)  # 8 points: the project's two rows, each contender's
     by = {name: part for name, part in table.groupby("impl")}
-    assert (by["flash"]["status"] == hbm.MEASURED).all() and (by["naive"]["status"] == hbm.MEASURED).all()
+    assert (by["flash"]["status"] == contract.MEASURED).all()
+    assert (by["naive"]["status"] == contract.MEASURED).all()
     fine = by["fine"]
-    assert (fine["status"] == hbm.MEASURED).all() and (fine["dram_read_bytes"] == fine["N"]).all()
+    assert (fine["status"] == contract.MEASURED).all() and (fine["dram_read_bytes"] == fine["N"]).all()
     assert fine["model_read_bytes"].isna().all() and fine["compulsory_bytes"].gt(0).all()
     at_512 = lambda part: (part["N"] == 512) & ~part["causal"]  # noqa: E731
     for name, status in (("raises", "failed: ValueError: deliberate"),
@@ -231,7 +232,7 @@ def test_each_contender_is_profiled_apart_and_its_failures_stay_in_its_rows(tmp_
         part = by[name]
         assert (part[at_512(part)]["status"] == status).all(), (name, part[at_512(part)]["status"].tolist())
         assert part[at_512(part)]["dram_read_bytes"].isna().all()
-        assert (part[~at_512(part)]["status"] == hbm.MEASURED).all(), name  # its other points, measured
+        assert (part[~at_512(part)]["status"] == contract.MEASURED).all(), name  # its other points, measured
     assert by["cpu_only"]["status"].str.startswith("skipped: cpu_only runs on cpu").all()
     assert (by["raises_everywhere"]["status"] == "failed: RuntimeError: never runs").all()  # ncu: no report
     assert (by["loadfail"]["status"] == "failed: its module did not load: ImportError: no module named "
@@ -242,7 +243,7 @@ def test_each_contender_is_profiled_apart_and_its_failures_stay_in_its_rows(tmp_
     # every kernel's row is the full table's row of its point: the measured rows' and nan's (its
     # kernels ran; their numbers were not usable)
     body = kernels[kernels["row"].notna()]
-    assert len(body) == (table["status"] == hbm.MEASURED).sum() + at_512(by["nan"]).sum()
+    assert len(body) == (table["status"] == contract.MEASURED).sum() + at_512(by["nan"]).sum()
     assert set(kernels["profile"]) >= {"project_0", "contender_fine_0", "contender_restarts_2"}
     point = table.loc[body["row"].astype(int)]
     names = [f"kernel_{r.impl}_{r.H}_{r.N}_{r.causal}(int)" for r in point.itertuples()]

@@ -9,7 +9,7 @@ import pytest
 import torch
 from conftest import DEVICE, HAS_CUDA, requires_gpu
 
-from minimodel.cpu.references import reference_attn
+from minimodel.attention_ref import reference_attn
 from minimodel.gpu import correctness
 from minimodel.kernel import flash
 from minimodel.kernel.flash import (

@@ -1,4 +1,4 @@
-"""Compiled or interpreted: importing the kernel package decides nothing; the entry point's switch does.
+"""Compiled or interpreted: decided once, at process entry, by importing `minimodel.entry`.
 
 Each check runs in a fresh Python: Triton decides once per process, when the kernel is defined.
 """
@@ -10,6 +10,8 @@ import sys
 
 import pytest
 from conftest import HAS_CUDA
+
+ENTRY = "import minimodel.entry\n"
 
 
 def fresh_python(code: str, **env: str) -> dict:
@@ -25,29 +27,32 @@ STATE = "import json, os, sys; print(json.dumps({'env': os.environ.get('TRITON_I
         "'triton': 'triton' in sys.modules, 'flash': 'minimodel.kernel.flash' in sys.modules}))"
 
 
-def test_importing_the_kernel_and_gpu_packages_sets_nothing_and_imports_no_triton():
-    state = fresh_python("import minimodel.kernel, minimodel.gpu\n" + STATE)
+def test_importing_the_package_and_its_stages_sets_nothing():
+    state = fresh_python("import minimodel, minimodel.gpu, minimodel.contenders.registry\n" + STATE)
     assert state == {"env": None, "triton": False, "flash": False}
 
 
-def test_the_switch_turns_the_interpreter_on_exactly_when_there_is_no_gpu():
-    state = fresh_python("from minimodel import kernel\nkernel.use_interpreter_if_no_gpu()\n"
-                         "from minimodel.kernel import INTERPRETED\n"
+def test_the_entry_turns_the_interpreter_on_exactly_when_there_is_no_gpu():
+    state = fresh_python(ENTRY + "from minimodel.kernel import INTERPRETED\n"
                          "import json; print(json.dumps({'interpreted': INTERPRETED}))")
     assert state == {"interpreted": not HAS_CUDA}
 
 
-def test_the_switch_leaves_a_users_choice_alone():
-    state = fresh_python("from minimodel import kernel\nkernel.use_interpreter_if_no_gpu()\n" + STATE,
-                         TRITON_INTERPRET="0")
+def test_the_entry_defines_no_kernel():
+    state = fresh_python(ENTRY + STATE)
+    assert state == {"env": None if HAS_CUDA else "1", "triton": False, "flash": False}
+
+
+def test_the_entry_leaves_a_users_choice_alone():
+    state = fresh_python(ENTRY + STATE, TRITON_INTERPRET="0")
     assert state["env"] == "0"
 
 
-@pytest.mark.skipif(HAS_CUDA, reason="with CUDA the switch has nothing to do")
-def test_a_switch_after_the_kernel_was_defined_is_an_error():
+@pytest.mark.skipif(HAS_CUDA, reason="with CUDA the entry has nothing to decide")
+def test_an_entry_after_the_kernel_was_defined_is_an_error():
     state = fresh_python(
-        "from minimodel import kernel\nimport minimodel.kernel.flash\n"
-        "try:\n    kernel.use_interpreter_if_no_gpu()\n    raised = False\n"
+        "import minimodel.kernel\n"
+        "try:\n    import minimodel.entry\n    raised = False\n"
         "except RuntimeError:\n    raised = True\n"
         "import json; print(json.dumps({'raised': raised}))")
     assert state == {"raised": True}
@@ -56,11 +61,10 @@ def test_a_switch_after_the_kernel_was_defined_is_an_error():
 @pytest.mark.skipif(HAS_CUDA, reason="the interpreter on CPU tensors")
 def test_under_triton_interpret_the_package_runs_the_kernel_on_cpu_tensors():
     state = fresh_python(
-        "import torch\nfrom minimodel.kernel import flash_attn_forward\n"
+        ENTRY + "import torch\nfrom minimodel.kernel import flash_attn_forward\n"
         "q = torch.randn(1, 1, 16, 16, dtype=torch.float16)\n"
         "o = flash_attn_forward(q, q, q, causal=True)\n"
         "ref = torch.nn.functional.scaled_dot_product_attention(q.float(), q.float(), q.float(), "
         "is_causal=True)\n"
-        "import json; print(json.dumps({'err': (o.float() - ref).abs().max().item()}))",
-        TRITON_INTERPRET="1")
+        "import json; print(json.dumps({'err': (o.float() - ref).abs().max().item()}))")
     assert state["err"] < 1e-2

@@ -9,7 +9,6 @@ import pandas as pd
 import pytest
 
 from minimodel import contract, symbolic
-from minimodel.gpu import timing
 from minimodel.report import plots
 
 REF = Path(__file__).resolve().parents[1] / "results" / "reference" / "nvidia-h200"
@@ -65,7 +64,7 @@ def test_roofline_without_gpu_has_one_panel_from_the_ceilings():
 
 
 def test_no_gpu_figure_says_so():
-    fig = plots.no_gpu_figure("tflops_vs_n", timing.NO_GPU_REASON)
+    fig = plots.no_gpu_figure("tflops_vs_n", contract.NO_GPU_TIMING)
     texts = " ".join(t.get_text() for t in fig.axes[0].texts)
     assert "no CUDA device" in texts
     plt.close(fig)

@@ -1,7 +1,8 @@
 import pytest
 import torch
 
-from minimodel.cpu.references import attn_flash_reference_cpu, attn_naive, reference_attn
+from minimodel.attention_ref import attn_naive, reference_attn
+from minimodel.cpu.references import attn_flash_reference_cpu
 
 
 def rand(gen, *shape, dtype=torch.float32):

@@ -6,6 +6,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from minimodel import contract
 from minimodel.gpu import grids, hbm, timing
 from minimodel.report import results_readme
 
@@ -55,7 +56,7 @@ def test_readme_numbers_equal_the_results():
 
 def test_readme_without_gpu_says_so(tmp_path):
     no_gpu = tmp_path / "timing.json"
-    no_gpu.write_text(json.dumps({"device": None, "status": timing.NO_GPU_REASON}))
+    no_gpu.write_text(json.dumps({"device": None, "status": contract.NO_GPU_TIMING}))
     table = tmp_path / "timing.csv"
     cfg = {**grids.default_timing_config(), "lab_n": [64], "fa_n": [1024], "fa_head_dims": [64]}
     pd.DataFrame(timing.no_gpu_rows(cfg)).to_csv(table, index=False)

@@ -1,6 +1,6 @@
 import pytest
 
-from minimodel import symbolic
+from minimodel import roofline_model, symbolic
 from minimodel.cpu import roofline
 
 
@@ -13,13 +13,13 @@ def test_ceilings_are_positive_and_sane():
 
 
 def test_attainable_is_the_roofline():
-    assert roofline.attainable(2.0, peak=100.0, bandwidth=10.0) == 20.0
-    assert roofline.attainable(50.0, peak=100.0, bandwidth=10.0) == 100.0
+    assert roofline_model.attainable(2.0, peak=100.0, bandwidth=10.0) == 20.0
+    assert roofline_model.attainable(50.0, peak=100.0, bandwidth=10.0) == 100.0
 
 
 def test_prediction_memory_bound_is_the_byte_ratio():
     ceilings = {"peak_flops_per_s": 1e15, "bandwidth_bytes_per_s": 1e9}  # everything memory-bound
-    p = roofline.predict_speedup(ceilings, 2048, 64, 64, 64)
+    p = roofline_model.predict_speedup(ceilings, 2048, 64, 64, 64)
     ratio = symbolic.model_bytes("naive", 2048, 64, 64, 64, 4) / symbolic.model_bytes(
         "flash", 2048, 64, 64, 64, 4)
     assert p["predicted_speedup"] == pytest.approx(ratio)
@@ -28,7 +28,7 @@ def test_prediction_memory_bound_is_the_byte_ratio():
 
 def test_prediction_compute_bound_is_one():
     ceilings = {"peak_flops_per_s": 1.0, "bandwidth_bytes_per_s": 1e12}
-    assert roofline.predict_speedup(ceilings)["predicted_speedup"] == 1.0
+    assert roofline_model.predict_speedup(ceilings)["predicted_speedup"] == 1.0
 
 
 def test_bad_repeats():

@@ -6,6 +6,7 @@ import pytest
 import torch
 from conftest import HAS_CUDA, snakemake_until
 
+from minimodel import contract
 from minimodel.gpu import grids, timing
 
 
@@ -28,7 +29,7 @@ def test_no_gpu_rows_cover_the_plan_and_carry_no_numbers():
            "fa_head_dims": [64, 128]}
     rows = timing.no_gpu_rows(cfg)
     assert len(rows) == 2 * 2 + 1 * 2 * 2
-    assert all(r["ms"] is None and r["status"] == timing.NO_GPU_REASON for r in rows)
+    assert all(r["ms"] is None and r["status"] == contract.NO_GPU_TIMING for r in rows)
     planned = [(p.grid, p.N, p.d, p.causal) for p in grids.points(cfg)]
     assert [(r["grid"], r["N"], r["d"], r["causal"]) for r in rows] == planned
 
@@ -60,7 +61,7 @@ def test_time_point_checks_and_times_every_implementation():
 def test_without_cuda_gpu_timing_says_so_on_the_console(tmp_path):
     root, proc = snakemake_until(tmp_path, "gpu_timing")
     table = pd.read_csv(root / "results" / "gpu" / "timing" / "timing.csv")
-    assert table["status"].eq(timing.NO_GPU_REASON).all() and table["ms"].isna().all()
+    assert table["status"].eq(contract.NO_GPU_TIMING).all() and table["ms"].isna().all()
     line = (f"gpu_timing: no CUDA device; results/gpu/timing/timing.csv lists the {len(table)} "
             "planned points as not run")
     assert line in proc.stderr  # on the terminal, where the rule ran

@@ -32,8 +32,9 @@ from functools import partial
 
 import torch
 
-from minimodel import contract
-from minimodel.gpu import bench, grids
+import minimodel.entry  # noqa: F401 (first: compiled or interpreted is decided on import)
+from minimodel import contract, timers
+from minimodel.gpu import grids
 from minimodel.kernel.bwd_config import BwdConfig
 
 CANDIDATES = {
@@ -99,10 +100,10 @@ def graph_ms(make, rep_ms: float, batches: int = 10) -> float:
 
 
 def _timer(graph: bool, warmup_ms: float, rep_ms: float):
-    """ms of the call `make()` builds: eager (`bench.bench_ms`, do_bench's median) or graph replays."""
+    """ms of the call `make()` builds: eager (`timers.bench_ms`, do_bench's median) or graph replays."""
     if graph:
         return lambda make: graph_ms(make, rep_ms)
-    return lambda make: bench.bench_ms(make(), warmup_ms, rep_ms)
+    return lambda make: timers.bench_ms(make(), warmup_ms, rep_ms)
 
 
 def sdpa_backward(q, k, v, do, causal: bool, backend: str):

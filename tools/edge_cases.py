@@ -20,6 +20,11 @@ import json
 import subprocess
 import sys
 
+import torch
+
+import minimodel.entry  # noqa: F401 (first: compiled or interpreted is decided on import)
+from minimodel.attention_ref import reference_attn
+
 CASES = ("long_d256", "long_d128_misaligned", "many_heads")
 
 
@@ -32,8 +37,6 @@ def _load(path):
 
 
 def _long(kernel, N, d, misalign):
-    import torch
-
     H = 16
     base = torch.empty(3 * N * H * d + misalign, dtype=torch.float16, device="cuda")
     q, k, v = (base[misalign + i * N * H * d:][:N * H * d].view(1, N, H, d).transpose(1, 2)
@@ -53,10 +56,6 @@ def _long(kernel, N, d, misalign):
 
 
 def _many_heads(kernel):
-    import torch
-
-    from minimodel.cpu.references import reference_attn
-
     gen = torch.Generator(device="cuda").manual_seed(0)
     q, k, v = (torch.randn(2, 35_000, 40, 16, device="cuda", generator=gen).half() for _ in range(3))
     out = kernel.flash_attn_forward(q, k, v, causal=True)

@@ -2,7 +2,7 @@
 
     python tools/host_cost.py [--calls 2000]     # on a CUDA machine
 
-Prints the host cost per call (`gpu.bench.host_ms`) of the kernel and of cuDNN at every lab-grid
+Prints the host cost per call (`timers.host_ms`) of the kernel and of cuDNN at every lab-grid
 point, then the cost of each step of `flash_attn_forward` at the smallest point (validation, the
 tile policy, the output's allocation, the launch), and the profile's top entries.
 """
@@ -17,10 +17,11 @@ import time
 
 import torch
 
+import minimodel.entry  # noqa: F401 (first: compiled or interpreted is decided on import)
 from minimodel import contract
 from minimodel.contenders import builtin
-from minimodel.gpu.bench import host_ms
 from minimodel.kernel import flash, flash_attn_forward, launch_config
+from minimodel.timers import host_ms
 
 
 def per_call_us(fn, calls: int) -> float:

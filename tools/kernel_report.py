@@ -26,6 +26,15 @@ import sys
 import tempfile
 from pathlib import Path
 
+import pandas as pd
+import torch
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from triton.runtime.jit import mangle_type
+
+from minimodel.provenance.io import write_csv
+
 # Multiprocessors of the GPU each architecture's policy is asked about (A100, L40S, H100/H200).
 SMS = {80: 108, 86: 84, 89: 142, 90: 132}
 # Problem sizes over which `policy_configs` asks the policy: every branch of it is reached.
@@ -34,6 +43,15 @@ POLICY_BATCH_HEADS = (1, 8, 64, 512, 4096)
 # The SASS opcodes counted: special-function (exp2), FP32 multiply-add / multiply / add,
 # Hopper's warpgroup matmul, and shuffles (the row reductions).
 OPCODES = ("MUFU", "FFMA", "FMUL", "FADD", "HGMMA", "SHFL")
+
+
+def kernel_modules():
+    """The kernel's `config`, `flash` and `hopper`, imported on first use: after `main` chose
+    Triton's real compiler. This tool does not import minimodel.entry, which would choose the
+    interpreter on a machine without a GPU."""
+    from minimodel.kernel import config, flash, hopper  # not at the top: after TRITON_INTERPRET=0
+
+    return config, flash, hopper
 
 
 def _signature(kernel, args: dict) -> tuple[dict, dict, dict]:
@@ -60,9 +78,6 @@ def _signature(kernel, args: dict) -> tuple[dict, dict, dict]:
 def _as_types(args: dict) -> dict:
     """A launch's arguments as Triton's signature sees them: pointers and descriptors as their
     types, numbers as they are (`_signature` specializes them as a launch would)."""
-    import torch
-    from triton.runtime.jit import mangle_type
-
     def as_type(v):
         if isinstance(v, torch.Tensor):
             return f"*{'fp16' if v.dtype == torch.float16 else 'fp32'}"
@@ -75,10 +90,7 @@ def _launch(config, shape: tuple[int, int, int, int], causal: bool):
     """(kernel, arguments as types, options) of `flash_attn_forward`'s launch on a contiguous fp16
     problem of this shape, from the package's own `arguments` (CPU tensors: only their shapes,
     strides and dtype are read)."""
-    import torch
-
-    from minimodel.kernel import flash, hopper
-
+    _, flash, hopper = kernel_modules()
     t = torch.empty(shape, dtype=torch.float16)
     if config.GLUON:
         kernel = hopper._flash_fwd_hopper
@@ -95,13 +107,7 @@ def kernel_args(config, shape: tuple[int, int, int, int], causal: bool):
 
 def compile_cubin(config, shape, causal: bool, arch: int = 90):
     """Compile for sm_`arch` without a GPU; returns Triton's compiled kernel (cubin in .asm)."""
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-
-    from minimodel.kernel.flash import INTERPRETED
-
-    if INTERPRETED:
+    if kernel_modules()[1].INTERPRETED:
         raise RuntimeError("kernel_report compiles the real kernels: run it without TRITON_INTERPRET=1")
     kernel, args, options = _launch(config, shape, causal)
     signature, constants, attrs = _signature(kernel, args)
@@ -115,8 +121,6 @@ def compile_cubin(config, shape, causal: bool, arch: int = 90):
 
 
 def _cuobjdump(cubin: bytes, flag: str) -> str:
-    import triton
-
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "kernel.cubin"
         path.write_bytes(cubin)
@@ -134,13 +138,11 @@ def report(config, shape=(1, 1, 4096, 64), causal: bool = False, arch: int = 90)
         m.group(1).split(".")[0]
         for m in re.finditer(r"/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", sass))
     shared = int(compiled.metadata.shared)
-    from minimodel.kernel import SHARED_MEMORY
-
     return {
         "registers": int(re.search(r"REG:(\d+)", usage).group(1)),
         "spill_stack_bytes": int(re.search(r"STACK:(\d+)", usage).group(1)),
         "shared_bytes": shared,
-        "fits_shared": shared <= SHARED_MEMORY[arch],
+        "fits_shared": shared <= kernel_modules()[0].SHARED_MEMORY[arch],
         "instructions": sum(ops.values()),
         **{op.lower(): ops[op] for op in OPCODES},
     }
@@ -148,20 +150,18 @@ def report(config, shape=(1, 1, 4096, 64), causal: bool = False, arch: int = 90)
 
 def policy_configs(arch: int) -> list[tuple]:
     """Every (config, d, causal) the tile policy can pick on `arch`, each TMA one with its fallback."""
-    from minimodel.kernel import SUPPORTED_HEAD_DIMS, get_fwd_config, portable_config
-    from minimodel.kernel.config import tl_config
-
+    policy, flash, _ = kernel_modules()
     found = []
-    for d in SUPPORTED_HEAD_DIMS:
+    for d in flash.SUPPORTED_HEAD_DIMS:
         for causal in (False, True):
             for n in POLICY_N:
                 for bh in POLICY_BATCH_HEADS:
                     args = (d, causal, "cuda", n, bh, SMS[arch], arch)
-                    chain = [get_fwd_config(*args)]
+                    chain = [policy.get_fwd_config(*args)]
                     if chain[-1].GLUON:  # where the Gluon kernel cannot read the inputs
-                        chain.append(tl_config(*args))
+                        chain.append(policy.tl_config(*args))
                     if chain[-1].TMA:  # where TMA cannot
-                        chain.append(portable_config(d))
+                        chain.append(policy.portable_config(d))
                     for c in chain:
                         if (c, d, causal) not in found:
                             found.append((c, d, causal))
@@ -176,14 +176,14 @@ def _report_row(cfg, shape, causal, arch) -> dict:
 
 
 def main(argv=None) -> int:
-    # the real compiler, never the interpreter: decided before minimodel.kernel is imported
+    # the real compiler, never the interpreter: decided before minimodel.kernel is imported (by
+    # tools/tune.py too, whose minimodel.entry leaves this choice alone)
     os.environ["TRITON_INTERPRET"] = "0"
     # tools/tune.py: beside this file, so on sys.path when this runs as a script (and in the tests
     # through pytest's pythonpath); imported here because it imports the kernel
     from tune import add_grid_arguments, grid_shape
 
-    from minimodel.kernel import FwdConfig, get_fwd_config
-
+    policy, _, _ = kernel_modules()
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     add_grid_arguments(parser)
@@ -213,10 +213,10 @@ def main(argv=None) -> int:
         for causal in (False, True):
             for n in args.n:
                 shape = grid_shape(n, d, args)
-                cfg = (FwdConfig(*args.config, TMA=args.tma or args.gluon, MAXNREG=args.maxnreg,
+                cfg = (policy.FwdConfig(*args.config, TMA=args.tma or args.gluon, MAXNREG=args.maxnreg,
                                  GLUON=args.gluon, CONSUMERS=2 if args.gluon else 1, PINGPONG=args.gluon)
                        if args.config else
-                       get_fwd_config(d, causal, "cuda", n, shape[0] * shape[1], args.sms, args.arch))
+                       policy.get_fwd_config(d, causal, "cuda", n, shape[0] * shape[1], args.sms, args.arch))
                 key = (cfg, d, causal)
                 if key not in seen:  # the same kernel serves many N: compile it once
                     seen[key] = _report_row(cfg, shape, causal, args.arch)
@@ -225,14 +225,10 @@ def main(argv=None) -> int:
 
 
 def _print(rows, csv, check: bool = False) -> int:
-    import pandas as pd
-
     frame = pd.DataFrame(rows)
     with pd.option_context("display.width", 220, "display.max_columns", 30):
         print(frame.to_string(index=False))
     if csv:
-        from minimodel.provenance.io import write_csv
-
         write_csv(csv, frame)
     if not check:
         return 0

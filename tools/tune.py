@@ -25,10 +25,15 @@ import itertools
 import sys
 from pathlib import Path
 
+import pandas as pd
 import torch
 
+import minimodel.entry  # noqa: F401 (first: compiled or interpreted is decided on import)
+from minimodel import contract
 from minimodel.gpu import grids, timing
-from minimodel.kernel.config import FwdConfig
+from minimodel.kernel import FwdConfig, flash_attn_forward, launch_config
+from minimodel.provenance.io import write_csv
+from minimodel.timers import bench_graph_ms, bench_ms
 
 SIZES = ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages")
 CANDIDATES = {
@@ -75,7 +80,7 @@ def candidate_configs(names=(), configs=()) -> list[FwdConfig]:
 
 
 def tune_point(B, H, N, d, causal, configs, warmup_ms=25, rep_ms=100,
-               baselines=("sdpa_cudnn", "sdpa_flash"), graph=False) -> list[dict]:
+               baselines=(contract.SDPA_CUDNN, contract.SDPA_FLASH), graph=False) -> list[dict]:
     """The baselines (cuDNN, FA2, ...), the policy's configuration and every config in `configs` at
     one point, on the same inputs.
 
@@ -83,10 +88,8 @@ def tune_point(B, H, N, d, causal, configs, warmup_ms=25, rep_ms=100,
     """
     def bench(fn):
         if graph:
-            return timing.bench_graph_ms(fn, rep_ms)
-        return timing.bench_ms(fn, warmup_ms, rep_ms)
-
-    from minimodel.kernel import flash_attn_forward, launch_config
+            return bench_graph_ms(fn, rep_ms)
+        return bench_ms(fn, warmup_ms, rep_ms)
 
     q, k, v = (torch.randn(B, H, N, d, device="cuda", dtype=torch.float16) for _ in range(3))
     qs, ks, vs, exact, err_torch = timing.one_head_reference(q, k, v, causal)
@@ -102,7 +105,7 @@ def tune_point(B, H, N, d, causal, configs, warmup_ms=25, rep_ms=100,
         def fn(q, k, v, cfg=cfg):
             return flash_attn_forward(q, k, v, causal=causal, config=cfg)
 
-        row = {**base, "impl": "triton", "shipped": cfg == shipped, **cfg.as_dict()}
+        row = {**base, "impl": contract.TRITON, "shipped": cfg == shipped, **cfg.as_dict()}
         try:
             ok, err = timing.checked_run(fn, qs, ks, vs, exact, err_torch)
             row.update(checked=ok, err_vs_fp64=err)
@@ -115,7 +118,7 @@ def tune_point(B, H, N, d, causal, configs, warmup_ms=25, rep_ms=100,
 
 
 def run(points, configs, warmup_ms=25, rep_ms=100, progress=sys.stderr,
-        baselines=("sdpa_cudnn", "sdpa_flash"), on_point=None, graph=False) -> list[dict]:
+        baselines=(contract.SDPA_CUDNN, contract.SDPA_FLASH), on_point=None, graph=False) -> list[dict]:
     """Every point (B, H, N, d, causal) in turn with `configs`; `on_point(rows)` sees the rows so
     far after each (to save them)."""
     rows = []
@@ -130,16 +133,14 @@ def run(points, configs, warmup_ms=25, rep_ms=100, progress=sys.stderr,
 
 def summarize(frame):
     """Best config per point beside cuDNN and FA2, as ratios."""
-    import pandas as pd
-
     key = ["d", "causal", "N"]
-    tri = frame[frame.impl == "triton"].dropna(subset=["tflops"])
+    tri = frame[frame.impl == contract.TRITON].dropna(subset=["tflops"])
     best = tri.loc[tri.groupby(key)["tflops"].idxmax()].set_index(key)
-    ref = frame[frame.impl != "triton"].pivot_table(index=key, columns="impl", values="tflops")
+    ref = frame[frame.impl != contract.TRITON].pivot_table(index=key, columns="impl", values="tflops")
     options = [c for c in ("TMA", "WARP_SPECIALIZE", "MAXNREG", "GLUON", "shipped") if c in best]
     out = best[["BLOCK_M", "BLOCK_N", "num_warps", "num_stages", *options, "tflops"]].join(ref)
-    out["vs_cudnn"] = out.tflops / out.sdpa_cudnn
-    out["vs_fa2"] = out.tflops / out.sdpa_flash
+    out["vs_cudnn"] = out.tflops / out[contract.SDPA_CUDNN]
+    out["vs_fa2"] = out.tflops / out[contract.SDPA_FLASH]
     return pd.DataFrame(out)
 
 
@@ -168,7 +169,7 @@ def main(argv=None) -> int:
     parser.add_argument("--config", type=parse_config, action="append", default=[],
                         metavar="BLOCK_M,BLOCK_N,WARPS,STAGES[,OPTION...]",
                         help="a configuration to time, e.g. 128,128,8,2,TMA,MAXNREG=128 (repeatable)")
-    parser.add_argument("--grid", choices=("flashattention", "lab"), default="flashattention",
+    parser.add_argument("--grid", choices=contract.GRIDS, default=contract.FLASHATTENTION_GRID,
                         help="flashattention: --n by --d; lab: lab 02's grid of config/config.yaml, "
                              "naive PyTorch timed too")
     parser.add_argument("--graph", action="store_true",
@@ -178,18 +179,14 @@ def main(argv=None) -> int:
     if not torch.cuda.is_available():
         print("tuning needs a CUDA device", file=sys.stderr)
         return 2
-    import pandas as pd
-
-    if args.grid == "lab":
+    if args.grid == contract.LAB_GRID:
         points = [(p.B, p.H, p.N, p.d, p.causal)
                   for p in grids.lab_grid(grids.default_timing_config())]
-        baselines = ("sdpa_cudnn", "sdpa_flash", "naive")
+        baselines = (contract.SDPA_CUDNN, contract.SDPA_FLASH, contract.NAIVE)
     else:
         points = [(*grid_shape(n, d, args), causal)
                   for d in args.d for causal in (False, True) for n in args.n]
-        baselines = ("sdpa_cudnn", "sdpa_flash")
-    from minimodel.provenance.io import write_csv
-
+        baselines = (contract.SDPA_CUDNN, contract.SDPA_FLASH)
     args.out.mkdir(parents=True, exist_ok=True)
 
     def save(rows):  # after every point, so a run cut short keeps what it measured

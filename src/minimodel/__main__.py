@@ -8,6 +8,7 @@ its DESCRIPTION (or, lacking one, its docstring), whose first line is its line i
 import argparse
 import sys
 
+import minimodel.entry  # noqa: F401 (first: compiled or interpreted is decided on import)
 from minimodel.provenance import verify
 from minimodel.report import compare, headline
 

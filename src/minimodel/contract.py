@@ -119,6 +119,7 @@ NAIVE_SCHEME, FLASH_SCHEME = "naive", "flash"
 # The byte model's naive attention with its softmax in fp32, half precision only (symbolic/bytes.csv's
 # `scheme`, beside the two above).
 NAIVE_FP32_SOFTMAX_SCHEME = "naive_fp32_softmax"
+BYTES_SCHEMES = (NAIVE_SCHEME, FLASH_SCHEME)
 
 # Status words. timing.csv: `OK`, else why not. gpu/bytes/bytes.csv: `MEASURED`, else a sentence
 # that starts with `NOT_MEASURED` (nothing could be measured) or `SKIPPED` (this point was not).

@@ -28,13 +28,12 @@ import pandas as pd
 import sympy as sp
 
 from minimodel import contract
+from minimodel.contract import CONSISTENT_CONVENTION, FLASH_SCHEME, LAB_CONVENTION, LAB_TILE, NAIVE_SCHEME
 
 N, d, B_r, B_c, dtype_bytes = sp.symbols("N d B_r B_c dtype_bytes", positive=True)
 
-LAB, CONSISTENT = contract.LAB_CONVENTION, contract.CONSISTENT_CONVENTION
-CONVENTIONS = contract.CONVENTIONS
-B_R, B_C = contract.LAB_TILE  # the tile the lab asks its questions with: every default here
-SCHEMES = ("naive", "naive_fp32_softmax", "flash")
+# the lab's tile (LAB_TILE) is every default tile here
+SCHEMES = (NAIVE_SCHEME, "naive_fp32_softmax", FLASH_SCHEME)
 # Bytes per element of each dtype the project accepts, by its name (the torch attribute's name).
 DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4}
 MiB = 2**20
@@ -112,21 +111,21 @@ def flash_transfers(count_o_write: bool) -> list[Transfer]:
 
 
 TRANSFERS = {
-    "naive": naive_transfers,
+    NAIVE_SCHEME: naive_transfers,
     "naive_fp32_softmax": naive_fp32_softmax_transfers,
-    "flash": flash_transfers,
+    FLASH_SCHEME: flash_transfers,
 }
 
 
 def counts_o_write(scheme: str, convention: str) -> bool:
     """Whether the write of O is in the sum: the lab's naive formula omits it, its flash one counts it."""
-    if convention not in CONVENTIONS:
-        raise ValueError(f"unknown convention {convention!r}; accepted: {', '.join(CONVENTIONS)}")
-    return convention == LAB and scheme == "flash"
+    if convention not in contract.CONVENTIONS:
+        raise ValueError(f"unknown convention {convention!r}; accepted: {', '.join(contract.CONVENTIONS)}")
+    return convention == LAB_CONVENTION and scheme == FLASH_SCHEME
 
 
 @cache
-def derived_bytes(scheme: str, convention: str = CONSISTENT) -> sp.Expr:
+def derived_bytes(scheme: str, convention: str = CONSISTENT_CONVENTION) -> sp.Expr:
     """Total slow-memory bytes of a scheme, summed from its transfers and simplified."""
     if scheme not in TRANSFERS:
         raise ValueError(f"unknown scheme {scheme!r}; accepted: {', '.join(TRANSFERS)}")
@@ -137,8 +136,8 @@ def derived_bytes(scheme: str, convention: str = CONSISTENT) -> sp.Expr:
 def lab_forms() -> dict[str, sp.Expr]:
     """The lab's formulas exactly as written (12·N·d + 16·N²)·(b/4) and 8·N·d·(1 + N/B_r)·(b/4)."""
     return {
-        "naive": (12 * N * d + 16 * N**2) * (dtype_bytes / 4),
-        "flash": 8 * N * d * (1 + N / B_r) * (dtype_bytes / 4),
+        NAIVE_SCHEME: (12 * N * d + 16 * N**2) * (dtype_bytes / 4),
+        FLASH_SCHEME: 8 * N * d * (1 + N / B_r) * (dtype_bytes / 4),
     }
 
 
@@ -163,25 +162,25 @@ def _check_positive(**values) -> None:
 def bytes_naive(N: int, d: int, dtype_bytes: int = 2) -> float:
     """Naive attention's HBM bytes, the lab's formula: (12·N·d + 16·N²)·(dtype_bytes/4), O write left out."""
     _check_positive(N=N, d=d, dtype_bytes=dtype_bytes)
-    return float(_numeric(derived_bytes("naive", LAB))(N, d, 1, 1, dtype_bytes))
+    return float(_numeric(derived_bytes(NAIVE_SCHEME, LAB_CONVENTION))(N, d, 1, 1, dtype_bytes))
 
 
 def bytes_flash(N: int, d: int, B_r: int, B_c: int, dtype_bytes: int = 2) -> float:
     """Flash attention's HBM bytes, the lab's formula: 8·N·d·(1 + N/B_r)·(dtype_bytes/4), O write counted."""
     _check_positive(N=N, d=d, B_r=B_r, B_c=B_c, dtype_bytes=dtype_bytes)
-    return float(_numeric(derived_bytes("flash", LAB))(N, d, B_r, B_c, dtype_bytes))
+    return float(_numeric(derived_bytes(FLASH_SCHEME, LAB_CONVENTION))(N, d, B_r, B_c, dtype_bytes))
 
 
 def model_bytes(
-    scheme: str, N: int, d: int, B_r: int = B_R, B_c: int = B_C, dtype_bytes: int = 2,
-    convention: str = CONSISTENT,
+    scheme: str, N: int, d: int, B_r: int = LAB_TILE[0], B_c: int = LAB_TILE[1], dtype_bytes: int = 2,
+    convention: str = CONSISTENT_CONVENTION,
 ) -> float:
     """Bytes of any scheme under either convention (see the module docstring)."""
     _check_positive(N=N, d=d, B_r=B_r, B_c=B_c, dtype_bytes=dtype_bytes)
     return float(_numeric(derived_bytes(scheme, convention))(N, d, B_r, B_c, dtype_bytes))
 
 
-def model_bytes_by_direction(scheme: str, N: int, d: int, B_r: int = B_R, B_c: int = B_C,
+def model_bytes_by_direction(scheme: str, N: int, d: int, B_r: int = LAB_TILE[0], B_c: int = LAB_TILE[1],
                              dtype_bytes: int = 2) -> dict[str, float]:
     """Bytes read ("R") and written ("W") by a scheme, the write of O counted: the model beside a
     measurement that sees reads and writes apart (the GPU's DRAM counters)."""
@@ -215,15 +214,15 @@ def attention_flops(B: int, H: int, N: int, d: int, causal: bool) -> float:
     return total / 2 if causal else total
 
 
-def intensity(scheme: str, N: int, d: int, B_r: int = B_R, B_c: int = B_C, dtype_bytes: int = 2,
-              convention: str = CONSISTENT, flop_variant: str = "matmul") -> float:
+def intensity(scheme: str, N: int, d: int, B_r: int = LAB_TILE[0], B_c: int = LAB_TILE[1],
+              dtype_bytes: int = 2, convention: str = CONSISTENT_CONVENTION,
+              flop_variant: str = "matmul") -> float:
     """Arithmetic intensity in FLOP per slow-memory byte."""
     return flops(N, d, flop_variant) / model_bytes(scheme, N, d, B_r, B_c, dtype_bytes, convention)
 
 
-def byte_table(
-    n_values, head_dims, tiles, dtypes, schemes=("naive", "flash"), conventions=CONVENTIONS,
-) -> pd.DataFrame:
+def byte_table(n_values, head_dims, tiles, dtypes, schemes=(NAIVE_SCHEME, FLASH_SCHEME),
+               conventions=contract.CONVENTIONS) -> pd.DataFrame:
     """Tidy table of the forward (`direction` = forward): one row per scheme × convention × N × d ×
     tile × dtype. The backward's rows: `symbolic_backward.byte_table`."""
     rows = []
@@ -253,7 +252,7 @@ def formulas_table() -> pd.DataFrame:
     lab = lab_forms()
     rows = []
     for scheme in SCHEMES:
-        for convention in CONVENTIONS:
+        for convention in contract.CONVENTIONS:
             expr = derived_bytes(scheme, convention)
             rows.append({
                 "scheme": scheme, "convention": convention,
@@ -266,7 +265,7 @@ def formulas_table() -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def lab_table(grid=contract.LAB_TABLE_POINTS, B_r_: int = B_R, B_c_: int = B_C,
+def lab_table(grid=contract.LAB_TABLE_POINTS, B_r_: int = LAB_TILE[0], B_c_: int = LAB_TILE[1],
               dtype: str = contract.LAB_DTYPE, *, l1_bytes: int, l2_bytes: int) -> pd.DataFrame:
     """The lab's printed table (lab 01 A and B) with its annotations; `l1_bytes` and `l2_bytes`
     are the config's (symbolic.l1_bytes, symbolic.l2_bytes), the sizes the model assumes.
@@ -278,10 +277,10 @@ def lab_table(grid=contract.LAB_TABLE_POINTS, B_r_: int = B_R, B_c_: int = B_C,
     b = DTYPE_BYTES[dtype]
     rows = []
     for n, hd in grid:
-        naive = model_bytes("naive", n, hd, B_r_, B_c_, b, LAB)
-        flash = model_bytes("flash", n, hd, B_r_, B_c_, b, LAB)
-        naive_c = model_bytes("naive", n, hd, B_r_, B_c_, b, CONSISTENT)
-        flash_c = model_bytes("flash", n, hd, B_r_, B_c_, b, CONSISTENT)
+        naive = model_bytes(NAIVE_SCHEME, n, hd, B_r_, B_c_, b, LAB_CONVENTION)
+        flash = model_bytes(FLASH_SCHEME, n, hd, B_r_, B_c_, b, LAB_CONVENTION)
+        naive_c = model_bytes(NAIVE_SCHEME, n, hd, B_r_, B_c_, b, CONSISTENT_CONVENTION)
+        flash_c = model_bytes(FLASH_SCHEME, n, hd, B_r_, B_c_, b, CONSISTENT_CONVENTION)
         score = 4 * n * n
         if score <= l1_bytes:
             note = f"N² fp32 = {score / 1024:.0f} KiB fits in L1: flash gains nothing"
@@ -323,7 +322,7 @@ def largest_tiles(d: int = 128, sram_bytes: int = THEORY_H100_SHARED_BYTES, dtyp
             "best": best(range(step, limit + 1, step)), "best_power_of_two": best(powers)}
 
 
-def window_kv_tiles(W: int, B_r: int = B_R, B_c: int = B_C) -> int:
+def window_kv_tiles(W: int, B_r: int = LAB_TILE[0], B_c: int = LAB_TILE[1]) -> int:
     """Theory 02, problem 3: K/V tiles a query tile reads under a sliding window of W keys.
 
     Query rows [i0, i0 + B_r) see keys (i - W, i]: the keys [i0 - W + 1, i0 + B_r - 1],
@@ -342,22 +341,23 @@ def rescale_flops(N: int, d: int, B_c: int) -> float:
 def practice_problems() -> dict:
     """Theory 02's four practice problems, computed."""
     n, hd = 8192, 128
+    b_r, b_c = LAB_TILE
     p1 = {
-        "N": n, "d": hd, "B_r": B_R, "B_c": B_C, "dtype": "float16",
-        "flash_bytes_lab": bytes_flash(n, hd, B_R, B_C, 2),
+        "N": n, "d": hd, "B_r": b_r, "B_c": b_c, "dtype": "float16",
+        "flash_bytes_lab": bytes_flash(n, hd, b_r, b_c, 2),
         "naive_bytes_lab": bytes_naive(n, hd, 2),
-        "flash_bytes_consistent": model_bytes("flash", n, hd, B_R, B_C, 2),
-        "naive_bytes_consistent": model_bytes("naive", n, hd, B_R, B_C, 2),
-        "naive_fp32_softmax_bytes": model_bytes("naive_fp32_softmax", n, hd, B_R, B_C, 2),
+        "flash_bytes_consistent": model_bytes(FLASH_SCHEME, n, hd, b_r, b_c, 2),
+        "naive_bytes_consistent": model_bytes(NAIVE_SCHEME, n, hd, b_r, b_c, 2),
+        "naive_fp32_softmax_bytes": model_bytes("naive_fp32_softmax", n, hd, b_r, b_c, 2),
     }
     p1["speedup_from_bytes_consistent"] = p1["naive_bytes_consistent"] / p1["flash_bytes_consistent"]
     p1["speedup_from_bytes_fp32_softmax"] = p1["naive_fp32_softmax_bytes"] / p1["flash_bytes_consistent"]
     window = 512
-    dense_tiles = n // B_C
-    p3 = {"N": n, "W": window, "B_r": B_R, "B_c": B_C, "kv_tiles_per_q_tile": window_kv_tiles(window),
+    dense_tiles = n // b_c
+    p3 = {"N": n, "W": window, "B_r": b_r, "B_c": b_c, "kv_tiles_per_q_tile": window_kv_tiles(window),
           "dense_kv_tiles_per_q_tile": dense_tiles, "causal_dense_mean": (dense_tiles + 1) / 2}
     p4 = {"N": n, "d": hd, "matmul_flops": flops(n, hd),
-          f"rescale_flops_B_c_{B_C}": rescale_flops(n, hd, B_C),
+          f"rescale_flops_B_c_{b_c}": rescale_flops(n, hd, b_c),
           "rescale_flops_B_c_1": rescale_flops(n, hd, 1),
           "inner_steps_per_q_tile_B_c_1": n}
     return {"p1_flash_bytes": p1, "p2_largest_tiles": largest_tiles(128, THEORY_H100_SHARED_BYTES),
@@ -367,14 +367,14 @@ def practice_problems() -> dict:
 def format_lab_table(table: pd.DataFrame) -> str:
     header = (
         "Lab 01, blocks A-B: HBM bytes per head (MiB), FLOPs = 4·N²·d, intensity in FLOP/byte.\n"
-        f"{LAB} = the lab's formulas (naive without the O write, flash with it); "
+        f"{LAB_CONVENTION} = the lab's formulas (naive without the O write, flash with it); "
         "consistent = O write left out of both.\n\n"
     )
     return header + table.to_string(index=False, float_format=lambda x: f"{x:,.2f}") + "\n"
 
 
 if __name__ == "__main__":
-    from minimodel.provenance.configcheck import load_config
+    from minimodel.provenance.configcheck import load_config  # as a command only: a stage passes the config
 
     cfg = load_config()["symbolic"]
     print(format_lab_table(lab_table(l1_bytes=cfg["l1_bytes"], l2_bytes=cfg["l2_bytes"])))

@@ -154,14 +154,14 @@ def derived_bytes(scheme: str, direction: str = contract.BACKWARD, dq: str | Non
     return sp.factor(sp.simplify(sum(t.bytes for t in transfers(scheme, direction, dq))))
 
 
-def model_bytes(scheme: str, N: int, d: int, B_r: int = symbolic.B_R, B_c: int = symbolic.B_C,
+def model_bytes(scheme: str, N: int, d: int, B_r: int = contract.LAB_TILE[0], B_c: int = contract.LAB_TILE[1],
                 dtype_bytes: int = 2, direction: str = contract.BACKWARD, dq: str | None = None) -> float:
     """Bytes of one head's backward (or forward + backward) under the consistent convention."""
     symbolic._check_positive(N=N, d=d, B_r=B_r, B_c=B_c, dtype_bytes=dtype_bytes)
     return float(symbolic._numeric(derived_bytes(scheme, direction, dq))(N, d, B_r, B_c, dtype_bytes))
 
 
-def bytes_by_rw(scheme: str, N: int, d: int, B_r: int = symbolic.B_R, B_c: int = symbolic.B_C,
+def bytes_by_rw(scheme: str, N: int, d: int, B_r: int = contract.LAB_TILE[0], B_c: int = contract.LAB_TILE[1],
                 dtype_bytes: int = 2, direction: str = contract.BACKWARD,
                 dq: str | None = None) -> dict[str, float]:
     """Bytes read ("R") and written ("W"), every write counted (the gradients', and O's in

@@ -27,23 +27,26 @@ from minimodel.contenders.spec import Contender
 FLEX_RECOMPILE_LIMIT = 256
 
 
-def triton(q, k, v, causal=False):
-    from minimodel.kernel import flash_attn_forward
+def _kernel():
+    """The kernel's `config` and `flash`, imported on first call, in the process that runs it."""
+    from minimodel.kernel import config, flash  # not at the top: the workflow's process imports no torch
 
-    return flash_attn_forward(q, k, v, causal=causal)
+    return config, flash
+
+
+def triton(q, k, v, causal=False):
+    _, flash = _kernel()
+    return flash.flash_attn_forward(q, k, v, causal=causal)
 
 
 def triton_tl(q, k, v, causal=False):
-    from minimodel.kernel import flash_attn_forward, launch_config
-    from minimodel.kernel.config import tl_config
-    from minimodel.kernel.flash import _policy_args
-
-    config = launch_config(q, k, v, causal, tl_config(*_policy_args(q, causal)))
-    return flash_attn_forward(q, k, v, causal=causal, config=config)
+    config, flash = _kernel()
+    tl = flash.launch_config(q, k, v, causal, config.tl_config(*flash._policy_args(q, causal)))
+    return flash.flash_attn_forward(q, k, v, causal=causal, config=tl)
 
 
 def naive(q, k, v, causal=False):
-    from minimodel.cpu.references import reference_attn
+    from minimodel.attention_ref import reference_attn  # not at the top: as in `_kernel`
 
     return reference_attn(q, k, v, causal=causal)
 

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import torch
 
+from minimodel.attention_ref import reference_attn
+from minimodel.contenders.builtin import not_run_reason
 from minimodel.contenders.run import SKIPPED, Case, Child, inputs
 from minimodel.contenders.spec import Contender
-from minimodel.cpu.references import reference_attn
 
 
 def _row(contender: Contender, case: Case, **values) -> dict:
@@ -46,8 +47,6 @@ def check_case(child: Child, case: Case, tolerance) -> dict:
 
 def sweep(contender: Contender, cases: list[Case], search, tolerance, interpreted: bool) -> list[dict]:
     """Every case for one contender, each in its child process; unsupported cases are skipped rows."""
-    from minimodel.contenders.builtin import not_run_reason
-
     rows = []
     with Child(contender, tuple(search)) as child:
         for case in cases:

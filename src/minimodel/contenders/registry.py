@@ -24,17 +24,15 @@ STAGES = ("correctness", "timing", "bytes")
 # what each stage runs whatever its contenders list says: naming one of these again would give
 # two rows of one implementation per point
 ALWAYS_RUN = {"correctness": (C.TRITON,), "timing": C.IMPLEMENTATIONS, "bytes": (C.TRITON, C.NAIVE)}
-# names the stages' tables already give to the project's own rows (the bytes stage's schemes)
-RESERVED = (C.NAIVE_SCHEME, C.FLASH_SCHEME)
 
 
 def defined(config: dict) -> dict[str, Contender]:
     """Every contender the run knows by name: the built-ins, then the config's."""
     found = dict(BUILTINS)
     for name, entry in (config.get("contenders") or {}).items():
-        if name in BUILTINS or name in RESERVED:
+        if name in BUILTINS or name in C.BYTES_SCHEMES:  # names the bytes stage gives its own rows
             raise ContenderError(f"contender {name!r}: the name is taken; choose another (built-ins: "
-                                 f"{', '.join(BUILTINS)}; the project's rows: {', '.join(RESERVED)})")
+                                 f"{', '.join(BUILTINS)}; the project's rows: {', '.join(C.BYTES_SCHEMES)})")
         found[name] = parse(name, entry)
     return found
 

@@ -30,6 +30,7 @@ import torch
 from minimodel.contenders.spec import Contender, load, prepared
 from minimodel.provenance.project import SRC
 from minimodel.subprocesses import die_with_parent
+from minimodel.timers import bench_graph_ms, bench_ms, host_ms
 
 
 @dataclass(frozen=True)
@@ -74,7 +75,7 @@ class TimingCase:
     seed: int
     warmup_ms: float
     rep_ms: float
-    host_cost: bool = False  # also read the host's cost per call (`bench.host_ms`)
+    host_cost: bool = False  # also read the host's cost per call (`timers.host_ms`)
 
 
 def timing_inputs(case: TimingCase) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -113,8 +114,6 @@ def timed(fn, case: TimingCase) -> dict:
     """One checked call (its first head comes back for the float64 check), then eager and
     CUDA-graph times (and the host's cost, with `host_cost`), as the timing stage takes them for
     its own implementations."""
-    from minimodel.gpu.bench import bench_graph_ms, bench_ms, host_ms
-
     q, k, v = timing_inputs(case)
     args = prepared(fn, q, k, v)  # its layout, before anything is timed
     poison = torch.full_like(q, float("nan"))

@@ -38,7 +38,6 @@ from minimodel import contract
 DEVICES = ("cuda", "cpu")
 DTYPES = ("float16", "bfloat16")
 DEFAULT_TIMEOUT_S = 120.0
-GRIDS = (contract.LAB_GRID, contract.FLASHATTENTION_GRID)
 # the layouts a contender may take: the stage's own (B, H, N, d), or (B, N, H, d)
 BHND, BNHD = "bhnd", "bnhd"
 LAYOUTS = (BHND, BNHD)
@@ -63,7 +62,7 @@ class Contender:
     gqa: bool = False
     triton: bool = False
     timeout_s: float = DEFAULT_TIMEOUT_S
-    grids: tuple[str, ...] = GRIDS  # the timing grids it is timed on
+    grids: tuple[str, ...] = contract.GRIDS  # the timing grids it is timed on
     layout: str = BHND  # the layout of the tensors it takes and returns
 
     def skip_reason(self, device: str, dtype: str, d: int, causal: bool, grouped: bool,
@@ -124,7 +123,7 @@ def parse(name: str, entry: dict) -> Contender:
         head_dims=listed("head_dims", kind=int),
         causal=listed("causal", (False, True), kind=bool) or (False, True),
         gqa=entry.get("gqa", False), triton=entry.get("triton", False), timeout_s=float(timeout),
-        grids=listed("grids", GRIDS) or GRIDS,
+        grids=listed("grids", contract.GRIDS) or contract.GRIDS,
         layout=layout,
     )
 

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import torch
 
-from minimodel.cpu.references import _check_qkv, _load_tile, _scale, causal_mask
+from minimodel.attention_ref import causal_mask, check_qkv, softmax_scale
+from minimodel.cpu.references import _load_tile
 
 
 def _accumulator(dtype: torch.dtype) -> torch.dtype:
@@ -27,7 +28,7 @@ def _accumulator(dtype: torch.dtype) -> torch.dtype:
 
 
 def _check_backward(Q, K, V, **like_q) -> None:
-    _check_qkv(Q, K, V)
+    check_qkv(Q, K, V)
     if K.shape[:-2] != Q.shape[:-2]:
         raise ValueError(f"Q, K and V must have the same leading (batch, head) dimensions; got Q "
                          f"{tuple(Q.shape)}, K {tuple(K.shape)} (grouped K/V heads are not supported)")
@@ -40,9 +41,9 @@ def forward_with_lse(Q, K, V, causal: bool = False, sm_scale: float | None = Non
                      upcast: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """(O, LSE): the attention and logsumexp(scale·Q Kᵀ [+ causal mask]) per query row, O in the
     inputs' dtype and LSE in fp32 (as the kernels store it), or both in float64 with `upcast`."""
-    _check_qkv(Q, K, V)
+    check_qkv(Q, K, V)
     dtype = torch.float64 if upcast else _accumulator(Q.dtype)
-    S = (Q.to(dtype) @ K.to(dtype).transpose(-1, -2)) * _scale(Q.shape[-1], sm_scale)
+    S = (Q.to(dtype) @ K.to(dtype).transpose(-1, -2)) * softmax_scale(Q.shape[-1], sm_scale)
     if causal:
         S = S.masked_fill(causal_mask(Q.shape[-2], K.shape[-2], Q.device), float("-inf"))
     lse = torch.logsumexp(S, dim=-1)
@@ -53,7 +54,7 @@ def forward_with_lse(Q, K, V, causal: bool = False, sm_scale: float | None = Non
 def softmax_probabilities(Q, K, causal: bool = False, sm_scale: float | None = None) -> torch.Tensor:
     """P = softmax(scale·Q Kᵀ [+ causal mask]) in the inputs' dtype: what the naive forward stores."""
     S = (Q.to(_accumulator(Q.dtype)) @ K.to(_accumulator(Q.dtype)).transpose(-1, -2))
-    S = S * _scale(Q.shape[-1], sm_scale)
+    S = S * softmax_scale(Q.shape[-1], sm_scale)
     if causal:
         S = S.masked_fill(causal_mask(Q.shape[-2], K.shape[-2], Q.device), float("-inf"))
     return torch.softmax(S, dim=-1).to(Q.dtype)
@@ -73,7 +74,7 @@ def attn_naive_backward(Q, K, V, P, dO, sm_scale: float | None = None):
         raise ValueError(f"P must have shape {(*lead, n, n_k)} (Q's rows × K's rows); got {tuple(P.shape)}")
     q, k, v, do = (t.reshape(-1, t.shape[-2], d) for t in (Q, K, V, dO))
     p = P.reshape(-1, n, n_k)
-    scale = _scale(d, sm_scale)
+    scale = softmax_scale(d, sm_scale)
     dV = torch.bmm(p.transpose(-1, -2), do)
     dP = torch.bmm(do, v.transpose(-1, -2))
     dS = torch.ops.aten._softmax_backward_data(dP, p, -1, p.dtype)
@@ -100,7 +101,7 @@ def attn_flash_backward_reference_cpu(Q, K, V, O, LSE, dO, B_r: int = 64, B_c: i
         raise ValueError(f"tile sizes must be >= 1, got B_r={B_r}, B_c={B_c}")
     n, d = Q.shape[-2], Q.shape[-1]
     n_k = K.shape[-2]
-    scale = _scale(d, sm_scale)
+    scale = softmax_scale(d, sm_scale)
     acc = _accumulator(Q.dtype)
     # D = rowsum(dO ∘ O), one Q tile at a time: O and dO read once, D written once (fp32)
     D = torch.empty_like(LSE, dtype=acc)

@@ -31,7 +31,8 @@ from collections.abc import Callable, Iterable
 import torch
 from tqdm import tqdm
 
-from minimodel import contract, symbolic
+from minimodel import attention_ref, contract, symbolic
+from minimodel.contract import LAB_TILE
 from minimodel.cpu import references
 
 log = logging.getLogger(__name__)
@@ -290,7 +291,7 @@ def model_scheme(scheme: str, dtype: str) -> str:
     return scheme
 
 
-def measure(scheme: str, n: int, d: int, dtype: str, block_r: int = 64, block_c: int = 64,
+def measure(scheme: str, n: int, d: int, dtype: str, block_r: int = LAB_TILE[0], block_c: int = LAB_TILE[1],
             sram_bytes: int = THEORY_SRAM_BYTES, with_profiler: bool = False, random_seed: int = 0) -> dict:
     """Bytes of one reference on one (N, d) head, measured and set beside the model."""
     if scheme not in ("naive", "flash"):
@@ -300,7 +301,7 @@ def measure(scheme: str, n: int, d: int, dtype: str, block_r: int = 64, block_c:
     gen = torch.Generator().manual_seed(random_seed)
     Q, K, V = (torch.randn(n, d, generator=gen).to(getattr(torch, dtype)) for _ in range(3))
     if scheme == "naive":
-        fn = references.attn_naive
+        fn = attention_ref.attn_naive
     else:
         fn = lambda q, k, v: references.attn_flash_reference_cpu(q, k, v, block_r, block_c)
     # The count does not depend on values. The naive reference's N x N matmuls are slow on a CPU

@@ -1,10 +1,9 @@
 """This machine's roofline ceilings and the flash speedup they predict (notes/labs.md, lab 01 E).
 
 `measure_ceilings` times a large fp32 matmul (peak FLOP/s) and a large copy (bandwidth,
-counting the bytes read plus the bytes written), several repeats each, and keeps the median.
-`predict_speedup` places naive and flash attention on that roofline by their model intensity:
-attainable = min(peak, intensity × bandwidth), and the predicted speedup is the ratio of the
-two attainable rates (the FLOPs being equal, time falls as the attainable rate rises).
+counting the bytes read plus the bytes written), several repeats each, and keeps the median;
+`minimodel.roofline_model.predict_speedup` places naive and flash attention on those ceilings.
+`time_references` times the CPU references themselves.
 """
 
 from __future__ import annotations
@@ -15,7 +14,9 @@ import time
 import torch
 
 from minimodel import symbolic
-from minimodel.cpu.references import attn_flash_reference_cpu, attn_naive
+from minimodel.attention_ref import attn_naive
+from minimodel.contract import LAB_TILE
+from minimodel.cpu.references import attn_flash_reference_cpu
 
 
 def _median_seconds(fn, repeats: int) -> tuple[float, list[float]]:
@@ -71,7 +72,7 @@ def measure_ceilings(matmul_n: int = 2048, copy_mib: int = 256, repeats: int = 7
     }
 
 
-def time_references(n: int = 2048, d: int = 64, B_r: int = 64, B_c: int = 64,
+def time_references(n: int = 2048, d: int = 64, B_r: int = LAB_TILE[0], B_c: int = LAB_TILE[1],
                     repeats: int = 3) -> dict:
     """Achieved FLOP/s (4·N²·d per head) of the naive and tiled-flash CPU references, fp32."""
     q, k, v = (torch.randn(n, d) for _ in range(3))
@@ -83,27 +84,4 @@ def time_references(n: int = 2048, d: int = 64, B_r: int = 64, B_c: int = 64,
                        "achieved_flops_per_s": symbolic.flops(n, d) / seconds,
                        "intensity": symbolic.intensity(scheme, n, d, B_r, B_c, 4)}
     out["measured_speedup"] = out["naive"]["median_s"] / out["flash"]["median_s"]
-    return out
-
-
-def attainable(intensity: float, peak: float, bandwidth: float) -> float:
-    """The roofline: min(peak, intensity × bandwidth)."""
-    return min(peak, intensity * bandwidth)
-
-
-def predict_speedup(ceilings: dict, n: int = 2048, d: int = 64, B_r: int = 64, B_c: int = 64,
-                    dtype: str = "float32") -> dict:
-    """Flash over naive speedup the roofline predicts at (n, d), consistent convention."""
-    peak = ceilings["peak_flops_per_s"]
-    bw = ceilings["bandwidth_bytes_per_s"]
-    b = symbolic.DTYPE_BYTES[dtype]
-    out = {"N": n, "d": d, "B_r": B_r, "B_c": B_c, "dtype": dtype,
-           "convention": "consistent (O write left out)"}
-    for scheme in ("naive", "flash"):
-        i = symbolic.intensity(scheme, n, d, B_r, B_c, b, "consistent")
-        out[f"intensity_{scheme}"] = i
-        out[f"attainable_{scheme}_flops_per_s"] = attainable(i, peak, bw)
-        out[f"bound_{scheme}"] = "memory" if i * bw < peak else "compute"
-    out["predicted_speedup"] = (out["attainable_flash_flops_per_s"]
-                                / out["attainable_naive_flops_per_s"])
     return out

@@ -5,6 +5,6 @@
 - `timing`: the kernel against naive PyTorch and SDPA's backends, GPU time per call.
 - `hbm`: the GPU's own DRAM bytes (Nsight Compute) beside the byte model.
 
-`correctness` and `timing` import the kernel: a run that may have no GPU calls
-`minimodel.kernel.use_interpreter_if_no_gpu()` before it imports them.
+`correctness`, `timing` and `hbm` import the kernel: a process that runs them imports
+`minimodel.entry` first, which decides whether the kernel is compiled or interpreted.
 """

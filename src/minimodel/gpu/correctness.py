@@ -23,7 +23,8 @@ import torch
 from tqdm import tqdm
 
 from minimodel import contract
-from minimodel.cpu.references import reference_attn
+from minimodel.attention_ref import reference_attn
+from minimodel.contenders import check, registry, run
 from minimodel.kernel import (
     BF16_INTERPRETER_REASON,
     INTERPRETED,
@@ -156,8 +157,6 @@ def run_contenders(cfg: dict, contenders, backend: str, random_seed: int, progre
     A contender's inputs are drawn from random_seed + the case's index, the same for every
     contender. The interpreter's smaller grid applies; its bf16 skip only to Triton contenders.
     """
-    from minimodel.contenders import check, registry, run
-
     device = "cuda" if backend == "cuda" else "cpu"
     planned = sweep_cases(cfg, backend)
     cases = [run.Case(c["B"], c["H"], c["H_kv"], c["N"], c["d"], c["causal"], c["dtype"], device,

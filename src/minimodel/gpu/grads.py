@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from minimodel.cpu.references import reference_attn
+from minimodel.attention_ref import reference_attn
 from minimodel.gpu.correctness import tolerance
 from minimodel.kernel.backward import BwdConfig, default_bwd_config, flash_attn_backward
 from minimodel.kernel.flash import flash_attn_forward, launch_config

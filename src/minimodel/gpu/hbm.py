@@ -33,19 +33,22 @@ import sys
 from pathlib import Path
 
 import pandas as pd
+import torch
 
 from minimodel import contract, symbolic
+from minimodel.attention_ref import attn_naive
+from minimodel.contenders.builtin import not_run_reason
+from minimodel.contenders.registry import SEARCH
+from minimodel.contenders.run import _cuda_usable, _validated, declined, one_line
+from minimodel.contenders.spec import Contender, load, prepared
 from minimodel.gpu import ncu as ncu_tool
 from minimodel.gpu.ncu import KERNEL_COLUMNS, NCU_METRICS, NCU_OPTIONS, find_ncu  # noqa: F401
+from minimodel.kernel import flash_attn_forward, launch_config
 from minimodel.provenance import project
 from minimodel.subprocesses import exit_with_stage
 
 DTYPE = "float16"
 REGIMES = ("one head", "many heads")
-# the schemes of minimodel.symbolic they are compared with
-IMPLEMENTATIONS = (contract.NAIVE_SCHEME, contract.FLASH_SCHEME)
-MEASURED = contract.MEASURED
-LAB_TILE = contract.LAB_TILE  # the model's tile where no kernel ran
 NO_CUDA = f"{contract.NOT_MEASURED}: no CUDA device on this machine"
 NO_NCU = (f"{contract.NOT_MEASURED}: Nsight Compute (ncu) was not found on PATH, in $CUDA_HOME/bin or "
           "/usr/local/cuda/bin; set gpu.bytes.ncu to its path")
@@ -83,7 +86,7 @@ def plan(cfg: dict, l2_bytes: int, contenders=()) -> list[dict]:
                     n, d, l2_bytes, cfg["many_heads_l2_multiple"])
                 points += [{"regime": regime, "B": 1, "H": heads, "N": n, "d": d, "causal": causal}
                            for causal in (False, True)]
-    rows = [{**point, "impl": impl} for point in points for impl in IMPLEMENTATIONS]
+    rows = [{**point, "impl": impl} for point in points for impl in contract.BYTES_SCHEMES]
     rows += [{**point, "impl": c.name} for c in contenders for point in points]
     return [{**row, "dtype": DTYPE, "device_bytes": device_bytes(row["impl"], row["H"], row["N"], row["d"])}
             for row in rows]
@@ -98,7 +101,7 @@ def model_columns(row: dict, block_m: int, block_n: int) -> dict:
     """
     n, d, heads = row["N"], row["d"], row["B"] * row["H"]
     compulsory = heads * symbolic.compulsory_bytes(n, d, ELEMENT_BYTES)
-    if row["impl"] not in IMPLEMENTATIONS:
+    if row["impl"] not in contract.BYTES_SCHEMES:
         return {**dict.fromkeys(MODEL_COLUMNS), "compulsory_bytes": compulsory}
     flash = row["impl"] == contract.FLASH_SCHEME
     tile = (block_m, block_n) if flash else (1, 1)  # naive has no tile
@@ -118,15 +121,12 @@ def model_columns(row: dict, block_m: int, block_n: int) -> dict:
 def planned_rows(cfg: dict, l2_bytes: int, reason: str, contenders=()) -> list[dict]:
     """The plan with the model beside it and `reason` as every row's status: nothing measured."""
     return [{**row, "status": reason, "kernels": None, **dict.fromkeys(NCU_METRICS.values()),
-             **model_columns(row, *LAB_TILE)} for row in plan(cfg, l2_bytes, contenders)]
+             **model_columns(row, *contract.LAB_TILE)} for row in plan(cfg, l2_bytes, contenders)]
 
 
 # ---- the profiled process -------------------------------------------------------------------
 
 def _implementation(row: dict, contender):
-    from minimodel.cpu.references import attn_naive
-    from minimodel.kernel import flash_attn_forward
-
     causal = row["causal"]
     if contender is not None:  # its layout's inputs (`prepared`) are made before the marked call
         return lambda q, k, v: contender(q, k, v, causal=causal)
@@ -136,26 +136,21 @@ def _implementation(row: dict, contender):
 
 
 def probe(spec: dict, plan_path: Path) -> int:
-    """Run every row whose status is `MEASURED`: once unprofiled, then marked in the NVTX range.
+    """Run every row whose status is `contract.MEASURED`: once unprofiled, then marked in the NVTX range.
 
     Each row's outcome is recorded as it ends (`ncu.record_row`). The project's rows let an error
     end the process; a contender's error is recorded for its row, and the next row runs. A
     contender that does not load has that error recorded for every row. Returns the exit code:
     `RESTART` after an error that left CUDA unusable, so the rows left go to a fresh process.
     """
-    import torch
-    import triton
+    import triton  # the marker kernel is defined in the profiled process only
     import triton.language as tl
-
-    from minimodel.contenders.registry import SEARCH
-    from minimodel.contenders.run import _cuda_usable, _validated, declined, one_line
-    from minimodel.contenders.spec import Contender, load, prepared
 
     @triton.jit
     def minimodel_bytes_marker(X):
         tl.store(X, 1)
 
-    todo = [i for i, row in enumerate(spec["rows"]) if row["status"] == MEASURED]
+    todo = [i for i, row in enumerate(spec["rows"]) if row["status"] == contract.MEASURED]
     contender = None
     if spec.get("contender"):
         entry = {k: tuple(v) if isinstance(v, list) else v for k, v in spec["contender"].items()}
@@ -198,9 +193,9 @@ def probe(spec: dict, plan_path: Path) -> int:
                 return RESTART
             continue
         ncu_tool.record_row(plan_path, i, MARKED)
-        # kept in PyTorch's cache, not handed back to the driver: on the H200 a profiled kernel
-        # that ran after 50 GB had been freed saw 17-32x its own stores written to DRAM (the
-        # freed memory being cleared beside it, counted by the device-wide DRAM counters)
+        # kept in PyTorch's cache, not handed back to the driver: memory handed back is cleared
+        # beside a later profiled kernel, and the device-wide DRAM counters count the clearing as
+        # its writes (notes/kernel.md, "DRAM writes after freed memory")
         del q, k, v, args, out
     return 0
 
@@ -211,12 +206,10 @@ def _check_memory(row: dict, free_bytes: int) -> str:
     short = project.memory_shortfall(row["device_bytes"], free_bytes, 0.9, "free on the device")
     if short:
         return f"{contract.SKIPPED}: {short}; lower gpu.bytes.n or gpu.bytes.many_heads_l2_multiple"
-    return MEASURED
+    return contract.MEASURED
 
 
 def _initial_status(row: dict, free_bytes: int, contenders: dict) -> str:
-    from minimodel.contenders.builtin import not_run_reason
-
     contender = contenders.get(row["impl"])
     reason = contender and not_run_reason(contender, "cuda", DTYPE, row["d"], row["causal"], False,
                                           interpreted=False)
@@ -232,8 +225,6 @@ def measure(cfg: dict, l2_bytes: int, random_seed: int, ncu: str, workdir: str |
     tail in the message); a contender's failure fails its rows only. A missing counter
     permission gives `NO_PERMISSION` rows instead.
     """
-    import torch
-
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     free_bytes, _ = torch.cuda.mem_get_info()
@@ -242,7 +233,7 @@ def measure(cfg: dict, l2_bytes: int, random_seed: int, ncu: str, workdir: str |
             for i, row in enumerate(plan(cfg, l2_bytes, contenders))]
     parts = []
     for contender in (None, *contenders):
-        impls = IMPLEMENTATIONS if contender is None else (contender.name,)
+        impls = contract.BYTES_SCHEMES if contender is None else (contender.name,)
         index = [i for i, row in enumerate(rows) if row["impl"] in impls]
         try:
             kernels = _profile_rows(ncu, [rows[i] for i in index], contender, workdir)
@@ -252,8 +243,9 @@ def measure(cfg: dict, l2_bytes: int, random_seed: int, ncu: str, workdir: str |
         kernels["row"] = [index[int(j)] if pd.notna(j) else None for j in kernels["row"]]
         parts.append(kernels)
     for row in rows:
-        ran_flash = row["impl"] == contract.FLASH_SCHEME and row["status"] == MEASURED
-        block_m, block_n, tma = _flash_config(row) if ran_flash else (*LAB_TILE, None)
+        ran_flash = row["impl"] == contract.FLASH_SCHEME and row["status"] == contract.MEASURED
+        # the model's tile where no kernel ran
+        block_m, block_n, tma = _flash_config(row) if ran_flash else (*contract.LAB_TILE, None)
         row.update(model_columns(row, block_m, block_n))
         if ran_flash:
             row.update(cfg_BLOCK_M=block_m, cfg_BLOCK_N=block_n, cfg_TMA=tma)
@@ -274,7 +266,7 @@ def _profile_rows(ncu: str, rows: list[dict], contender, workdir: Path) -> pd.Da
     name = "project" if contender is None else f"contender_{contender.name}"
     spec = {"contender": dataclasses.asdict(contender) if contender else None}
     for attempt in range(len(rows) + 1):
-        todo = [r["status"] == MEASURED for r in rows]
+        todo = [r["status"] == contract.MEASURED for r in rows]
         if not any(todo):
             return pd.DataFrame(columns=KERNEL_COLUMNS)
         profile = f"{name}_{attempt}"
@@ -301,9 +293,9 @@ def _profile_rows(ncu: str, rows: list[dict], contender, workdir: Path) -> pd.Da
             if result.returncode is None else
             f"its process died (exit code {result.returncode}): {result.last_words()}"))
         # the row it was at; past the last row, every row it profiled (their report is lost)
-        for i in unreached[:1] or [i for i, row in enumerate(rows) if row["status"] == MEASURED]:
+        for i in unreached[:1] or [i for i, row in enumerate(rows) if row["status"] == contract.MEASURED]:
             rows[i]["status"] = reason
-    if not any(r["status"] == MEASURED for r in rows):  # every row raised: nothing was profiled
+    if not any(r["status"] == contract.MEASURED for r in rows):  # every row raised: nothing was profiled
         return pd.DataFrame(columns=KERNEL_COLUMNS)
     raised = {i: o[len(RAISED_AFTER_MARK):] for i, o in result.outcome.items()
               if o.startswith(RAISED_AFTER_MARK)}  # its kernels are not a whole call
@@ -311,12 +303,12 @@ def _profile_rows(ncu: str, rows: list[dict], contender, workdir: Path) -> pd.Da
         if result.table is None:
             raise ncu_tool.ProbeMismatch(f"ncu wrote no report of the profiled rows: {result.last_words()}")
         kernels = ncu_tool.parse_ncu_csv(result.table)
-        ncu_tool.assign(kernels, rows, MEASURED, may_be_empty=frozenset(raised))
+        ncu_tool.assign(kernels, rows, contract.MEASURED, may_be_empty=frozenset(raised))
     except ncu_tool.ProbeMismatch as err:
         if contender is None:
             raise
         for row in rows:  # none of its numbers can be trusted to belong to its row
-            if row["status"] == MEASURED or row.get("kernels") is not None:
+            if row["status"] == contract.MEASURED or row.get("kernels") is not None:
                 row.update(_unmeasured(f"failed: {str(err).splitlines()[0][:200]}"))
         return pd.DataFrame(columns=KERNEL_COLUMNS)
     for i, error in raised.items():
@@ -327,10 +319,6 @@ def _profile_rows(ncu: str, rows: list[dict], contender, workdir: Path) -> pd.Da
 
 def _flash_config(row) -> tuple[int, int, bool]:
     """The tile `flash_attn_forward` chose for the row's shape (as the probe's inputs: contiguous)."""
-    import torch
-
-    from minimodel.kernel import launch_config
-
     q = torch.empty(row["B"], row["H"], row["N"], row["d"], device="cuda", dtype=torch.float16)
     cfg = launch_config(q, q, q, row["causal"])
     return cfg.BLOCK_M, cfg.BLOCK_N, cfg.TMA
@@ -339,15 +327,13 @@ def _flash_config(row) -> tuple[int, int, bool]:
 def summary(table: pd.DataFrame, ncu: str | None, l2_bytes: int) -> dict:
     """What the stage did: measured or why not, with ncu, its options, and the device's L2."""
     statuses = table["status"].value_counts().to_dict()
-    measured = int(statuses.get(MEASURED, 0))
+    measured = int(statuses.get(contract.MEASURED, 0))
     device, device_l2 = None, None
     if measured:
-        import torch
-
         props = torch.cuda.get_device_properties(0)
         device, device_l2 = props.name, int(props.L2_cache_size)  # beside the plan's assumed l2_bytes
-    status = MEASURED if measured else next(iter(statuses), "no points")
-    contenders = [i for i in dict.fromkeys(table["impl"]) if i not in IMPLEMENTATIONS]
+    status = contract.MEASURED if measured else next(iter(statuses), "no points")
+    contenders = [i for i in dict.fromkeys(table["impl"]) if i not in contract.BYTES_SCHEMES]
     return {"status": status, "contenders": contenders, "measured": measured, "statuses": statuses,
             "device": device, "device_l2_bytes": device_l2, "plan_l2_bytes": l2_bytes, "ncu": ncu,
             "ncu_version": ncu_tool.ncu_version(ncu) if measured else None,

@@ -28,26 +28,24 @@ import time
 import torch
 from tqdm import tqdm
 
-from minimodel import contract, symbolic
-from minimodel.contenders.run import SKIPPED, TimingCase, timing_inputs
-from minimodel.cpu import roofline
-from minimodel.cpu.references import reference_attn
+from minimodel import contract, roofline_model, symbolic
+from minimodel.attention_ref import reference_attn
+from minimodel.contenders import builtin, registry
+from minimodel.contenders.builtin import not_run_reason
+from minimodel.contenders.run import SKIPPED, Child, TimingCase, timing_inputs
 from minimodel.gpu import correctness, grids
-from minimodel.gpu.bench import bench_graph_ms, bench_ms, host_ms
 from minimodel.kernel import default_config, flash_attn_forward, launch_config
+from minimodel.timers import bench_graph_ms, bench_ms, host_ms
 
 log = logging.getLogger(__name__)
 
-SDPA_BACKENDS = contract.SDPA_BACKENDS
-NO_GPU_REASON = contract.NO_GPU_TIMING
 attention_flops = symbolic.attention_flops
 
 
 # Seconds of back-to-back matmuls before the ceilings are measured. A GPU that was idle runs its
-# first seconds of load at boost clocks: on the H200, 747 TFLOP/s at 1980 MHz in the first 3 s,
-# then 648-657 TFLOP/s at 1635-1680 MHz once at its 700 W power limit, which is where every point
-# of the grids runs (the kernel at (1, 16, 16384, 128): 568-575 TFLOP/s either way). Measured
-# cold, the ceiling would belong to another machine state than the points set beside it.
+# first seconds of load at boost clocks, faster than at the power limit it soon reaches, where
+# every point of the grids runs: measured cold, the ceiling would belong to another machine state
+# than the points set beside it (notes/kernel.md, "The matmul ceiling, cold and under load").
 SUSTAIN_S = 15
 
 
@@ -82,11 +80,9 @@ def gpu_ceilings(warmup_ms: float = 25, rep_ms: float = 200, sustain_s: float = 
 def implementations(causal: bool, config=None) -> dict:
     """name -> fn(q, k, v) for every implementation timed; `config` fixes the kernel's tiles.
     Naive and the SDPA backends are the built-in contenders' functions."""
-    from minimodel.contenders import builtin
-
     impls = {contract.TRITON: lambda q, k, v: flash_attn_forward(q, k, v, causal=causal, config=config)}
     impls.update({name: functools.partial(getattr(builtin, name), causal=causal)
-                  for name in (contract.NAIVE, *SDPA_BACKENDS)})
+                  for name in (contract.NAIVE, *contract.SDPA_BACKENDS)})
     return impls
 
 
@@ -184,8 +180,6 @@ def time_contender(child, row: dict, exact, err_torch: float, random_seed: int, 
     """A contender at one point (`row`, its empty timing row), in its child process: the same
     inputs (drawn from the same seed), the same one-head check, eager and graph times taken there
     (`minimodel.contenders.run`)."""
-    from minimodel.contenders.builtin import not_run_reason
-
     reason = not_run_reason(child.contender, "cuda", "float16", row["d"], row["causal"], False,
                             interpreted=False)
     grids = child.contender.grids
@@ -227,9 +221,6 @@ def run(cfg: dict, random_seed: int, cpu_prediction: dict | None = None, progres
     `contenders` (`minimodel.contenders.Contender`) are timed at every point too, each in a
     child process that lives for the whole stage.
     """
-    from minimodel.contenders import registry
-    from minimodel.contenders.run import Child
-
     children = [Child(c, registry.SEARCH) for c in contenders]
     for child in children:  # started before the ceilings: no idle GPU between them and the points
         child.start()
@@ -255,7 +246,7 @@ def run(cfg: dict, random_seed: int, cpu_prediction: dict | None = None, progres
         if p.causal:
             continue
         block_m = default_config(torch.empty(p.B, p.H, p.N, p.d, device="cuda"), False).BLOCK_M
-        predictions.append(roofline.predict_speedup(ceilings, p.N, p.d, block_m, block_m, "float16"))
+        predictions.append(roofline_model.predict_speedup(ceilings, p.N, p.d, block_m, block_m, "float16"))
     return {
         **machine,
         "device_l2_bytes": device_l2,
@@ -268,5 +259,5 @@ def run(cfg: dict, random_seed: int, cpu_prediction: dict | None = None, progres
 
 def no_gpu_rows(cfg: dict) -> list[dict]:
     """Without CUDA: one row per planned point saying that it could not be timed."""
-    return [{"grid": p.grid, "N": p.N, "d": p.d, "causal": p.causal, "status": NO_GPU_REASON,
+    return [{"grid": p.grid, "N": p.N, "d": p.d, "causal": p.causal, "status": contract.NO_GPU_TIMING,
              "ms": None} for p in grids.points(cfg)]

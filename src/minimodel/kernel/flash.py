@@ -5,7 +5,7 @@ query tile, the running maximum m, the running sum l and the fp32 output accumul
 while every key/value tile streams past once (the online softmax of theory 02).
 
 Runs on a CUDA device, or on CPU tensors under Triton's interpreter, which a run switches on
-before this module defines a kernel (`minimodel.kernel.use_interpreter_if_no_gpu`).
+before this module defines a kernel (`minimodel.entry`).
 
     import torch
     from minimodel.kernel import flash_attn_forward
@@ -34,6 +34,7 @@ from minimodel.kernel.config import (
 SUPPORTED_HEAD_DIMS = (16, 32, 64, 128, 256)
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
 LOG2E = 1.4426950408889634  # log2(e): exp(x) = exp2(x·log2 e)
+LN2 = tl.constexpr(0.6931471805599453)  # ln(2): ln(x) = log2(x)·ln 2, in the kernels (this one and hopper's)
 MAX_PROGRAMS = 2**31 - 1  # a CUDA grid's x dimension; the kernel's one launch axis
 BF16_INTERPRETER_REASON = "tl.dot on bf16 operands is wrong under Triton's interpreter (3.6)"
 
@@ -109,7 +110,7 @@ def _program_ids(N, BLOCK_M: tl.constexpr, IS_CAUSAL: tl.constexpr):
 @triton.jit
 def _store_lse(LSE, pid_bh, offs_m, m_i, l_i, N, qk_scale):
     # natural-log log-sum-exp per row, what a backward pass needs (m_i is the raw maximum)
-    lse = (m_i * qk_scale + tl.math.log2(l_i)) * 0.6931471805599453
+    lse = (m_i * qk_scale + tl.math.log2(l_i)) * LN2
     tl.store(LSE + pid_bh.to(tl.int64) * N + offs_m, lse, mask=offs_m < N)
 
 
@@ -230,9 +231,14 @@ def _gluon_ok(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor) -> bool:
     """The Gluon kernel runs compiled on Hopper only (it has no interpreter), on inputs it can read."""
     if INTERPRETED or Q.device.type != "cuda" or device_arch(Q.device) != HOPPER:
         return False
-    from minimodel.kernel import hopper  # Gluon is imported only where it can run
+    return _hopper().supports(Q, K, V)
 
-    return hopper.supports(Q, K, V)
+
+def _hopper():
+    """The Gluon kernel's module, imported on first use: only on Hopper, compiled."""
+    from minimodel.kernel import hopper  # not at the top: Gluon has no interpreter to define it under
+
+    return hopper
 
 
 def launch_config(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, causal: bool,
@@ -357,9 +363,7 @@ def flash_attn_forward(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, causal
     cfg = launch_config(Q, K, V, causal, config)
     _grid(N, B * H, cfg.BLOCK_M)  # one launch must hold every program
     if cfg.GLUON:
-        from minimodel.kernel import hopper
-
-        hopper.launch(Q, K, V, O, LSE, scale * LOG2E, cfg, causal, return_lse)
+        _hopper().launch(Q, K, V, O, LSE, scale * LOG2E, cfg, causal, return_lse)
     else:
         kernel, grid, args, options = arguments(Q, K, V, O, LSE, scale * LOG2E, cfg, causal, return_lse)
         kernel[grid](**args, **options)

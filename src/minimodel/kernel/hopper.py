@@ -10,8 +10,11 @@ Two overlaps hide the softmax behind the tensor cores:
   (the GEMM runs asynchronously while the exponentials are computed);
 - between consumers, a pair of mbarriers hands the tensor cores from one warpgroup to the
   other (PINGPONG): one issues its GEMMs while the other does its softmax.
-The softmax is the tl kernel's (`flash._softmax_step`): scores in base 2, the raw row maximum
-subtracted before scaling, so any finite sm_scale gives the float64 answer, never NaN.
+The softmax follows the tl kernel's (`flash._softmax_step`) step for step: scores in base 2, the
+raw row maximum subtracted before scaling, so any finite sm_scale gives the float64 answer, never
+NaN. It is written out again in `_consume`, not shared: `_softmax_step` issues its two matmuls
+and the softmax as one step, while here the softmax of tile j runs between the asynchronous QKᵀ
+of tile j and PV of tile j − 1, each GEMM waited for where the overlap allows.
 
 Gluon has no interpreter: this module is imported only where a CUDA device of compute
 capability 9.0 will run it, or by tools that compile it for sm_90 on the CPU.
@@ -36,6 +39,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from minimodel.kernel.config import GLUON_HEAD_DIMS
+from minimodel.kernel.flash import LN2
 
 
 @gluon.jit
@@ -48,6 +52,19 @@ def _kv_tiles(pid_m, N, BLOCK_Q: gl.constexpr, BLOCK_N: gl.constexpr, IS_CAUSAL:
         full = N // BLOCK_N
         total = gl.cdiv(N, BLOCK_N)
     return full, total
+
+
+@gluon.jit
+def _stage(j, STAGES: gl.constexpr):
+    """The K/V buffer (and barrier) of key tile j in the ring of STAGES."""
+    return j % STAGES
+
+
+@gluon.jit
+def _phase(j, STAGES: gl.constexpr):
+    """The phase in which key tile j completes its stage's barriers: a stage's barriers complete
+    once per pass over the ring, so the phase flips with each pass (0 on the first)."""
+    return (j // STAGES) & 1
 
 
 @gluon.jit
@@ -69,8 +86,10 @@ def _load(q_desc, k_desc, v_desc, smem, bars, b, h, h_kv, pid_m, N, CONSUMERS: g
                                         q_smem.index(c))
     _, total = _kv_tiles(pid_m, N, BLOCK_Q, BLOCK_N, IS_CAUSAL)
     for j in range(total):
-        s = j % STAGES
-        free = ((j // STAGES) & 1) ^ 1  # on the first pass the fresh barriers count as free
+        s = _stage(j, STAGES)
+        # the consumers released this stage's previous tile in the phase before; on the first
+        # pass the fresh barriers count as free
+        free = _phase(j, STAGES) ^ 1
         mbarrier.wait(k_empty.index(s), free)
         mbarrier.expect(k_ready.index(s), k_desc.block_type.nbytes)
         tma.async_copy_global_to_shared(k_desc, [b, h_kv, j * BLOCK_N, 0], k_ready.index(s), k_smem.index(s))
@@ -150,16 +169,16 @@ def _consume(smem, bars, o_desc, lse_ptr, b, h, pid_m, pid_bh, N, qk_scale, WG: 
     acc = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, o_layout)
 
     for j in range(1, total):
-        st = j % STAGES
-        prev = (j - 1) % STAGES
+        st = _stage(j, STAGES)
+        prev = _stage(j - 1, STAGES)
         p16 = gl.convert_layout(p.to(dtype), p_layout)
-        mbarrier.wait(k_ready.index(st), (j // STAGES) & 1)
+        mbarrier.wait(k_ready.index(st), _phase(j, STAGES))
         _wait_turn(turns, j, WG, PINGPONG)
         s = warpgroup_mma(q, k_smem.index(st).permute((1, 0)),
                           gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout), use_acc=False, is_async=True)
         # while QKᵀ runs: bring O to the maximum that P of tile j − 1 was taken under
         acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
-        mbarrier.wait(v_ready.index(prev), ((j - 1) // STAGES) & 1)
+        mbarrier.wait(v_ready.index(prev), _phase(j - 1, STAGES))
         acc = warpgroup_mma(p16, v_smem.index(prev), acc, is_async=True)
         _pass_turn(turns, WG, CONSUMERS, PINGPONG)
         s = warpgroup_mma_wait(1, deps=[s])  # QKᵀ done; PV may still run
@@ -173,10 +192,10 @@ def _consume(smem, bars, o_desc, lse_ptr, b, h, pid_m, pid_bh, N, qk_scale, WG: 
         acc, p16 = warpgroup_mma_wait(0, deps=[acc, p16])
         mbarrier.arrive(v_empty.index(prev), count=1)
 
-    last = (total - 1) % STAGES
+    last = _stage(total - 1, STAGES)
     p16 = gl.convert_layout(p.to(dtype), p_layout)
     acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
-    mbarrier.wait(v_ready.index(last), ((total - 1) // STAGES) & 1)
+    mbarrier.wait(v_ready.index(last), _phase(total - 1, STAGES))
     acc = warpgroup_mma(p16, v_smem.index(last), acc, is_async=True)
     acc, p16 = warpgroup_mma_wait(0, deps=[acc, p16])
     mbarrier.arrive(v_empty.index(last), count=1)
@@ -190,7 +209,7 @@ def _consume(smem, bars, o_desc, lse_ptr, b, h, pid_m, pid_bh, N, qk_scale, WG: 
     tma.store_wait(0)
     if STORE_LSE:
         # natural-log log-sum-exp per row, what a backward pass needs (m_i is the raw maximum)
-        lse = (m_i * qk_scale + gl.log2(l_i)) * 0.6931471805599453
+        lse = (m_i * qk_scale + gl.log2(l_i)) * LN2
         gl.store(lse_ptr + pid_bh.to(gl.int64) * N + rows, lse, mask=rows < N)
 
 

@@ -24,7 +24,6 @@ def _json(path):
     return json.loads(Path(path).read_text())
 
 
-LAB_TILE = contract.LAB_TILE  # lab 01 asks its questions with it
 
 
 def bytes_answers(symbolic_table: pd.DataFrame, cpu_bytes: pd.DataFrame) -> dict:
@@ -34,7 +33,7 @@ def bytes_answers(symbolic_table: pd.DataFrame, cpu_bytes: pd.DataFrame) -> dict
     """
     symbolic_table, cpu_bytes = contract.forward_rows(symbolic_table), contract.forward_rows(cpu_bytes)
     tiles = list(dict.fromkeys(zip(symbolic_table["B_r"], symbolic_table["B_c"], strict=True)))
-    block_r, block_c = LAB_TILE if LAB_TILE in tiles else tiles[0]
+    block_r, block_c = contract.LAB_TILE if contract.LAB_TILE in tiles else tiles[0]  # lab 01's tile
     t = symbolic_table[(symbolic_table["convention"] == contract.CONSISTENT_CONVENTION)
                        & (symbolic_table["B_r"] == block_r)
                        & (symbolic_table["B_c"] == block_c)]
@@ -54,7 +53,8 @@ def bytes_answers(symbolic_table: pd.DataFrame, cpu_bytes: pd.DataFrame) -> dict
             "worst_abs_deviation": float(cpu_bytes["deviation"].abs().max())}
 
 
-def intensity_question(n: int = 8192, d: int = 128, b: int = LAB_TILE[0], dtype_bytes: int = 2) -> dict:
+def intensity_question(n: int = 8192, d: int = 128, b: int = contract.LAB_TILE[0],
+                       dtype_bytes: int = 2) -> dict:
     """Lab 01 Q2, with the arithmetic laid out."""
     naive = symbolic.model_bytes("naive", n, d, b, b, dtype_bytes)
     flash = symbolic.model_bytes("flash", n, d, b, b, dtype_bytes)

@@ -1,4 +1,5 @@
-"""The three ways a GPU call is timed, shared by the timing stage and the contenders' child processes.
+"""The three ways a GPU call is timed, shared by the timing stage and the contenders' child
+processes (below both, so that the contenders never reach up into the GPU stage that runs them).
 
 - `bench_ms`: eager, the median of `triton.testing.do_bench`, one Python call at a time with the
   L2 flushed before each: host time included;

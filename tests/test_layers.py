@@ -1,0 +1,139 @@
+"""The package's layers (ARCHITECTURE.md): a stage reads the files it is given, never another
+stage's code. What several stages share lies on a floor below them, and the floor imports no stage.
+Above them all, the entry points, each of which imports `minimodel.entry` first; the Snakefile's
+own process never does.
+"""
+
+import ast
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import copy_project
+
+ROOT = Path(__file__).resolve().parents[1]
+SRC = ROOT / "src" / "minimodel"
+
+# below every stage: what stages hand each other, and what several of them use
+FLOOR = {"contract", "attention_ref", "timers", "roofline_model", "symbolic", "subprocesses",
+         "provenance"}
+# each stage's packages, and the packages of its own stage below it (stage 3: the GPU stage runs the
+# contenders, and the contenders run the kernel; nothing runs back up)
+STAGES = {"cpu": set(), "gpu": {"contenders", "kernel"}, "contenders": {"kernel"}, "kernel": set(),
+          "report": set()}
+ENTRY_POINTS = {"__main__", "entry"}  # `python -m minimodel`, and what entry points import first
+
+
+def minimodel_imports(path: Path) -> set[str]:
+    """The top-level parts of minimodel (`cpu`, `contract`, ...) a file imports, anywhere in it."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "minimodel":
+            parts = node.module.split(".")
+            found |= {parts[1]} if len(parts) > 1 else {a.name for a in node.names}
+        elif isinstance(node, ast.Import):
+            found |= {a.name.split(".")[1] for a in node.names
+                      if a.name.startswith("minimodel.")}
+    return found
+
+
+def layer_of(path: Path) -> str:
+    return path.relative_to(SRC).with_suffix("").parts[0]
+
+
+def crossings() -> list[str]:
+    """Every import of a module that its layer may not use, as `importer -> imported`."""
+    bad = []
+    for path in sorted(SRC.rglob("*.py")):
+        layer = layer_of(path)
+        if layer in ENTRY_POINTS or layer == "__init__":
+            continue
+        allowed = FLOOR | {layer} | STAGES.get(layer, set())
+        bad += [f"{path.relative_to(SRC)} -> minimodel.{name}"
+                for name in sorted(minimodel_imports(path) - allowed)]
+    return bad
+
+
+def test_every_part_of_the_package_is_a_stage_the_floor_or_an_entry_point():
+    parts = {layer_of(p) for p in SRC.rglob("*.py")} - {"__init__"}
+    assert parts <= FLOOR | set(STAGES) | ENTRY_POINTS, "a new part: place it in FLOOR or STAGES"
+
+
+def test_no_stage_imports_another_stage_and_the_floor_imports_no_stage():
+    assert crossings() == []
+
+
+def test_the_check_sees_a_crossing(tmp_path, monkeypatch):
+    fake = tmp_path / "minimodel"
+    for rel, text in {"contenders/run.py": "def f():\n    from minimodel.gpu.bench import bench_ms\n",
+                      "gpu/timing.py": "from minimodel.cpu import roofline\n",
+                      "timers.py": "import minimodel.gpu.timing\n",
+                      "gpu/hbm.py": "from minimodel import kernel, symbolic\n"}.items():
+        (fake / rel).parent.mkdir(parents=True, exist_ok=True)
+        (fake / rel).write_text(text)
+    monkeypatch.setattr(f"{__name__}.SRC", fake)
+    assert crossings() == ["contenders/run.py -> minimodel.gpu", "gpu/timing.py -> minimodel.cpu",
+                           "timers.py -> minimodel.gpu"]
+
+
+# every process that may run the kernel starts in one of these; tools/kernel_report.py chooses
+# Triton's real compiler itself (it compiles for a GPU it need not have)
+ENTRY_FILES = sorted([*(ROOT / "scripts").glob("*.py"), *(ROOT / "tools").glob("*.py"),
+                      ROOT / "tests" / "conftest.py", SRC / "__main__.py"])
+COMPILES_ONLY = ROOT / "tools" / "kernel_report.py"
+
+
+def first_minimodel_import(path: Path) -> str | None:
+    for node in ast.parse(path.read_text()).body:
+        names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                 else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+        for name in names:
+            if name.split(".")[0] == "minimodel":
+                return name
+    return None
+
+
+def test_every_entry_point_imports_the_entry_before_anything_else_of_minimodel():
+    wrong = {str(p.relative_to(ROOT)): first_minimodel_import(p) for p in ENTRY_FILES
+             if p != COMPILES_ONLY and first_minimodel_import(p) != "minimodel.entry"}
+    assert wrong == {}
+
+
+def test_no_module_of_the_package_imports_the_entry():
+    importers = [str(p.relative_to(ROOT)) for p in SRC.rglob("*.py")
+                 if p != SRC / "__main__.py" and "entry" in minimodel_imports(p)]
+    assert importers == [] and "entry" not in minimodel_imports(COMPILES_ONLY)
+
+
+SITECUSTOMIZE = """
+import atexit, json, os, sys
+
+def _record():
+    if "snakemake" in sys.modules and "MINIMODEL_TEST_STATE" in os.environ:
+        with open(os.environ["MINIMODEL_TEST_STATE"], "w") as f:
+            json.dump({"env": os.environ.get("TRITON_INTERPRET"), "entry": "minimodel.entry" in sys.modules,
+                       "kernel": "minimodel.kernel" in sys.modules, "torch": "torch" in sys.modules,
+                       "registry": "minimodel.contenders.registry" in sys.modules}, f)
+
+atexit.register(_record)
+"""
+
+
+def test_the_snakefiles_process_decides_nothing_and_imports_no_torch(tmp_path):
+    """A TRITON_INTERPRET=1 set in the Snakefile's process, on a CPU submit host, would reach the
+    jobs it sends to GPU nodes: the process that reads the workflow never imports minimodel.entry."""
+    root = copy_project(tmp_path / "project")
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(SITECUSTOMIZE)
+    state = tmp_path / "state.json"
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env.update(PYTHONPATH=str(hook), MINIMODEL_TEST_STATE=str(state))
+    proc = subprocess.run([sys.executable, "-m", "snakemake", "--dry-run", "--cores", "1",
+                           "--configfile", "config/tiny.yaml"], cwd=root, env=env,
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    assert json.loads(state.read_text()) == {"env": None, "entry": False, "kernel": False, "torch": False,
+                                             "registry": True}
