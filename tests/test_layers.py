@@ -137,3 +137,35 @@ def test_the_snakefiles_process_decides_nothing_and_imports_no_torch(tmp_path):
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     assert json.loads(state.read_text()) == {"env": None, "entry": False, "kernel": False, "torch": False,
                                              "registry": True}
+
+
+def local_minimodel_imports(path: Path) -> list[str]:
+    """`file:line` of every import of minimodel inside a function."""
+    found = []
+    for fn in ast.walk(ast.parse(path.read_text())):
+        if isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
+            for node in ast.walk(fn):
+                if isinstance(node, ast.Import | ast.ImportFrom):
+                    names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                             else [node.module or ""])
+                    if any(n.split(".")[0] == "minimodel" for n in names):
+                        found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    return found
+
+
+CODE = sorted([*SRC.rglob("*.py"), *(ROOT / "scripts").glob("*.py"), *(ROOT / "tools").glob("*.py")])
+
+
+def test_imports_are_top_level_but_for_a_few_each_with_its_reason():
+    local = [where for path in CODE for where in local_minimodel_imports(path)]
+    assert len(local) <= 5, local
+    for where in local:
+        path, line = where.rsplit(":", 1)
+        assert "# not at the top:" in (ROOT / path).read_text().splitlines()[int(line) - 1], where
+
+
+def test_no_import_waits_for_a_switch():
+    # an import after code (E402) was how a switch once had to come first; the entry made it needless
+    waiting = [str(p.relative_to(ROOT)) for p in CODE
+               if "noqa: E402" in p.read_text() and p.name != "plots.py"]
+    assert waiting == []
