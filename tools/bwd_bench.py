@@ -19,6 +19,8 @@ saved graph). Medians of `triton.testing.do_bench` (eager) or of CUDA-graph repl
 `graph_ms`), in ms; TFLOP/s under FlashAttention's convention, backward = 2.5 × the forward's 4·B·H·N²·d,
 halved when causal. The last lines give each configuration's geometric mean of SDPA flash's time
 over the kernel's (the target is >= 1.00). A development tool: the workflow never imports it.
+Like tools/kernel_report.py it does not import minimodel.entry: it times on a CUDA device, where
+Triton compiles, and `--report` compiles for sm_90 on a machine without one.
 """
 
 from __future__ import annotations
@@ -32,10 +34,12 @@ from functools import partial
 
 import torch
 
-import minimodel.entry  # noqa: F401 (first: compiled or interpreted is decided on import)
 from minimodel import contract, timers
 from minimodel.gpu import grids
+from minimodel.gpu.grads import check_backward_case
+from minimodel.kernel.backward import arguments, backward_fn, default_bwd_config, get_bwd_config
 from minimodel.kernel.bwd_config import BwdConfig
+from minimodel.symbolic import attention_flops
 
 CANDIDATES = {
     "sweep": [BwdConfig(m1, n1, m2, n2, w, s, w, s)
@@ -64,8 +68,6 @@ def parse_config(spec: str) -> BwdConfig:
 
 
 def backward_flops(B, H, N, d, causal) -> float:
-    from minimodel.symbolic import attention_flops
-
     return 2.5 * attention_flops(B, H, N, d, causal)
 
 
@@ -118,8 +120,6 @@ def sdpa_backward(q, k, v, do, causal: bool, backend: str):
 
 
 def check(cfg: BwdConfig | None, d: int, causal: bool) -> tuple[bool, str]:
-    from minimodel.gpu.grads import check_backward_case
-
     row = check_backward_case(*CHECK_SHAPE, d, causal, "float16", device=DEVICE,
                               generator=torch.Generator().manual_seed(torch.seed()), config=cfg)
     text = " ".join(f"{g} {row[f'err_{g}_kernel_vs_fp64']:.1e}/{row[f'tolerance_{g}']:.1e}"
@@ -128,8 +128,6 @@ def check(cfg: BwdConfig | None, d: int, causal: bool) -> tuple[bool, str]:
 
 
 def run(args) -> list[dict]:
-    from minimodel.kernel.backward import backward_fn, default_bwd_config
-
     timing = grids.default_timing_config()
     time_ms = _timer(args.graph, timing["warmup_ms"], args.rep_ms)
     points = [p for p in grids.flashattention_grid(timing)
@@ -216,8 +214,6 @@ def compiled_usage(kernel, kargs: dict, options: dict, arch: int = 90) -> str:
 def report(args) -> None:
     """Compile each configuration's two gradient kernels for sm_90 without a GPU (run it without
     TRITON_INTERPRET=1): registers per thread, spill bytes, shared memory."""
-    from minimodel.kernel.backward import arguments, get_bwd_config
-
     configs = [*args.config, *(c for name in args.candidates for c in CANDIDATES[name])]
     causals = (False, True) if args.causal is None else (args.causal,)
     for d, causal in itertools.product(args.d or (64, 128), causals):

@@ -9,6 +9,7 @@ import argparse
 import sys
 
 import minimodel.entry  # noqa: F401 (first: compiled or interpreted is decided on import)
+from minimodel.commands import described, summary
 from minimodel.provenance import verify
 from minimodel.report import compare, headline
 
@@ -25,11 +26,7 @@ def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="python -m minimodel", description=DESCRIPTION)
     commands = top.add_subparsers(title="commands", metavar="COMMAND", dest="command")
     for name, module in COMMANDS.items():
-        description = getattr(module, "DESCRIPTION", module.__doc__)
-        sub = commands.add_parser(name, help=description.strip().splitlines()[0].rstrip("."),
-                                  description=description, epilog=getattr(module, "EPILOG", None),
-                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-        module.add_arguments(sub)
+        module.add_arguments(commands.add_parser(name, help=summary(module), **described(module)))
     return top
 
 

@@ -26,6 +26,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from minimodel import commands
 from minimodel.provenance.io import sha256_file
 from minimodel.provenance.reading import (
     MANIFEST_NAME,
@@ -298,5 +299,5 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from minimodel.__main__ import main as cli  # `python -m minimodel verify`: the one parser
-    return cli(["verify", *(sys.argv[1:] if argv is None else argv)])
+    """`python -m minimodel verify`."""
+    return commands.main("verify", sys.modules[__name__], argv)

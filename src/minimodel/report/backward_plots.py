@@ -8,15 +8,11 @@ counts (cpu/bytes.csv's backward rows) as points beside the lines of the model t
 
 from __future__ import annotations
 
-import matplotlib
+import matplotlib.pyplot as plt
+import pandas as pd
+import seaborn as sns
 
-matplotlib.use("Agg")
-
-import matplotlib.pyplot as plt  # noqa: E402
-import pandas as pd  # noqa: E402
-import seaborn as sns  # noqa: E402
-
-from minimodel import contract  # noqa: E402
+from minimodel import contract
 
 
 def _variants(rows: pd.DataFrame) -> list[str]:

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from minimodel import contract
+from minimodel import commands, contract
 from minimodel.provenance import io, project, reading
 from minimodel.report import results_readme
 
@@ -241,9 +241,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from minimodel.__main__ import main as cli  # `python -m minimodel headline`: the one parser
-
-    return cli(["headline", *(sys.argv[1:] if argv is None else argv)])
+    """`python -m minimodel headline`."""
+    return commands.main("headline", sys.modules[__name__], argv)
 
 
 if __name__ == "__main__":

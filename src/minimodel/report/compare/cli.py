@@ -31,6 +31,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from minimodel import commands
 from minimodel.report import runs
 from minimodel.report.compare.figure import write
 from minimodel.report.compare.rows import AGREE
@@ -60,6 +61,5 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from minimodel.__main__ import main as cli  # `python -m minimodel compare`: the one parser
-
-    return cli(["compare", *(sys.argv[1:] if argv is None else argv)])
+    """`python -m minimodel compare`."""
+    return commands.main("compare", sys.modules[__name__], argv)
