@@ -316,3 +316,40 @@ def test_a_dotted_module_is_found_without_running_its_packages(tmp_path, monkeyp
     with pytest.raises(ContenderError, match="module 'mykernels.attn.fast.deeper' not found"):
         registry.check(_config({"mine": {"fn": "mykernels.attn.fast.deeper:forward"}}, timing=["mine"]))
     assert not marker.exists()
+
+
+def test_every_file_a_contender_imports_is_an_input_and_its_packages_are_recorded(tmp_path, monkeypatch):
+    """wrap.py, named in fn, imports a helper in a folder of its own on the path: editing the
+    helper must re-run the rules as editing wrap.py does. Installed packages are named with their
+    versions; the standard library is neither."""
+    import torch
+
+    from minimodel.contenders import registry
+
+    user, lib = tmp_path / "user", tmp_path / "lib"
+    (lib / "helpers").mkdir(parents=True)
+    user.mkdir()
+    (user / "wrap.py").write_text("import json\nimport torch\nfrom my_attn import plain\n\n"
+                                  "def forward(q, k, v, causal=False):\n"
+                                  "    from helpers.scale import SCALE  # inside a function too\n"
+                                  "    return plain(q, k, v, causal)\n")
+    (lib / "my_attn.py").write_text("import os.path\nimport torch.nn.functional as F\n"
+                                    "try:\n    import not_installed_anywhere\nexcept ImportError:\n"
+                                    "    pass\n\ndef plain(q, k, v, causal):\n"
+                                    "    return F.scaled_dot_product_attention(q, k, v, is_causal=causal)\n")
+    (lib / "helpers" / "__init__.py").write_text("")
+    (lib / "helpers" / "scale.py").write_text("from .constants import SCALE\n")
+    (lib / "helpers" / "constants.py").write_text("SCALE = 1.0\n")
+    monkeypatch.syspath_prepend(str(lib))
+    monkeypatch.setattr(registry, "SEARCH", (user,))
+    config = _config({"w": {"fn": "wrap:forward"}}, correctness=["w"], timing=["w", "flex"])
+    registry.check(config)
+    expected = sorted(p.resolve() for p in (user / "wrap.py", lib / "my_attn.py", lib / "helpers" / "__init__.py",
+                                            lib / "helpers" / "scale.py", lib / "helpers" / "constants.py"))
+    assert registry.user_modules(config, "correctness") == expected
+    assert registry.user_modules(config, "timing") == expected  # the built-in flex adds nothing
+    assert registry.user_modules(config, "bytes") == []
+    assert registry.user_packages(config, "correctness") == {"torch": torch.__version__}
+    (lib / "helpers" / "constants.py").write_text("SCALE = (\n")
+    with pytest.raises(ContenderError, match=r"constants.py, line 1: not valid Python"):
+        registry.user_modules(config, "correctness")

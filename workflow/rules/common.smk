@@ -106,9 +106,16 @@ def code(script):
 
 
 def contender_modules(stage):
-    """The files of the user's contenders `stage` runs: inputs of its rule, hashed into its
-    manifest, so that editing one re-runs exactly the rules that run it."""
+    """The files of the user's contenders `stage` runs, and every file they import that no
+    installed distribution holds: inputs of its rule, hashed into its manifest, so that editing
+    one re-runs exactly the rules that run it (docs/contenders-inputs.md)."""
     return [str(p) for p in contender_registry.user_modules(config, stage)]
+
+
+def contender_packages(stage):
+    """The installed distributions those contenders import, name -> version: a parameter of its
+    rule, so its manifest records them (their files are not hashed)."""
+    return contender_registry.user_packages(config, stage)
 
 
 def contender_entries(stage):

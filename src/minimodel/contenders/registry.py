@@ -15,7 +15,8 @@ from pathlib import Path
 
 from minimodel import contract as C
 from minimodel.contenders.builtin import BUILTINS
-from minimodel.contenders.spec import Contender, ContenderError, module_files, module_path, parse
+from minimodel.contenders.closure import closure
+from minimodel.contenders.spec import Contender, ContenderError, module_path, parse
 from minimodel.provenance.project import ROOT
 
 EXAMPLES = ROOT / "examples"  # where a contender's module is looked for after PYTHONPATH
@@ -55,11 +56,22 @@ def selected(config: dict, stage: str) -> list[Contender]:
 
 
 def user_modules(config: dict, stage: str) -> list[Path]:
-    """The files of the user's contenders that `stage` runs (each module's, and its packages'
-    `__init__`): its rule's inputs, hashed into its manifest, so that editing one re-runs exactly
-    the rules that run it."""
+    """The files of the user's contenders that `stage` runs: each module's, its packages'
+    `__init__`, and every file they import that no installed distribution holds
+    (`closure.closure`): its rule's inputs, hashed into its manifest, so that editing one re-runs
+    exactly the rules that run it."""
     return sorted({path for c in selected(config, stage) if c.name not in BUILTINS
-                   for path in module_files(c, SEARCH)})
+                   for path in closure(c, SEARCH).files})
+
+
+def user_packages(config: dict, stage: str) -> dict[str, str]:
+    """The installed distributions the user's contenders that `stage` runs import, each with its
+    version (name -> version): recorded in its manifest, where their files are not."""
+    found = {}
+    for c in selected(config, stage):
+        if c.name not in BUILTINS:
+            found.update(closure(c, SEARCH).packages)
+    return dict(sorted(found.items()))
 
 
 def check(config: dict) -> None:
