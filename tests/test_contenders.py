@@ -344,8 +344,8 @@ def test_every_file_a_contender_imports_is_an_input_and_its_packages_are_recorde
     monkeypatch.setattr(registry, "SEARCH", (user,))
     config = _config({"w": {"fn": "wrap:forward"}}, correctness=["w"], timing=["w", "flex"])
     registry.check(config)
-    expected = sorted(p.resolve() for p in (user / "wrap.py", lib / "my_attn.py", lib / "helpers" / "__init__.py",
-                                            lib / "helpers" / "scale.py", lib / "helpers" / "constants.py"))
+    helpers = [lib / "helpers" / name for name in ("__init__.py", "scale.py", "constants.py")]
+    expected = sorted(p.resolve() for p in (user / "wrap.py", lib / "my_attn.py", *helpers))
     assert registry.user_modules(config, "correctness") == expected
     assert registry.user_modules(config, "timing") == expected  # the built-in flex adds nothing
     assert registry.user_modules(config, "bytes") == []
