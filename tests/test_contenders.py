@@ -353,3 +353,59 @@ def test_every_file_a_contender_imports_is_an_input_and_its_packages_are_recorde
     (lib / "helpers" / "constants.py").write_text("SCALE = (\n")
     with pytest.raises(ContenderError, match=r"constants.py, line 1: not valid Python"):
         registry.user_modules(config, "correctness")
+
+
+CHATTY = textwrap.dedent('''
+    import subprocess
+    import sys
+
+    import torch
+
+    def forward(q, k, v, causal=False):
+        for i in range(2000):
+            print(f"chatty line {i}")
+        print("chatty on stderr", file=sys.stderr)
+        subprocess.run([sys.executable, "-c", "print('chatty grandchild')"], check=True)
+        return torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(),
+                                                                is_causal=causal).to(q.dtype)
+
+    def wrong(q, k, v, causal=False):
+        print("wrong was called")
+        return torch.zeros_like(q) + 0.5
+''')
+
+
+def test_a_chatty_contenders_output_is_in_the_rules_log_and_not_on_the_console(tmp_path, monkeypatch,
+                                                                                capfd):
+    """Every line a contender, its stderr and its own child processes print goes to the rule's
+    log, untruncated; the console gets one line per contender that failed, naming that log."""
+    import io
+
+    from minimodel.contenders.registry import SEARCH
+    from minimodel.gpu.correctness import run_contenders
+    from minimodel.provenance.configcheck import load_config
+    from minimodel.provenance.project import RULE_LOG_ENV
+
+    (tmp_path / "chatty.py").write_text(CHATTY)
+    monkeypatch.setattr("minimodel.contenders.registry.SEARCH", (tmp_path, *SEARCH))
+    log = tmp_path / "logs" / "gpu_correctness.log"
+    log.parent.mkdir()
+    monkeypatch.setenv(RULE_LOG_ENV, str(log))
+    cfg = load_config(EXAMPLES.parent / "config" / "config.yaml",
+                      EXAMPLES.parent / "tests" / "data" / "tiny_config.yaml")["gpu"]["correctness"]
+    console = io.StringIO()
+    contenders = [parse("chatty", {"fn": "chatty:forward"}), parse("wrong", {"fn": "chatty:wrong"})]
+    rows = run_contenders(cfg, contenders, "interpreter", 0, progress=console)
+    ran = sum(r["impl"] == "chatty" and not r["skipped"] for r in rows)
+    assert ran > 0 and all(r["passed"] for r in rows if r["impl"] == "chatty" and not r["skipped"])
+    text = log.read_text()
+    assert text.count("chatty line 1999\n") == ran and text.count("chatty line ") == 2000 * ran
+    assert text.count("chatty on stderr") == ran and text.count("chatty grandchild") == ran
+    assert "wrong was called" in text
+    seen = capfd.readouterr()
+    assert "chatty" not in seen.out + seen.err and "wrong was called" not in seen.out + seen.err
+    failed = [line for line in console.getvalue().splitlines() if line.startswith("contender ")]
+    first = next(r["reason"] for r in rows if r["impl"] == "wrong")
+    assert "above the tolerance" in first
+    assert failed == [f"contender wrong: {ran} of {ran} points failed (first: {first}); "
+                      f"its output is in {log}"], console.getvalue()

@@ -222,7 +222,7 @@ def run(cfg: dict, random_seed: int, cpu_prediction: dict | None = None, progres
     child process that lives for the whole stage.
     """
     from minimodel.contenders import registry
-    from minimodel.contenders.run import Child
+    from minimodel.contenders.run import Child, failure_line
 
     children = [Child(c, registry.SEARCH) for c in contenders]
     for child in children:  # started before the ceilings: no idle GPU between them and the points
@@ -237,6 +237,13 @@ def run(cfg: dict, random_seed: int, cpu_prediction: dict | None = None, progres
     finally:
         for child in children:
             child.stop()
+    for child in children:  # after the bar: one line each on the console, and in the log
+        mine = [r for r in rows if r["impl"] == child.contender.name]
+        failed = [r["status"] for r in mine if str(r["status"]).startswith("failed")]
+        line = failure_line(child.contender.name, failed, sum(not str(r["status"]).startswith("skipped")
+                                                              for r in mine), child.log)
+        if line:
+            print(line, file=progress)
     add_ratios(rows)
     machine = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__,
                "triton": __import__("triton").__version__}

@@ -38,7 +38,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from minimodel.provenance import reading
+from minimodel.provenance import console, reading
 from minimodel.provenance.io import remove_stale_temporaries, sha256_file, write_json
 from minimodel.provenance.machine import NoUsableGPU, environment
 from minimodel.provenance.project import ConfigTooLarge
@@ -185,28 +185,13 @@ def build_manifest(*, rule: str, command: str, outputs, inputs, script, params: 
 
 class Stage:
     """What a script inside `stage()` may add to its manifest (`stage.extra[...] = ...`), and
-    `stage.progress`, a stream for progress bars that reaches both the rule's log and the
-    terminal (the stage sends stderr to the log)."""
+    `stage.progress`, a stream for progress bars and the stage's console lines that reaches both
+    the rule's log and the terminal, as whole lines (`console.Progress`; the stage sends stderr to
+    the log)."""
 
     def __init__(self, progress=None):
         self.extra: dict = {}
         self.progress = progress
-
-
-class _Tee:
-    """A text stream writing to several: a progress bar seen on the console and kept in the log."""
-
-    def __init__(self, *streams):
-        self.streams = streams
-
-    def write(self, text: str) -> int:
-        for stream in self.streams:
-            stream.write(text)
-        return len(text)
-
-    def flush(self) -> None:
-        for stream in self.streams:
-            stream.flush()
 
 
 def check_code_tree(root: str | os.PathLike = ".") -> None:
@@ -239,8 +224,9 @@ def stage(smk, root: str | os.PathLike = ".") -> Iterator[Stage]:
     log_path = smk.log[0] if len(smk.log) else os.devnull
     Path(log_path).parent.mkdir(parents=True, exist_ok=True)
     terminal = sys.stderr
-    with open(log_path, "a") as log_fh, contextlib.redirect_stderr(log_fh):
-        current = Stage(progress=_Tee(log_fh, terminal))
+    with (open(log_path, "a") as log_fh, contextlib.redirect_stderr(log_fh),
+          console.rule_log(smk.log[0] if len(smk.log) else None)):
+        current = Stage(progress=console.Progress(log_fh, terminal))
         handler = logging.StreamHandler(log_fh)
         handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
         root_logger = logging.getLogger()
