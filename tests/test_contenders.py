@@ -38,6 +38,9 @@ BAD = textwrap.dedent('''
     def wrong_shape(q, k, v, causal=False):
         return q[..., :-1]
 
+    def wrong_dtype(q, k, v, causal=False):
+        return q.float()
+
     def nan(q, k, v, causal=False):
         return torch.full_like(q, float("nan"))
 
@@ -131,7 +134,8 @@ def test_a_plain_pytorch_contender_passes_on_the_cpu_bf16_too():
 @pytest.mark.parametrize("fn, reason", [
     ("raises", "RuntimeError: out of ideas"),
     ("wrong", "above the tolerance"),
-    ("wrong_shape", "returned shape (1, 2, 33, 31)"),
+    ("wrong_shape", "returned shape (1, 2, 33, 31); expected q's shape (1, 2, 33, 32)"),
+    ("wrong_dtype", "returned dtype float32; expected q's dtype float16"),
     ("nan", "returned NaN"),
     ("no_such_function", "has no function 'no_such_function'"),
 ])
@@ -409,3 +413,62 @@ def test_a_chatty_contenders_output_is_in_the_rules_log_and_not_on_the_console(t
     assert "above the tolerance" in first
     assert failed == [f"contender wrong: {ran} of {ran} points failed (first: {first}); "
                       f"its output is in {log}"], console.getvalue()
+
+
+def test_a_misspelled_contender_in_a_stage_list_gets_the_closest_name():
+    from minimodel.contenders import registry
+
+    config = _config({"blocked": {"fn": "torch_blocked:forward"}}, correctness=["blokced"])
+    with pytest.raises(ContenderError) as err:
+        registry.selected(config, "correctness")
+    assert "did you mean 'blocked'?" in str(err.value) and "defined there: blocked" in str(err.value)
+    with pytest.raises(ContenderError, match=r"did you mean 'flex'\?"):
+        registry.selected(_config({}, timing=["flexx"]), "timing")
+    with pytest.raises(ContenderError) as err:  # not one the stage runs anyway: that is refused too
+        registry.selected(_config({}, timing=["sdpa_flassh"]), "timing")
+    assert "did you mean" not in str(err.value)
+
+
+@pytest.mark.parametrize("source, says", [
+    ("def plain(q, k, v):\n    return q\n", "plain() has no causal parameter"),
+    ("def plain(q, k, causal=False):\n    return q\n", "plain() takes causal as parameter 3, where q, k, v"),
+    ("def plain(q, k):\n    return q\n", "plain() takes 2 positional parameter(s) (q, k), not q, k, v"),
+    ("def plain(q, k, v, scale, causal=False):\n    return q\n", "plain() requires scale"),
+    ("def plain(q, k, v, *, causal, block):\n    return q\n", "plain() requires block"),
+])
+def test_a_function_that_cannot_take_causal_is_refused_naming_its_file_and_line(tmp_path, monkeypatch,
+                                                                                 source, says):
+    from minimodel.contenders import registry
+
+    monkeypatch.setattr(registry, "SEARCH", (tmp_path,))
+    (tmp_path / "my_attn.py").write_text("import torch\n\n\n" + source)
+    with pytest.raises(ContenderError) as err:
+        registry.check(_config({"mine": {"fn": "my_attn:plain"}}, correctness=["mine"]))
+    assert str(err.value).startswith(f"{tmp_path / 'my_attn.py'}, line 4: contender 'mine': {says}")
+    assert "called as plain(q, k, v, causal=...)" in str(err.value)
+
+
+@pytest.mark.parametrize("source", [
+    "def plain(q, k, v, causal=False):\n    return q\n",
+    "def plain(q, k, v, *, causal):\n    return q\n",
+    "def plain(*args, **kwargs):\n    return args[0]\n",
+    "import functools\n@functools.lru_cache\ndef plain(x):\n    return x\n",  # decorated: not judged
+    "def plain(q):\n    return q\ntry:\n    from fast import plain\nexcept ImportError:\n    pass\n",
+])
+def test_a_function_that_takes_causal_or_cannot_be_judged_is_accepted(tmp_path, monkeypatch, source):
+    from minimodel.contenders import registry
+
+    monkeypatch.setattr(registry, "SEARCH", (tmp_path,))
+    (tmp_path / "my_attn.py").write_text(source)
+    registry.check(_config({"mine": {"fn": "my_attn:plain"}}, correctness=["mine"]))
+
+
+def test_fn_without_a_colon_says_module_function():
+    from minimodel.provenance.configcheck import ConfigError, check_config, load_config
+
+    config = load_config(EXAMPLES.parent / "config" / "config.yaml")
+    config["contenders"] = {"mine": {"fn": "my_attn.plain"}}
+    with pytest.raises(ConfigError) as err:
+        check_config(config)
+    assert str(err.value).startswith("config: contenders.mine.fn is 'my_attn.plain'; accepted: "
+                                     '"module:function"'), str(err.value)

@@ -91,8 +91,11 @@ def timing_inputs(case: TimingCase) -> tuple[torch.Tensor, torch.Tensor, torch.T
 def _validated(out, q: torch.Tensor) -> torch.Tensor:
     if not isinstance(out, torch.Tensor):
         raise TypeError(f"returned {type(out).__name__}, not a tensor")
-    if tuple(out.shape) != tuple(q.shape) or out.dtype != q.dtype:
-        raise TypeError(f"returned shape {tuple(out.shape)} {out.dtype}; expected {tuple(q.shape)} {q.dtype}")
+    if tuple(out.shape) != tuple(q.shape):
+        raise TypeError(f"returned shape {tuple(out.shape)}; expected q's shape {tuple(q.shape)}")
+    if out.dtype != q.dtype:
+        raise TypeError(f"returned dtype {str(out.dtype).removeprefix('torch.')}; expected q's dtype "
+                        f"{str(q.dtype).removeprefix('torch.')}")
     return out
 
 

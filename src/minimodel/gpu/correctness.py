@@ -156,7 +156,7 @@ def run_contenders(cfg: dict, contenders, backend: str, random_seed: int, progre
     cases = [run.Case(c["B"], c["H"], c["H"], c["N"], c["d"], c["causal"], c["dtype"], device,
                       seed=random_seed + i) for i, c in enumerate(planned)]
     rows, failures = [], []
-    for contender in tqdm(contenders, desc="contenders", file=progress):
+    for contender in tqdm(contenders, desc="contenders", file=progress, disable=not contenders):
         found = check.sweep(contender, cases, registry.SEARCH, tolerance, backend == "interpreter")
         rows += [{**row, "group": c["group"]} for row, c in zip(found, planned, strict=True)]
         failures.append(run.failure_line(contender.name, [r["reason"] for r in found if r["passed"] is False],
