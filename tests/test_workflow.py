@@ -180,11 +180,14 @@ def unrun(tmp_path_factory):
 
 
 def refusal(proc, starts):
-    """The one line of a refused run that starts with `starts`: it alone says what is wrong."""
+    """The one line of a refused run that starts with `starts`: it alone says what is wrong, last
+    on stderr, not wrapped in Snakemake's "WorkflowError in file .../Snakefile" and `File` lines."""
     said = proc.stdout + proc.stderr
     assert proc.returncode != 0 and "Job stats" not in said, said
     lines = [line for line in said.splitlines() if line.startswith(starts)]
     assert len(lines) == 1, said
+    assert "WorkflowError" not in said and 'File "' not in said, said
+    assert proc.stderr.splitlines()[-1] == lines[0], said
     return lines[0]
 
 

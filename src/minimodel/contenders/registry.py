@@ -52,10 +52,10 @@ def selected(config: dict, stage: str) -> list[Contender]:
                                  f"leave out {', '.join(always)}")
         if name not in known:
             close = difflib.get_close_matches(name, [n for n in known if n not in always], n=1)
-            hint = f"did you mean {close[0]!r}? " if close else ""
+            own = ", ".join(n for n in known if n not in BUILTINS) or "none"
             raise ContenderError(f"contender {name!r} (gpu.{stage}.contenders) is neither a built-in "
-                                 f"({', '.join(BUILTINS)}) nor under contenders: ({hint}defined there: "
-                                 f"{', '.join(n for n in known if n not in BUILTINS) or 'none'})")
+                                 f"({', '.join(BUILTINS)}) nor under contenders: ({own})"
+                                 + (f"; did you mean {close[0]!r}?" if close else ""))
     return [known[name] for name in names]
 
 
