@@ -120,8 +120,8 @@ def _imports(path: Path, name: str, is_package: bool) -> list[str]:
 def _distribution(top: str, origin: str) -> importlib.metadata.Distribution | None:
     """The installed distribution whose RECORD lists `origin`, among those providing `top`."""
     for dist_name in _providers().get(top, ()):
-        files = _installed_files(dist_name)
-        if files is None or os.path.realpath(origin) in files:
+        listed = _installed_files(dist_name)
+        if listed is None or os.path.relpath(os.path.realpath(origin), listed[0]) in listed[1]:
             return importlib.metadata.distribution(dist_name)
     return None
 
@@ -132,11 +132,10 @@ def _providers() -> dict[str, list[str]]:
 
 
 @functools.cache
-def _installed_files(dist_name: str) -> frozenset[str] | None:
-    """The resolved files a distribution installed; None when it lists none (then every module
-    under its top-level names counts as installed)."""
+def _installed_files(dist_name: str) -> tuple[str, frozenset[str]] | None:
+    """The folder a distribution is installed in, and the files it installed there, relative to
+    it; None when it lists none (then every module under its top-level names counts as installed)."""
     dist = importlib.metadata.distribution(dist_name)
     if dist.files is None:
         return None
-    return frozenset(os.path.realpath(dist.locate_file(f)) for f in dist.files
-                     if f.suffix in (".py", ".so", ".pyd") or ".so" in f.name)
+    return os.path.realpath(dist.locate_file("")), frozenset(str(f) for f in dist.files)
