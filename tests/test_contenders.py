@@ -413,7 +413,7 @@ def test_a_chatty_contenders_output_is_in_the_rules_log_and_not_on_the_console(t
     failed = [line for line in console.getvalue().splitlines() if line.startswith("contender ")]
     first = next(r["reason"] for r in rows if r["impl"] == "wrong")
     assert "above the tolerance" in first
-    assert failed == [f"contender wrong: {ran} of {ran} points failed (first: {first}); "
+    assert failed == [f"contender wrong: {ran} of {ran} cases failed (first: {first}); "
                       f"its output is in {log}"], console.getvalue()
 
 

@@ -413,7 +413,7 @@ def test_two_contenders_one_chatty_one_with_a_helper_outside_the_checkout(tmp_pa
     ran = int((~table[table["impl"] == "chatty"]["skipped"].astype(bool)).sum())
     assert ran > 0 and log.read_text().count("chatty line ") == 2000 * ran
     failed = [line for line in said.splitlines() if line.startswith("contender ")]
-    assert len(failed) == 1 and failed[0].startswith(f"contender chatty: {ran} of {ran} points failed")
+    assert len(failed) == 1 and failed[0].startswith(f"contender chatty: {ran} of {ran} cases failed")
     assert failed[0].endswith("its output is in results/logs/gpu_correctness.log")
     assert table[table["impl"] == "wrapped"]["passed"].astype(bool).all()
     for path in (root / "results" / "logs").glob("*.log"):

@@ -193,12 +193,12 @@ def rule_log(log: str | os.PathLike | None = None) -> str | None:
     return str(log) if log else os.environ.get(RULE_LOG_ENV) or None
 
 
-def failure_line(name: str, failed: list[str], ran: int, log: str | None) -> str | None:
+def failure_line(name: str, failed: list[str], ran: int, log: str | None, what: str = "points") -> str | None:
     """The console's one line for a contender with failed points (`failed`: their reasons)."""
     if not failed:
         return None
     where = f"its output is in {log}" if log else "its output went to this process's stderr"
-    return f"contender {name}: {len(failed)} of {ran} points failed (first: {failed[0]}); {where}"
+    return f"contender {name}: {len(failed)} of {ran} {what} failed (first: {failed[0]}); {where}"
 
 
 class Child:

@@ -160,7 +160,7 @@ def run_contenders(cfg: dict, contenders, backend: str, random_seed: int, progre
         found = check.sweep(contender, cases, registry.SEARCH, tolerance, backend == "interpreter")
         rows += [{**row, "group": c["group"]} for row, c in zip(found, planned, strict=True)]
         failures.append(run.failure_line(contender.name, [r["reason"] for r in found if r["passed"] is False],
-                                         sum(not r["skipped"] for r in found), run.rule_log()))
+                                         sum(not r["skipped"] for r in found), run.rule_log(), "cases"))
     for line in filter(None, failures):  # after the bar: one line each on the console, and in the log
         print(line, file=progress)
     return rows
