@@ -41,7 +41,7 @@ from pathlib import Path
 from minimodel.provenance import console, reading
 from minimodel.provenance.io import remove_stale_temporaries, sha256_file, write_json
 from minimodel.provenance.machine import NoUsableGPU, environment
-from minimodel.provenance.project import ConfigTooLarge
+from minimodel.provenance.project import ConfigTooLarge, inside
 from minimodel.provenance.reading import (
     MANIFEST_NAME,
     SELF_HASH,
@@ -314,7 +314,11 @@ def check_inputs(paths, root: str | os.PathLike = ".",
     refusal: it vouches for nothing, and without it the next run re-makes what it covered.
     """
     verified: dict[tuple[Path, bool], list[str]] = {}  # one check per manifest, however many inputs
+    places = [Path(root).resolve()] + ([Path(results_dir).resolve()] if results_dir is not None else [])
     for path in paths:
+        if path not in outputs_only and not any(inside(Path(path).resolve(), p) for p in places):
+            continue  # a source outside the project and the run (a contender's module): a
+            # manifest.json above it is none of this workflow's, and must not be removed
         owner = Path(path) if Path(path).name == MANIFEST_NAME else owning_manifest(path, root)
         if owner is None:
             resolved = Path(path).resolve()
