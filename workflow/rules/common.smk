@@ -28,7 +28,7 @@ def _results_dir():
             config["results_dir"], PROJECT, config["overwrite_reference"]
         )
     except UnsafeResultsDir as err:
-        refuse(str(err))
+        raise SystemExit(str(err))
     return _as_written(results)
 
 
@@ -69,7 +69,7 @@ def check_rule_folders(rules):
             config["overwrite_reference"],
         )
     except UnsafeResultsDir as err:
-        refuse(str(err))
+        raise SystemExit(str(err))
 
 
 def _compare_reference():
@@ -82,7 +82,7 @@ def _compare_reference():
         return None
     folder = (PROJECT / reference).resolve()
     if not (folder / "symbolic").is_dir():
-        refuse(
+        raise SystemExit(
             f"compare.reference: {reference} holds no run of this workflow; set it to a "
             "results folder (such as results/reference/nvidia-h200) or to null"
         )

@@ -7,7 +7,7 @@ if (
     and "gpu" in workflow.global_resources
     and not workflow.remote_exec
 ):
-    refuse(
+    raise SystemExit(
         "workflow/profiles/slurm came with --profile, so Snakemake also loaded "
         "workflow/profiles/default (cores: all, resources: gpu=1): gpu_timing would get "
         f"{workflow.global_resources['_cores'].value} CPUs instead of its set-threads, and the "
