@@ -38,6 +38,9 @@ BAD = textwrap.dedent('''
     def wrong_shape(q, k, v, causal=False):
         return q[..., :-1]
 
+    def wrong_dtype(q, k, v, causal=False):
+        return q.float()
+
     def nan(q, k, v, causal=False):
         return torch.full_like(q, float("nan"))
 
@@ -131,7 +134,8 @@ def test_a_plain_pytorch_contender_passes_on_the_cpu_bf16_too():
 @pytest.mark.parametrize("fn, reason", [
     ("raises", "RuntimeError: out of ideas"),
     ("wrong", "above the tolerance"),
-    ("wrong_shape", "returned shape (1, 2, 33, 31)"),
+    ("wrong_shape", "returned shape (1, 2, 33, 31); expected q's shape (1, 2, 33, 32)"),
+    ("wrong_dtype", "returned dtype float32; expected q's dtype float16"),
     ("nan", "returned NaN"),
     ("no_such_function", "has no function 'no_such_function'"),
 ])
@@ -222,8 +226,10 @@ def test_an_unknown_function_stops_the_run_before_any_job(tmp_path):
     assert proc.returncode != 0 and "Job stats" not in proc.stdout
     line = ("contender 'wrong': module 'bad_contenders' "
             f"({(root / 'examples' / 'bad_contenders.py').resolve()}) defines no function 'nope'")
-    said = proc.stdout + proc.stderr  # Snakemake prints a WorkflowError on stdout
-    assert line in said, said[-2000:]
+    said = proc.stdout + proc.stderr
+    # the project's line alone, last: not inside "WorkflowError in file .../Snakefile, line 62:"
+    assert proc.stderr.splitlines()[-1] == line, said[-2000:]
+    assert "WorkflowError" not in said and "Snakefile" not in said, said[-2000:]
 
 
 def _config(contenders, correctness=(), timing=(), measured=()):
@@ -320,3 +326,155 @@ def test_a_dotted_module_is_found_without_running_its_packages(tmp_path, monkeyp
     with pytest.raises(ContenderError, match="module 'mykernels.attn.fast.deeper' not found"):
         registry.check(_config({"mine": {"fn": "mykernels.attn.fast.deeper:forward"}}, timing=["mine"]))
     assert not marker.exists()
+
+
+def test_every_file_a_contender_imports_is_an_input_and_its_packages_are_recorded(tmp_path, monkeypatch):
+    """wrap.py, named in fn, imports a helper in a folder of its own on the path: editing the
+    helper must re-run the rules as editing wrap.py does. Installed packages are named with their
+    versions; the standard library is neither."""
+    import torch
+
+    from minimodel.contenders import registry
+
+    user, lib = tmp_path / "user", tmp_path / "lib"
+    (lib / "helpers").mkdir(parents=True)
+    user.mkdir()
+    (user / "wrap.py").write_text("import json\nimport torch\nfrom my_attn import plain\n\n"
+                                  "def forward(q, k, v, causal=False):\n"
+                                  "    from helpers.scale import SCALE  # inside a function too\n"
+                                  "    return plain(q, k, v, causal)\n")
+    (lib / "my_attn.py").write_text("import os.path\nimport torch.nn.functional as F\n"
+                                    "try:\n    import not_installed_anywhere\nexcept ImportError:\n"
+                                    "    pass\n\ndef plain(q, k, v, causal):\n"
+                                    "    return F.scaled_dot_product_attention(q, k, v, is_causal=causal)\n")
+    (lib / "helpers" / "__init__.py").write_text("")
+    (lib / "helpers" / "scale.py").write_text("from .constants import SCALE\n")
+    (lib / "helpers" / "constants.py").write_text("SCALE = 1.0\n")
+    monkeypatch.syspath_prepend(str(lib))
+    monkeypatch.setattr(registry, "SEARCH", (user,))
+    config = _config({"w": {"fn": "wrap:forward"}}, correctness=["w"], timing=["w", "flex"])
+    registry.check(config)
+    helpers = [lib / "helpers" / name for name in ("__init__.py", "scale.py", "constants.py")]
+    expected = sorted(p.resolve() for p in (user / "wrap.py", lib / "my_attn.py", *helpers))
+    assert registry.user_modules(config, "correctness") == expected
+    assert registry.user_modules(config, "timing") == expected  # the built-in flex adds nothing
+    assert registry.user_modules(config, "bytes") == []
+    assert registry.user_packages(config, "correctness") == {"torch": torch.__version__}
+    (lib / "helpers" / "constants.py").write_text("SCALE = (\n")
+    with pytest.raises(ContenderError, match=r"constants.py, line 1: not valid Python"):
+        registry.user_modules(config, "correctness")
+
+
+CHATTY = textwrap.dedent('''
+    import subprocess
+    import sys
+
+    import torch
+
+    def forward(q, k, v, causal=False):
+        for i in range(2000):
+            print(f"chatty line {i}")
+        print("chatty on stderr", file=sys.stderr)
+        subprocess.run([sys.executable, "-c", "print('chatty grandchild')"], check=True)
+        return torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(),
+                                                                is_causal=causal).to(q.dtype)
+
+    def wrong(q, k, v, causal=False):
+        print("wrong was called")
+        return torch.zeros_like(q) + 0.5
+''')
+
+
+def test_a_chatty_contenders_output_is_in_the_rules_log_and_not_on_the_console(tmp_path, monkeypatch,
+                                                                                capfd):
+    """Every line a contender, its stderr and its own child processes print goes to the rule's
+    log, untruncated; the console gets one line per contender that failed, naming that log."""
+    import io
+
+    from minimodel.contenders.registry import SEARCH
+    from minimodel.gpu.correctness import run_contenders
+    from minimodel.provenance.configcheck import load_config
+    from minimodel.provenance.project import RULE_LOG_ENV
+
+    (tmp_path / "chatty.py").write_text(CHATTY)
+    monkeypatch.setattr("minimodel.contenders.registry.SEARCH", (tmp_path, *SEARCH))
+    log = tmp_path / "logs" / "gpu_correctness.log"
+    log.parent.mkdir()
+    monkeypatch.setenv(RULE_LOG_ENV, str(log))
+    cfg = load_config(EXAMPLES.parent / "config" / "config.yaml",
+                      EXAMPLES.parent / "tests" / "data" / "tiny_config.yaml")["gpu"]["correctness"]
+    console = io.StringIO()
+    contenders = [parse("chatty", {"fn": "chatty:forward"}), parse("wrong", {"fn": "chatty:wrong"})]
+    rows = run_contenders(cfg, contenders, "interpreter", 0, progress=console)
+    ran = sum(r["impl"] == "chatty" and not r["skipped"] for r in rows)
+    assert ran > 0 and all(r["passed"] for r in rows if r["impl"] == "chatty" and not r["skipped"])
+    text = log.read_text()
+    assert text.count("chatty line 1999\n") == ran and text.count("chatty line ") == 2000 * ran
+    assert text.count("chatty on stderr") == ran and text.count("chatty grandchild") == ran
+    assert "wrong was called" in text
+    seen = capfd.readouterr()
+    assert "chatty" not in seen.out + seen.err and "wrong was called" not in seen.out + seen.err
+    failed = [line for line in console.getvalue().splitlines() if line.startswith("contender ")]
+    first = next(r["reason"] for r in rows if r["impl"] == "wrong")
+    assert "above the tolerance" in first
+    assert failed == [f"contender wrong: {ran} of {ran} cases failed (first: {first}); "
+                      f"its output is in {log}"], console.getvalue()
+
+
+def test_a_misspelled_contender_in_a_stage_list_gets_the_closest_name():
+    from minimodel.contenders import registry
+
+    config = _config({"blocked": {"fn": "torch_blocked:forward"}}, correctness=["blokced"])
+    with pytest.raises(ContenderError) as err:
+        registry.selected(config, "correctness")
+    assert str(err.value).endswith("nor under contenders: (blocked); did you mean 'blocked'?")
+    with pytest.raises(ContenderError, match=r"did you mean 'flex'\?"):
+        registry.selected(_config({}, timing=["flexx"]), "timing")
+    with pytest.raises(ContenderError) as err:  # not one the stage runs anyway: that is refused too
+        registry.selected(_config({}, timing=["sdpa_flassh"]), "timing")
+    assert "did you mean" not in str(err.value)
+
+
+@pytest.mark.parametrize("source, says", [
+    ("def plain(q, k, v):\n    return q\n", "plain() has no causal parameter"),
+    ("def plain(q, k, causal=False):\n    return q\n", "plain() takes causal as parameter 3, where q, k, v"),
+    ("def plain(q, k):\n    return q\n", "plain() takes 2 positional parameter(s) (q, k), not q, k, v"),
+    ("def plain(q, k, v, scale, causal=False):\n    return q\n", "plain() requires scale"),
+    ("def plain(q, k, v, *, causal, block):\n    return q\n", "plain() requires block"),
+])
+def test_a_function_that_cannot_take_causal_is_refused_naming_its_file_and_line(tmp_path, monkeypatch,
+                                                                                 source, says):
+    from minimodel.contenders import registry
+
+    monkeypatch.setattr(registry, "SEARCH", (tmp_path,))
+    (tmp_path / "my_attn.py").write_text("import torch\n\n\n" + source)
+    with pytest.raises(ContenderError) as err:
+        registry.check(_config({"mine": {"fn": "my_attn:plain"}}, correctness=["mine"]))
+    assert str(err.value).startswith(f"{tmp_path / 'my_attn.py'}, line 4: contender 'mine': {says}")
+    assert "called as plain(q, k, v, causal=...)" in str(err.value)
+
+
+@pytest.mark.parametrize("source", [
+    "def plain(q, k, v, causal=False):\n    return q\n",
+    "def plain(q, k, v, *, causal):\n    return q\n",
+    "def plain(*args, **kwargs):\n    return args[0]\n",
+    "import functools\n@functools.lru_cache\ndef plain(x):\n    return x\n",  # decorated: not judged
+    "def plain(q):\n    return q\ntry:\n    from fast import plain\nexcept ImportError:\n    pass\n",
+])
+def test_a_function_that_takes_causal_or_cannot_be_judged_is_accepted(tmp_path, monkeypatch, source):
+    from minimodel.contenders import registry
+
+    monkeypatch.setattr(registry, "SEARCH", (tmp_path,))
+    (tmp_path / "my_attn.py").write_text(source)
+    registry.check(_config({"mine": {"fn": "my_attn:plain"}}, correctness=["mine"]))
+
+
+def test_fn_without_a_colon_says_module_function():
+    from minimodel.provenance.configcheck import ConfigError, check_config, load_config
+
+    config = load_config(EXAMPLES.parent / "config" / "config.yaml")
+    config["contenders"] = {"mine": {"fn": "my_attn.plain"}}
+    with pytest.raises(ConfigError) as err:
+        check_config(config)
+    assert str(err.value).startswith("config: contenders.mine.fn is 'my_attn.plain'; accepted: "
+                                     '"module:function"'), str(err.value)

@@ -285,6 +285,19 @@ def test_a_result_without_a_manifest_is_refused(tmp_path, monkeypatch):
     manifest.check_inputs([made.input.table], tmp_path, results_dir=tmp_path / "out")  # a source
 
 
+def test_a_source_outside_the_project_and_the_run_is_taken_as_it_is(tmp_path):
+    """A contender's helper in a folder of the user's, below someone else's manifest.json: that
+    file is not this workflow's, so it neither refuses the input nor is removed."""
+    project, kernels = tmp_path / "project", tmp_path / "kernels"
+    (kernels / "lib").mkdir(parents=True)
+    project.mkdir()
+    theirs = kernels / "manifest.json"
+    theirs.write_text('{"name": "a web app"}')
+    (kernels / "lib" / "my_attn.py").write_text("SCALE = 1.0\n")
+    manifest.check_inputs([str(kernels / "lib" / "my_attn.py")], project, results_dir=project / "results")
+    assert theirs.read_text() == '{"name": "a web app"}'
+
+
 def test_code_closure_follows_imports_through_the_package(tmp_path):
     src = tmp_path / "src" / "minimodel"
     (src / "sub").mkdir(parents=True)

@@ -202,11 +202,14 @@ def unrun(tmp_path_factory):
 
 
 def refusal(proc, starts):
-    """The one line of a refused run that starts with `starts`: it alone says what is wrong."""
+    """The one line of a refused run that starts with `starts`: it alone says what is wrong, last
+    on stderr, not wrapped in Snakemake's "WorkflowError in file .../Snakefile" and `File` lines."""
     said = proc.stdout + proc.stderr
     assert proc.returncode != 0 and "Job stats" not in said, said
     lines = [line for line in said.splitlines() if line.startswith(starts)]
     assert len(lines) == 1, said
+    assert "WorkflowError" not in said and 'File "' not in said, said
+    assert proc.stderr.splitlines()[-1] == lines[0], said
     return lines[0]
 
 
@@ -373,3 +376,90 @@ def test_a_failing_sweep_fails_the_rule_and_keeps_its_table(workdir):
     finally:
         module.write_text(source)
         snakemake(workdir, "--until", "gpu_correctness")
+
+
+CONTENDERS = """
+contenders:
+  chatty: {fn: "chatty:forward"}
+  wrapped: {fn: "wrap:forward"}
+gpu:
+  correctness:
+    contenders: [chatty, wrapped]
+"""
+CHATTY = """
+import torch
+
+def forward(q, k, v, causal=False):
+    for i in range(2000):
+        print(f"chatty line {i}")
+    return torch.zeros_like(q) + 0.5
+"""
+WRAP = """
+from my_attn import plain
+
+def forward(q, k, v, causal=False):
+    return plain(q, k, v, causal)
+"""
+MY_ATTN = """
+import torch
+
+def plain(q, k, v, causal):
+    return torch.nn.functional.scaled_dot_product_attention(
+        q.float(), k.float(), v.float(), is_causal=causal, scale=SCALE * q.shape[-1] ** -0.5).to(q.dtype)
+
+SCALE = 1.0
+"""
+
+
+def test_two_contenders_one_chatty_one_with_a_helper_outside_the_checkout(tmp_path):
+    """The tiny config's console with two contenders, one printing 2,000 lines per call: under
+    300 lines, every bar on lines of its own, the chatter in the rule's log. The other's module,
+    wrap.py, lives outside the checkout and imports a helper there: editing the helper makes the
+    rules that run it out of date, and their manifests record the helper's new hash."""
+    root = copy_project(tmp_path / "project", ("contenders.yaml", CONTENDERS))
+    (root / "examples" / "chatty.py").write_text(CHATTY)
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "wrap.py").write_text(WRAP)
+    helper = mine / "my_attn.py"
+    helper.write_text(MY_ATTN)
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = str(mine)
+
+    def run(*args):
+        return subprocess.run([sys.executable, "-m", "snakemake", "--cores", "2", "--configfile",
+                               "config/tiny.yaml", "config/contenders.yaml", *args], cwd=root, env=env,
+                              capture_output=True, text=True)
+
+    proc = run()
+    said = proc.stdout + proc.stderr
+    assert proc.returncode == 0, said[-3000:]
+    assert len(said.splitlines()) < 300, said
+    assert "chatty line" not in said and "\r" not in said and "it/s][" not in said
+    log = root / "results" / "logs" / "gpu_correctness.log"
+    table = pd.read_csv(root / "results" / "gpu" / "correctness" / "correctness.csv")
+    ran = int((~table[table["impl"] == "chatty"]["skipped"].astype(bool)).sum())
+    assert ran > 0 and log.read_text().count("chatty line ") == 2000 * ran
+    failed = [line for line in said.splitlines() if line.startswith("contender ")]
+    assert len(failed) == 1 and failed[0].startswith(f"contender chatty: {ran} of {ran} cases failed")
+    assert failed[0].endswith("its output is in results/logs/gpu_correctness.log")
+    assert table[table["impl"] == "wrapped"]["passed"].astype(bool).all()
+    for path in (root / "results" / "logs").glob("*.log"):
+        assert "USDT" not in path.read_text(), path
+    made = json.loads((root / "results" / "gpu" / "correctness" / "manifest.json").read_text())
+    hashes = {e["path"]: e["sha256"] for e in made["inputs"]}
+    assert hashes[str(helper)] == io.sha256_file(helper) and str(mine / "wrap.py") in hashes
+    assert made["params"]["contender_packages"] == {"torch": __import__("torch").__version__}
+    # the helper breaks: the rule that ran it is out of date, for that reason
+    helper.write_text(MY_ATTN.replace("SCALE = 1.0", "SCALE = 2.0"))
+    dry = run("-n")
+    stats = dry.stdout.split("Job stats:")[1].split("total")[0]
+    assert "gpu_correctness" in stats and "gpu_bytes" not in stats, dry.stdout  # bytes runs neither
+    assert any(line.strip().startswith("reason:") and str(helper) in line
+               for line in dry.stdout.split("rule gpu_correctness:")[1].splitlines()[:12]), dry.stdout
+    proc = run("--until", "gpu_correctness")
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    made = json.loads((root / "results" / "gpu" / "correctness" / "manifest.json").read_text())
+    assert {e["path"]: e["sha256"] for e in made["inputs"]}[str(helper)] == io.sha256_file(helper)
+    table = pd.read_csv(root / "results" / "gpu" / "correctness" / "correctness.csv")
+    assert not table[table["impl"] == "wrapped"]["passed"].astype(bool).any()  # no stale pass

@@ -28,7 +28,7 @@ def _results_dir():
             config["results_dir"], PROJECT, config["overwrite_reference"]
         )
     except UnsafeResultsDir as err:
-        raise WorkflowError(str(err))
+        raise SystemExit(str(err))
     return _as_written(results)
 
 
@@ -69,7 +69,7 @@ def check_rule_folders(rules):
             config["overwrite_reference"],
         )
     except UnsafeResultsDir as err:
-        raise WorkflowError(str(err))
+        raise SystemExit(str(err))
 
 
 def _compare_reference():
@@ -82,7 +82,7 @@ def _compare_reference():
         return None
     folder = (PROJECT / reference).resolve()
     if not (folder / "symbolic").is_dir():
-        raise WorkflowError(
+        raise SystemExit(
             f"compare.reference: {reference} holds no run of this workflow; set it to a "
             "results folder (such as results/reference/nvidia-h200) or to null"
         )
@@ -106,9 +106,16 @@ def code(script):
 
 
 def contender_modules(stage):
-    """The files of the user's contenders `stage` runs: inputs of its rule, hashed into its
-    manifest, so that editing one re-runs exactly the rules that run it."""
+    """The files of the user's contenders `stage` runs, and every file they import that no
+    installed distribution holds: inputs of its rule, hashed into its manifest, so that editing
+    one re-runs exactly the rules that run it (docs/contenders-inputs.md)."""
     return [str(p) for p in contender_registry.user_modules(config, stage)]
+
+
+def contender_packages(stage):
+    """The installed distributions those contenders import, name -> version: a parameter of its
+    rule, so its manifest records them (their files are not hashed)."""
+    return contender_registry.user_packages(config, stage)
 
 
 def contender_entries(stage):

@@ -7,7 +7,7 @@ if (
     and "gpu" in workflow.global_resources
     and not workflow.remote_exec
 ):
-    raise WorkflowError(
+    raise SystemExit(
         "workflow/profiles/slurm came with --profile, so Snakemake also loaded "
         "workflow/profiles/default (cores: all, resources: gpu=1): gpu_timing would get "
         f"{workflow.global_resources['_cores'].value} CPUs instead of its set-threads, and the "
@@ -44,6 +44,7 @@ rule gpu_correctness:
         require_cuda=config["gpu"]["require_cuda"],
         random_seed=config["random_seed"],
         contenders=contender_entries("correctness"),
+        contender_packages=contender_packages("correctness"),
     script:
         "../../scripts/gpu_correctness.py"
 
@@ -77,6 +78,7 @@ rule gpu_timing:
         require_cuda=config["gpu"]["require_cuda"],
         random_seed=config["random_seed"],
         contenders=contender_entries("timing"),
+        contender_packages=contender_packages("timing"),
     script:
         "../../scripts/gpu_timing.py"
 
@@ -109,5 +111,6 @@ rule gpu_bytes:
         require_cuda=config["gpu"]["require_cuda"],
         random_seed=config["random_seed"],
         contenders=contender_entries("bytes"),
+        contender_packages=contender_packages("bytes"),
     script:
         "../../scripts/gpu_bytes.py"

@@ -10,6 +10,11 @@ The parent waits at most the contender's `timeout_s` for each point; a point tha
 a child that dies, gives a failed row saying so, and a fresh child takes the next point. Every
 other contender's numbers come from their own children.
 
+The child's stdout and stderr, and those of any process it starts, are appended to the rule's
+log (`log`, by default the one `provenance.manifest.stage` names in MINIMODEL_RULE_LOG), never
+the console: a contender that prints a line per call would drown the stage's progress. The
+console gets one line per contender that failed, naming that log (`failure_line`).
+
 Inputs are drawn in the child from a seed (`inputs`), so the parent draws the very same ones for
 its float64 reference without sending tensors across.
 """
@@ -28,7 +33,7 @@ from pathlib import Path
 import torch
 
 from minimodel.contenders.spec import Contender, load, prepared
-from minimodel.provenance.project import SRC
+from minimodel.provenance.project import RULE_LOG_ENV, SRC
 from minimodel.subprocesses import die_with_parent
 from minimodel.timers import bench_graph_ms, bench_ms, host_ms
 
@@ -88,8 +93,11 @@ def timing_inputs(case: TimingCase) -> tuple[torch.Tensor, torch.Tensor, torch.T
 def _validated(out, q: torch.Tensor) -> torch.Tensor:
     if not isinstance(out, torch.Tensor):
         raise TypeError(f"returned {type(out).__name__}, not a tensor")
-    if tuple(out.shape) != tuple(q.shape) or out.dtype != q.dtype:
-        raise TypeError(f"returned shape {tuple(out.shape)} {out.dtype}; expected {tuple(q.shape)} {q.dtype}")
+    if tuple(out.shape) != tuple(q.shape):
+        raise TypeError(f"returned shape {tuple(out.shape)}; expected q's shape {tuple(q.shape)}")
+    if out.dtype != q.dtype:
+        raise TypeError(f"returned dtype {str(out.dtype).removeprefix('torch.')}; expected q's dtype "
+                        f"{str(q.dtype).removeprefix('torch.')}")
     return out
 
 
@@ -194,11 +202,27 @@ def _serve(conn_in: Connection, conn_out: Connection) -> None:
             torch.cuda.empty_cache()  # the next point, and the stage's own timings, get the memory
 
 
-class Child:
-    """A contender's child process; `call` restarts it after a hang or a death."""
+def rule_log(log: str | os.PathLike | None = None) -> str | None:
+    """Where a contender's output goes: `log`, else the log of the rule this process runs
+    (MINIMODEL_RULE_LOG, set by `stage()`); None outside a rule: this process's own stdout/stderr."""
+    return str(log) if log else os.environ.get(RULE_LOG_ENV) or None
 
-    def __init__(self, contender: Contender, search: tuple[Path, ...]):
+
+def failure_line(name: str, failed: list[str], ran: int, log: str | None, what: str = "points") -> str | None:
+    """The console's one line for a contender with failed points (`failed`: their reasons)."""
+    if not failed:
+        return None
+    where = f"its output is in {log}" if log else "its output went to this process's stderr"
+    return f"contender {name}: {len(failed)} of {ran} {what} failed (first: {failed[0]}); {where}"
+
+
+class Child:
+    """A contender's child process; `call` restarts it after a hang or a death. Its output is
+    appended to `log` (`rule_log`)."""
+
+    def __init__(self, contender: Contender, search: tuple[Path, ...], log: str | os.PathLike | None = None):
         self.contender, self.search = contender, search
+        self.log = rule_log(log)
         self.process = self.to_child = self.from_child = None
         self.load_error: str | None = None
 
@@ -210,8 +234,19 @@ class Child:
         # -P: the working directory is not put on sys.path, so the child finds the same module file
         # the workflow hashed (PYTHONPATH, then examples/)
         command = [sys.executable, "-P", "-m", "minimodel.contenders.run", str(down_r), str(up_w)]
-        # killed with the stage, even in the middle of a contender's call
-        self.process = subprocess.Popen(command, pass_fds=(down_r, up_w), env=env, preexec_fn=die_with_parent)
+        output = open(self.log, "a") if self.log else None  # noqa: SIM115 (the child holds it)
+        try:
+            if output is not None:
+                output.write(f"--- contender {self.contender.name} ({self.contender.fn}): "
+                             "its process's output follows ---\n")
+                output.flush()
+            # killed with the stage, even in the middle of a contender's call
+            self.process = subprocess.Popen(command, pass_fds=(down_r, up_w), env=env,
+                                            preexec_fn=die_with_parent, stdout=output,
+                                            stderr=subprocess.STDOUT if output else None)
+        finally:
+            if output is not None:
+                output.close()
         os.close(down_r)
         os.close(up_w)
         self.to_child, self.from_child = Connection(down_w, readable=False), Connection(up_r, writable=False)

@@ -231,14 +231,19 @@ def count_bytes(fn: Callable[..., torch.Tensor], inputs: Iterable[torch.Tensor],
     }
 
 
+KINETO_CHATTER = ("USDT:", "STAGE:")  # how Kineto's progress lines begin (its errors: "ERROR:")
+
+
 @contextlib.contextmanager
 def native_stderr_to_python():
-    """Send what native code writes to file descriptor 2 inside the block to `sys.stderr`.
+    """Send what native code writes to file descriptor 2 inside the block to `sys.stderr`,
+    less torch.profiler's own chatter.
 
     torch.profiler's C++ (Kineto) writes "STAGE:" and "USDT: ... SyncActivityProfilerHandler"
-    lines straight to fd 2 at every start and stop, past Python's `sys.stderr`. Inside a rule,
-    `stage()` points `sys.stderr` at the rule's log: the lines belong there, not on the terminal.
-    Lowering KINETO_LOG_LEVEL far enough to drop them would drop Kineto's errors too.
+    lines straight to fd 2 at every start and stop, past Python's `sys.stderr`: those lines are
+    dropped (they say only that the profiler started and stopped). Anything else, Kineto's
+    errors included, goes to `sys.stderr`, which `stage()` points at the rule's log. Lowering
+    KINETO_LOG_LEVEL far enough to drop them would drop Kineto's errors too.
     """
     for stream in (sys.stderr, sys.__stderr__):  # what Python holds for fd 2 goes out before it moves
         if stream is not None:
@@ -252,7 +257,8 @@ def native_stderr_to_python():
             os.dup2(saved, 2)
             os.close(saved)
             captured.seek(0)
-            text = captured.read().decode(errors="replace")
+            text = "".join(line for line in captured.read().decode(errors="replace").splitlines(True)
+                           if not line.startswith(KINETO_CHATTER))
             if text:
                 sys.stderr.write(text)
 

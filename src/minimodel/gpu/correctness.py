@@ -161,10 +161,14 @@ def run_contenders(cfg: dict, contenders, backend: str, random_seed: int, progre
     planned = sweep_cases(cfg, backend)
     cases = [run.Case(c["B"], c["H"], c["H_kv"], c["N"], c["d"], c["causal"], c["dtype"], device,
                       seed=random_seed + i) for i, c in enumerate(planned)]
-    rows = []
-    for contender in tqdm(contenders, desc="contenders", file=progress):
+    rows, failures = [], []
+    for contender in tqdm(contenders, desc="contenders", file=progress, disable=not contenders):
         found = check.sweep(contender, cases, registry.SEARCH, tolerance, backend == "interpreter")
         rows += [{**row, "group": c["group"]} for row, c in zip(found, planned, strict=True)]
+        failures.append(run.failure_line(contender.name, [r["reason"] for r in found if r["passed"] is False],
+                                         sum(not r["skipped"] for r in found), run.rule_log(), "cases"))
+    for line in filter(None, failures):  # after the bar: one line each on the console, and in the log
+        print(line, file=progress)
     return rows
 
 

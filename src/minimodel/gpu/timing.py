@@ -32,7 +32,7 @@ from minimodel import contract, roofline_model, symbolic
 from minimodel.attention_ref import reference_attn
 from minimodel.contenders import builtin, registry
 from minimodel.contenders.builtin import not_run_reason
-from minimodel.contenders.run import SKIPPED, Child, TimingCase, timing_inputs
+from minimodel.contenders.run import SKIPPED, Child, TimingCase, failure_line, timing_inputs
 from minimodel.gpu import correctness, grids
 from minimodel.kernel import default_config, flash_attn_forward, launch_config
 from minimodel.timers import bench_graph_ms, bench_ms, host_ms
@@ -234,6 +234,13 @@ def run(cfg: dict, random_seed: int, cpu_prediction: dict | None = None, progres
     finally:
         for child in children:
             child.stop()
+    for child in children:  # after the bar: one line each on the console, and in the log
+        mine = [r for r in rows if r["impl"] == child.contender.name]
+        failed = [r["status"] for r in mine if str(r["status"]).startswith("failed")]
+        line = failure_line(child.contender.name, failed, sum(not str(r["status"]).startswith("skipped")
+                                                              for r in mine), child.log)
+        if line:
+            print(line, file=progress)
     add_ratios(rows)
     machine = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__,
                "triton": __import__("triton").__version__}

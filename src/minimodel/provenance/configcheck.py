@@ -84,6 +84,9 @@ def _lines(error: jsonschema.ValidationError, root: dict) -> list[str]:
             lines.append(f"config: unknown key {_key([*error.absolute_path, name])!r} ({hint}); "
                          f"{keys} {', '.join(known)}")
         return lines
+    if error.validator == "pattern" and "description" in error.schema:  # its form, in words
+        return [f"config: {where} is {_short.repr(error.instance)}; accepted: "
+                f"{error.schema['description']}"]
     return [f"config: {where or 'the config'} is {_short.repr(error.instance)}; "
             f"accepted: {accepted(error.schema, root)}"]
 

@@ -39,9 +39,10 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+from minimodel.provenance import console
 from minimodel.provenance.io import remove_stale_temporaries, sha256_file, write_json
 from minimodel.provenance.machine import NoUsableGPU, environment
-from minimodel.provenance.project import ConfigTooLarge
+from minimodel.provenance.project import ConfigTooLarge, inside
 from minimodel.provenance.reading import (
     MANIFEST_NAME,
     SELF_HASH,
@@ -182,28 +183,13 @@ def build_manifest(*, rule: str, command: str, outputs, inputs, script, params: 
 
 class Stage:
     """What a script inside `stage()` may add to its manifest (`stage.extra[...] = ...`), and
-    `stage.progress`, a stream for progress bars that reaches both the rule's log and the
-    terminal (the stage sends stderr to the log)."""
+    `stage.progress`, a stream for progress bars and the stage's console lines that reaches both
+    the rule's log and the terminal, as whole lines (`console.Progress`; the stage sends stderr to
+    the log)."""
 
     def __init__(self, progress=None):
         self.extra: dict = {}
         self.progress = progress
-
-
-class _Tee:
-    """A text stream writing to several: a progress bar seen on the console and kept in the log."""
-
-    def __init__(self, *streams):
-        self.streams = streams
-
-    def write(self, text: str) -> int:
-        for stream in self.streams:
-            stream.write(text)
-        return len(text)
-
-    def flush(self) -> None:
-        for stream in self.streams:
-            stream.flush()
 
 
 def check_code_tree(root: str | os.PathLike = ".") -> None:
@@ -237,8 +223,9 @@ def stage(smk, root: str | os.PathLike = ".", checks_itself: tuple[str, ...] = (
     log_path = smk.log[0] if len(smk.log) else os.devnull
     Path(log_path).parent.mkdir(parents=True, exist_ok=True)
     terminal = sys.stderr
-    with open(log_path, "a") as log_fh, contextlib.redirect_stderr(log_fh):
-        current = Stage(progress=_Tee(log_fh, terminal))
+    with (open(log_path, "a") as log_fh, contextlib.redirect_stderr(log_fh),
+          console.rule_log(smk.log[0] if len(smk.log) else None)):
+        current = Stage(progress=console.Progress(log_fh, terminal))
         handler = logging.StreamHandler(log_fh)
         handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
         root_logger = logging.getLogger()
@@ -328,7 +315,11 @@ def check_inputs(paths, root: str | os.PathLike = ".",
     refusal: it vouches for nothing, and without it the next run re-makes what it covered.
     """
     verified: dict[tuple[Path, bool], list[str]] = {}  # one check per manifest, however many inputs
+    places = [Path(root).resolve()] + ([Path(results_dir).resolve()] if results_dir is not None else [])
     for path in paths:
+        if path not in outputs_only and not any(inside(Path(path).resolve(), p) for p in places):
+            continue  # a source outside the project and the run (a contender's module): a
+            # manifest.json above it is none of this workflow's, and must not be removed
         owner = Path(path) if Path(path).name == MANIFEST_NAME else owning_manifest(path, root)
         if owner is None:
             resolved = Path(path).resolve()

@@ -21,6 +21,9 @@ from pathlib import Path
 # project whose config, schema and committed reference runs are read; None for an installed copy.
 SRC = Path(__file__).resolve().parents[2]
 ROOT = SRC.parent if (SRC.parent / "workflow" / "Snakefile").is_file() else None
+# The rule's log, for processes a stage starts (a contender's child appends its output there):
+# set by `provenance.manifest.stage` for the stage's duration.
+RULE_LOG_ENV = "MINIMODEL_RULE_LOG"
 CONFIG = Path("config") / "config.yaml"
 SCHEMA = Path("workflow") / "schemas" / "config.schema.yaml"
 
