@@ -135,14 +135,14 @@ def run_sweep(cfg: dict, backend: str, random_seed: int, progress=None) -> list[
     rows = []
     for case in tqdm(sweep_cases(cfg, backend), desc="correctness", file=progress, mininterval=2):
         if "skip" in case:
-            rows.append({"impl": contract.TRITON, **{k: case[k] for k in ("B", "H", "H_kv", "N", "d",
-                                                                          "causal", "dtype")},
+            key = {k: case[k] for k in ("B", "H", "H_kv", "N", "d", "causal", "dtype")}
+            rows.append({"impl": contract.TRITON, "direction": contract.FORWARD, **key,
                          "group": case["group"], "skipped": True, "reason": case["skip"],
                          "passed": None})
             continue
         row = check_case(case["B"], case["H"], case["N"], case["d"], case["causal"],
                          case["dtype"], H_kv=case["H_kv"], device=device, generator=gen)
-        row.update(impl=contract.TRITON, group=case["group"])
+        row.update(impl=contract.TRITON, direction=contract.FORWARD, group=case["group"])
         rows.append(row)
         log.info("N=%d d=%d causal=%s %s: kernel %.2e, torch %.2e, %s", row["N"], row["d"],
                  row["causal"], row["dtype"], row["err_kernel_vs_fp64"],
@@ -151,45 +151,83 @@ def run_sweep(cfg: dict, backend: str, random_seed: int, progress=None) -> list[
 
 
 def run_contenders(cfg: dict, contenders, backend: str, random_seed: int, progress=None) -> list[dict]:
-    """The sweep's cases for each contender, each in a child process (`minimodel.contenders`).
+    """The sweep's cases for each contender, each in a child process (`minimodel.contenders`): its
+    forward rows, then its backward rows (the kernel's backward cases, `grads.backward_cases`;
+    skipped rows saying so for a contender without a backward).
 
     A contender's inputs are drawn from random_seed + the case's index, the same for every
-    contender. The interpreter's smaller grid applies; its bf16 skip only to Triton contenders.
+    contender and both directions. The interpreter's smaller grid applies; its bf16 skip only to
+    Triton contenders.
     """
     from minimodel.contenders import check, registry, run
+    from minimodel.gpu.grads import backward_cases
 
     device = "cuda" if backend == "cuda" else "cpu"
+
+    def case(c, i):
+        return run.Case(c["B"], c["H"], c["H_kv"], c["N"], c["d"], c["causal"], c["dtype"], device,
+                        seed=random_seed + i)
+
     planned = sweep_cases(cfg, backend)
-    cases = [run.Case(c["B"], c["H"], c["H_kv"], c["N"], c["d"], c["causal"], c["dtype"], device,
-                      seed=random_seed + i) for i, c in enumerate(planned)]
+    backward = backward_cases(cfg, backend)
+    cases = [case(c, i) for i, c in enumerate(planned)]
     rows = []
     for contender in tqdm(contenders, desc="contenders", file=progress):
-        found = check.sweep(contender, cases, registry.SEARCH, tolerance, backend == "interpreter")
-        rows += [{**row, "group": c["group"]} for row, c in zip(found, planned, strict=True)]
+        found = check.sweep(contender, cases, registry.SEARCH, tolerance, backend == "interpreter",
+                            backward=[case(c, c["index"]) for c in backward])
+        rows += [{**row, "group": c["group"]} for row, c in zip(found, planned + backward, strict=True)]
     return rows
 
 
-def summarize(rows: list[dict], backend: str, random_seed: int) -> dict:
-    """The kernel's verdict (its rows), and each contender's counts beside it."""
-    contenders = {}
-    for r in rows:
-        if r.get("impl", contract.TRITON) != contract.TRITON:
-            counts = contenders.setdefault(r["impl"], {"passed": 0, "failed": 0, "skipped": 0})
-            counts["skipped" if r["skipped"] else "passed" if r["passed"] else "failed"] += 1
-    kernel = [r for r in rows if r.get("impl", contract.TRITON) == contract.TRITON]
+def _verdict(kernel: list[dict]) -> dict:
     ran = [r for r in kernel if not r.get("skipped")]
     failed = [r for r in ran if not r["passed"]]
-    return {
+    return {"cases": len(kernel), "ran": len(ran), "skipped": len(kernel) - len(ran),
+            "failed": len(failed), "all_passed": not failed and bool(ran)}, ran
+
+
+def _counts(rows: list[dict]) -> dict:
+    contenders = {}
+    for r in rows:
+        counts = contenders.setdefault(r["impl"], {"passed": 0, "failed": 0, "skipped": 0})
+        counts["skipped" if r["skipped"] else "passed" if r["passed"] else "failed"] += 1
+    return contenders
+
+
+def summarize(rows: list[dict], backend: str, random_seed: int) -> dict:
+    """The kernel's forward verdict (its rows) and each contender's forward counts beside it; then
+    the same of the backward (`backward`: None where the sweep ran no backward)."""
+    def direction(r):
+        return r.get("direction", contract.FORWARD)
+
+    def kernel(r):
+        return r.get("impl", contract.TRITON) == contract.TRITON
+
+    forward = [r for r in rows if direction(r) == contract.FORWARD]
+    verdict, ran = _verdict([r for r in forward if kernel(r)])
+    summary = {
         "backend": backend,
         "random_seed": random_seed,
         "rule": f"err_kernel_vs_fp64 <= max({ABS_FLOOR}, {TORCH_MULTIPLE} * err_torch_vs_fp64)",
-        "cases": len(kernel), "ran": len(ran), "skipped": len(kernel) - len(ran),
-        "failed": len(failed), "all_passed": not failed and bool(ran),
+        **verdict,
         "max_err_kernel_vs_fp64": max((r["err_kernel_vs_fp64"] for r in ran), default=None),
         "max_err_torch_vs_fp64": max((r["err_torch_vs_fp64"] for r in ran), default=None),
         "max_err_vs_torch_fp16": max((r["err_vs_torch_fp16"] for r in ran), default=None),
         "lab_literal_all_pass": all(r["lab_literal_pass"] for r in ran),
         "device_l2_bytes": machine.device_l2_bytes() if backend == "cuda" else None,
-        "contenders": contenders,
-        "cases_detail": rows,  # the kernel's cases, then each contender's
+        "contenders": _counts([r for r in forward if not kernel(r)]),
     }
+    backward = [r for r in rows if direction(r) == contract.BACKWARD]
+    summary["backward"] = None
+    if backward:
+        verdict, ran = _verdict([r for r in backward if kernel(r)])
+        summary["backward"] = {
+            "rule": "each of dq, dk, dv: err_<grad>_kernel_vs_fp64 <= max("
+                    f"{ABS_FLOOR}, {TORCH_MULTIPLE} * err_<grad>_torch_vs_fp64)",
+            **verdict,
+            **{f"max_err_{g}_kernel_vs_fp64": max((r[f"err_{g}_kernel_vs_fp64"] for r in ran), default=None)
+               for g in ("dq", "dk", "dv")},
+            "contenders": _counts([r for r in backward if not kernel(r)]),
+        }
+    summary["cases_detail"] = rows  # the kernel's cases, then each contender's
+    return summary

@@ -10,14 +10,21 @@ where err is the largest absolute difference from torch autograd through the flo
 reference in the inputs' own dtype. A case passes when all three gradients do, with no NaN.
 The forward and its LSE come from `flash_attn_forward(..., return_lse=True)`, as the
 differentiable entry point (`minimodel.kernel.attention`) saves them.
+
+`run_backward_sweep` puts the correctness sweep's cases (`minimodel.gpu.correctness.sweep_cases`)
+through it: the rows of correctness.csv with `direction` = backward. Under Triton's interpreter the
+backward costs about three times the forward, so only the cases up to
+`interpreter.backward_max_n` run there; `backward: false` leaves the backward out.
 """
 
 from __future__ import annotations
 
 import torch
+from tqdm import tqdm
 
+from minimodel import contract
 from minimodel.cpu.references import reference_attn
-from minimodel.gpu.correctness import tolerance
+from minimodel.gpu.correctness import sweep_cases, tolerance
 from minimodel.kernel.backward import BwdConfig, default_bwd_config, flash_attn_backward
 from minimodel.kernel.flash import flash_attn_forward, launch_config
 
@@ -67,7 +74,17 @@ def check_backward_case(B: int, H: int, N: int, d: int, causal: bool, dtype: str
     got = flash_attn_backward(q, k, v, o, lse, do, causal, sm_scale, config)
     cfg = config or default_bwd_config(q, causal)
     row = {"B": B, "H": H, "H_kv": H_kv, "N": N, "d": d, "causal": causal, "dtype": dtype, "layout": layout}
-    has_nan, passed, worst, worst_ratio = False, True, GRADS[0], -1.0
+    row.update(grad_errors(got, exact, lowp))
+    row.update({"skipped": False, "reason": "", "path": "tl",
+                "forward_path": launch_config(q, k, v, causal).path, **cfg.as_dict()})
+    return row
+
+
+def grad_errors(got, exact, lowp) -> dict:
+    """The rule on (dQ, dK, dV) `got` against float64 `exact`, with PyTorch's own `lowp`:
+    err_<grad>_kernel_vs_fp64, err_<grad>_torch_vs_fp64 and tolerance_<grad> for each gradient, then
+    those of the gradient nearest its tolerance (`worst`) without the name, has_nan and passed."""
+    row, has_nan, passed, worst, worst_ratio = {}, False, True, GRADS[0], -1.0
     for name, g, e, t in zip(GRADS, got, exact, lowp, strict=True):
         err, err_torch = _error(g, e), _error(t, e)
         tol = tolerance(err_torch)
@@ -80,7 +97,36 @@ def check_backward_case(B: int, H: int, N: int, d: int, causal: bool, dtype: str
     row.update({
         "worst": worst, "err_kernel_vs_fp64": row[f"err_{worst}_kernel_vs_fp64"],
         "err_torch_vs_fp64": row[f"err_{worst}_torch_vs_fp64"], "tolerance": row[f"tolerance_{worst}"],
-        "has_nan": has_nan, "passed": (not has_nan) and passed, "skipped": False, "reason": "",
-        "path": "tl", "forward_path": launch_config(q, k, v, causal).path, **cfg.as_dict(),
+        "has_nan": has_nan, "passed": (not has_nan) and passed,
     })
     return row
+
+
+def backward_cases(cfg: dict, backend: str) -> list[dict]:
+    """The sweep's cases the backward runs (`sweep_cases`, in its order, each with its index there,
+    `index`): none with cfg['backward'] false; under the interpreter those with N <= backward_max_n."""
+    if not cfg["backward"]:
+        return []
+    cases = [{**c, "index": i} for i, c in enumerate(sweep_cases(cfg, backend))]
+    if backend == "interpreter":
+        cases = [c for c in cases if c["N"] <= cfg["interpreter"]["backward_max_n"]]
+    return cases
+
+
+def run_backward_sweep(cfg: dict, backend: str, random_seed: int, progress=None) -> list[dict]:
+    """The kernel's backward rows: every case of `backward_cases` on inputs drawn from `random_seed`
+    (a generator of their own: the forward's rows keep their inputs)."""
+    device = "cuda" if backend == "cuda" else "cpu"
+    gen = torch.Generator().manual_seed(random_seed)
+    rows = []
+    for case in tqdm(backward_cases(cfg, backend), desc="correctness (backward)", file=progress,
+                     mininterval=2):
+        key = {k: case[k] for k in ("B", "H", "H_kv", "N", "d", "causal", "dtype")}
+        if "skip" in case:
+            rows.append({"impl": contract.TRITON, "direction": contract.BACKWARD, **key,
+                         "group": case["group"], "skipped": True, "reason": case["skip"], "passed": None})
+            continue
+        row = check_backward_case(case["B"], case["H"], case["N"], case["d"], case["causal"], case["dtype"],
+                                  H_kv=case["H_kv"], device=device, generator=gen)
+        rows.append({"impl": contract.TRITON, "direction": contract.BACKWARD, **row, "group": case["group"]})
+    return rows
