@@ -173,9 +173,9 @@ def timed_backward(fn, payload) -> dict:
     case, direction = payload
     q, k, v, do = timing_inputs(case, 4)
     leaves = [t.requires_grad_() for t in prepared(fn, q, k, v)]  # its layout, before anything is timed
-    return measure(lambda: autograd_call(lambda *xs: _validated(fn(*xs, causal=case.causal), q), leaves, do,
-                                         direction),
-                   case.warmup_ms, case.rep_ms, bnhd=isinstance(fn, SequenceFirst))
+    forward = lambda *xs: _validated(fn(*xs, causal=case.causal), q)  # noqa: E731
+    return measure(lambda: autograd_call(forward, leaves, do, direction), q, case.warmup_ms, case.rep_ms,
+                   bnhd=isinstance(fn, SequenceFirst))
 
 
 TASKS = {"output": checked_output, "time": timed, "grads": checked_grads, "time_backward": timed_backward}
