@@ -86,6 +86,13 @@ def _set(path, value):
          "symbolic.tiles[0] is [64]; accepted: a list of 2 items, each an integer from 1 to 1048576"),
         (("gpu", "timing", "warmup_ms"), 0, "gpu.timing.warmup_ms is 0; accepted: a number > 0"),
         (("compare", "reference"), "", "compare.reference is ''; accepted: a non-empty string or null"),
+        (("gpu", "correctness", "backward"), "yes",
+         "gpu.correctness.backward is 'yes'; accepted: true or false"),
+        (("gpu", "correctness", "interpreter", "backward_max_n"), 0,
+         "gpu.correctness.interpreter.backward_max_n is 0; accepted: an integer from 1 to"),
+        (("gpu", "timing", "backward"), 1, "gpu.timing.backward is 1; accepted: true or false"),
+        (("contenders",), {"mine": {"fn": "m:f", "backward": "yes"}},
+         "contenders.mine.backward is 'yes'; accepted: true or false"),
     ],
 )
 def test_bad_config_is_refused_in_one_line_naming_key_value_and_what_is_accepted(path, value, says):
