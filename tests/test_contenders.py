@@ -187,8 +187,12 @@ def test_three_contenders_through_the_whole_workflow(tmp_path):
     assert ran["raises"]["reason"].str.contains("RuntimeError: out of ideas").all()
     assert ran["wrong"]["reason"].str.contains("above the tolerance").all()
     # the grouped-query cases are skipped for contenders without gqa, saying so
-    grouped = by["raises"][by["raises"]["group"] == contract.GQA_CASES]
+    raises = by["raises"]
+    grouped = raises[(raises["group"] == contract.GQA_CASES) & (raises["direction"] == contract.FORWARD)]
     assert len(grouped) and grouped["reason"].str.contains("grouped-query").all()
+    # a contender without a backward: its backward rows are skipped, saying so
+    backward = raises[raises["direction"] == contract.BACKWARD]
+    assert len(backward) and backward["reason"].str.contains("raises has no backward").all()
     kernel_rows = by[contract.TRITON]
     assert kernel_rows[~kernel_rows["skipped"].astype(bool)]["passed"].astype(bool).all()
     # each contender module is an input of the rules that run it, hashed by its bytes
