@@ -161,3 +161,23 @@ def test_the_backward_cases_follow_the_config():
     assert correctness.summarize(correctness.run_sweep({**tiny_cfg(), "dtypes": ["float16"]},
                                                        correctness.select_backend(), 1),
                                  correctness.select_backend(), 1)["backward"] is None
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(correctness.select_backend() != "cuda", reason="needs a CUDA device")
+@pytest.mark.parametrize("name", ["naive", "sdpa_flash", "sdpa_efficient", "sdpa_cudnn", "flex", "flash_attn",
+                                  "fa4", "triton"])
+def test_the_builtins_backward_rows_pass_on_the_gpu(name):
+    """Each built-in with a backward, through its child process: fp16 and bf16, a ragged N, causal
+    and not (a built-in missing on this machine gives skipped rows saying why)."""
+    from minimodel.contenders import builtin, check, registry
+    from minimodel.contenders.run import Case
+
+    contender = builtin.BUILTINS[name]
+    cases = [Case(2, 4, 4, 1000, 128, causal, dtype, "cuda", seed=i)
+             for i, (causal, dtype) in enumerate([(False, "float16"), (True, "float16"), (True, "bfloat16")])]
+    rows = check.sweep(contender, [], registry.SEARCH, correctness.tolerance, False, backward=cases)
+    if builtin.unavailable(name):
+        assert all(r["skipped"] and r["reason"] == builtin.unavailable(name) for r in rows)
+        pytest.skip(builtin.unavailable(name))
+    assert all(r["passed"] and r["direction"] == "backward" for r in rows), rows

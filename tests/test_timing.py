@@ -148,3 +148,27 @@ def test_without_cuda_gpu_timing_says_so_on_the_console(tmp_path):
             "planned points as not run")
     assert line in proc.stderr  # on the terminal, where the rule ran
     assert line in (root / "results" / "logs" / "gpu_timing.log").read_text()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("name", ["flash_attn", "fa4"])
+def test_flashattentions_backward_is_timed_in_its_child(name):
+    """FlashAttention-2's and -4's backward through autograd, one point on FlashAttention's grid
+    (skipped rows saying why where the package is missing)."""
+    from minimodel.contenders import registry
+    from minimodel.contenders.builtin import BUILTINS, unavailable
+    from minimodel.contenders.run import Child
+
+    with Child(BUILTINS[name], registry.SEARCH) as child:
+        rows = timing_backward.time_point("flashattention", 4, 16, 4096, 128, True, ["triton"], 5, 20,
+                                          {"peak_flops_per_s": 1e15}, random_seed=0, contenders=[child])
+    theirs = [r for r in rows if r["impl"] == name]
+    assert [r["direction"] for r in theirs] == ["backward", "fwd+bwd"]
+    if unavailable(name):
+        assert all(r["status"] == f"skipped: {unavailable(name)}" for r in theirs)
+        pytest.skip(unavailable(name))
+    for r in rows:
+        assert r["status"] == "ok" and r["checked"] and r["ms"] > 0 and r["timing"] == "cuda_graph", r
+    timing.add_ratios(rows)
+    assert all(r["triton_speedup_over_this"] > 0 for r in theirs)
