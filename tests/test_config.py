@@ -102,6 +102,16 @@ def test_bad_config_is_refused_in_one_line_naming_key_value_and_what_is_accepted
     assert "\n" not in str(err.value)
 
 
+def test_every_key_of_a_contender_entry_is_in_the_schema():
+    from minimodel.contenders.spec import KEYS
+
+    entry = {"fn": "m:f", "devices": ["cuda"], "dtypes": ["float16"], "head_dims": [64], "causal": [True],
+             "gqa": True, "triton": False, "timeout_s": 30, "grids": ["lab"], "layout": "bnhd",
+             "backward": True}
+    assert set(entry) == KEYS
+    check_config(_set(("contenders",), {"mine": entry}), SCHEMA)
+
+
 def test_each_problem_gets_its_own_line():
     cfg = _set(("cpu", "sram_byte"), 1)
     cfg["random_seed"] = -1
