@@ -13,6 +13,10 @@ where err_torch is PyTorch fp16 attention's own error against that reference.
 Without a CUDA device the very same kernel runs under Triton's CPU interpreter on a smaller
 grid (`backend: interpreter`). bf16 `tl.dot` gives wrong results under the interpreter
 (Triton 3.6), so bf16 cases are skipped there with that reason.
+
+These are the rows with `direction` = forward; the backward's rows of the same cases come from
+`minimodel.gpu.grads` (the kernel's) and `run_contenders` (each contender's, after its forward
+rows). `summarize` keeps the forward's verdict and puts the backward's beside it.
 """
 
 from __future__ import annotations
