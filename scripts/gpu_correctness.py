@@ -1,4 +1,5 @@
-"""Rule `gpu_correctness`: the kernel's sweep; the table is written, then a failure fails the rule."""
+"""Rule `gpu_correctness`: the kernel's sweep, forward and backward; the table is written, then a
+failure of either fails the rule."""
 
 import sys
 
@@ -6,7 +7,7 @@ import pandas as pd
 
 import minimodel.entry  # noqa: F401 (first: compiled or interpreted is decided on import)
 from minimodel.contenders import registry
-from minimodel.gpu import correctness
+from minimodel.gpu import correctness, grads
 from minimodel.provenance import machine
 from minimodel.provenance.io import write_csv, write_json
 from minimodel.provenance.manifest import stage
@@ -17,16 +18,19 @@ with stage(snakemake) as st:
     backend = correctness.select_backend(machine.gpu_required(snakemake.params.require_cuda))
     random_seed = snakemake.params.random_seed
     rows = correctness.run_sweep(cfg, backend, random_seed, progress=st.progress)
+    rows += grads.run_backward_sweep(cfg, backend, random_seed, progress=st.progress)  # direction: backward
     # the contenders' rows beside the kernel's; a contender that fails never fails the rule
     rows += correctness.run_contenders(cfg, registry.selected(snakemake.config, "correctness"), backend,
                                        random_seed, progress=st.progress)
     summary = correctness.summarize(rows, backend, random_seed)
-    st.extra.update(backend=backend, all_passed=summary["all_passed"])
+    backward = summary["backward"]
+    backward_passed = None if backward is None else backward["all_passed"]
+    st.extra.update(backend=backend, all_passed=summary["all_passed"], backward_all_passed=backward_passed)
     table = pd.DataFrame(rows).assign(backend=backend)
     write_csv(snakemake.output.table, table)
     write_csv(snakemake.log.table, table)  # Snakemake deletes a failed job's outputs, not its logs
     write_json(snakemake.output.summary, summary)
-    if not summary["all_passed"]:
+    if not summary["all_passed"] or backward_passed is False:
         failed = table[table["passed"] == False]  # noqa: E712 (skipped cases hold None)
         print(failed.to_string(), file=sys.stderr)
         raise SystemExit(f"{len(failed)} correctness cases failed; every case is in {snakemake.log.table}")

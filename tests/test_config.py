@@ -86,6 +86,13 @@ def _set(path, value):
          "symbolic.tiles[0] is [64]; accepted: a list of 2 items, each an integer from 1 to 1048576"),
         (("gpu", "timing", "warmup_ms"), 0, "gpu.timing.warmup_ms is 0; accepted: a number > 0"),
         (("compare", "reference"), "", "compare.reference is ''; accepted: a non-empty string or null"),
+        (("gpu", "correctness", "backward"), "yes",
+         "gpu.correctness.backward is 'yes'; accepted: true or false"),
+        (("gpu", "correctness", "interpreter", "backward_max_n"), 0,
+         "gpu.correctness.interpreter.backward_max_n is 0; accepted: an integer from 1 to"),
+        (("gpu", "timing", "backward"), 1, "gpu.timing.backward is 1; accepted: true or false"),
+        (("contenders",), {"mine": {"fn": "m:f", "backward": "yes"}},
+         "contenders.mine.backward is 'yes'; accepted: true or false"),
     ],
 )
 def test_bad_config_is_refused_in_one_line_naming_key_value_and_what_is_accepted(path, value, says):
@@ -93,6 +100,16 @@ def test_bad_config_is_refused_in_one_line_naming_key_value_and_what_is_accepted
         check_config(_set(path, value), SCHEMA)
     assert str(err.value).startswith(f"config: {says}")
     assert "\n" not in str(err.value)
+
+
+def test_every_key_of_a_contender_entry_is_in_the_schema():
+    from minimodel.contenders.spec import KEYS
+
+    entry = {"fn": "m:f", "devices": ["cuda"], "dtypes": ["float16"], "head_dims": [64], "causal": [True],
+             "gqa": True, "triton": False, "timeout_s": 30, "grids": ["lab"], "layout": "bnhd",
+             "backward": True}
+    assert set(entry) == KEYS
+    check_config(_set(("contenders",), {"mine": entry}), SCHEMA)
 
 
 def test_each_problem_gets_its_own_line():

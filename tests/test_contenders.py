@@ -87,6 +87,7 @@ def test_optional_keys_say_what_it_supports():
     ({"fn": "m:f", "timeout_s": 0}, "timeout_s is 0"),
     ({"fn": "m:f", "gqa": "yes"}, "gqa is 'yes'"),
     ({"fn": "m:f", "grids": ["fa"]}, "grids is ['fa']; accepted: lab, flashattention"),
+    ({"fn": "m:f", "backward": "yes"}, "backward is 'yes'; accepted: true or false"),
 ])
 def test_a_bad_entry_is_one_line_naming_the_contender(entry, words):
     with pytest.raises(ContenderError) as err:
@@ -190,8 +191,12 @@ def test_three_contenders_through_the_whole_workflow(tmp_path):
     assert ran["raises"]["reason"].str.contains("RuntimeError: out of ideas").all()
     assert ran["wrong"]["reason"].str.contains("above the tolerance").all()
     # the grouped-query cases are skipped for contenders without gqa, saying so
-    grouped = by["raises"][by["raises"]["group"] == contract.GQA_CASES]
+    raises = by["raises"]
+    grouped = raises[(raises["group"] == contract.GQA_CASES) & (raises["direction"] == contract.FORWARD)]
     assert len(grouped) and grouped["reason"].str.contains("grouped-query").all()
+    # a contender without a backward: its backward rows are skipped, saying so
+    backward = raises[raises["direction"] == contract.BACKWARD]
+    assert len(backward) and backward["reason"].str.contains("raises has no backward").all()
     kernel_rows = by[contract.TRITON]
     assert kernel_rows[~kernel_rows["skipped"].astype(bool)]["passed"].astype(bool).all()
     # each contender module is an input of the rules that run it, hashed by its bytes
@@ -478,3 +483,69 @@ def test_fn_without_a_colon_says_module_function():
         check_config(config)
     assert str(err.value).startswith("config: contenders.mine.fn is 'my_attn.plain'; accepted: "
                                      '"module:function"'), str(err.value)
+
+
+# ---- a contender's backward (`backward: true`): dQ, dK, dV by autograd in its child ------------
+
+BACKWARDS = textwrap.dedent('''
+    import torch
+    from torch.nn.functional import scaled_dot_product_attention as sdpa
+
+    def right(q, k, v, causal=False):
+        return sdpa(q.float(), k.float(), v.float(), is_causal=causal).to(q.dtype)
+
+    def detached(q, k, v, causal=False):
+        return right(q, k, v, causal).detach()
+
+    def scaled_gradient(q, k, v, causal=False):  # the right output, its gradient 1.5 times too big
+        out = right(q, k, v, causal)
+        return out.detach() + 1.5 * (out - out.detach())
+''')
+
+
+def backward_sweep(tmp_path, fn, **entry):
+    (tmp_path / "backwards.py").write_text(BACKWARDS)
+    c = parse(fn, {"fn": f"backwards:{fn}", **entry})
+    rows = sweep(c, cases((33,)), (tmp_path,), tolerance, interpreted=True, backward=cases((33, 70)))
+    forward = [r for r in rows if r["direction"] == contract.FORWARD]
+    backward = [r for r in rows if r["direction"] == contract.BACKWARD]
+    assert len(forward) == 2 and len(backward) == 4 and all(r["passed"] for r in forward), forward
+    return backward
+
+
+def test_a_contender_with_a_backward_gets_backward_rows_that_pass(tmp_path):
+    rows = backward_sweep(tmp_path, "right", backward=True)
+    assert all(r["passed"] and not r["skipped"] for r in rows), rows
+    for r in rows:
+        assert all(0 < r[f"err_{g}_kernel_vs_fp64"] <= r[f"tolerance_{g}"] for g in ("dq", "dk", "dv"))
+
+
+def test_the_examples_blocked_contender_and_naive_pass_the_backward():
+    from minimodel.contenders.builtin import BUILTINS
+
+    for c in (parse("blocked", {"fn": "torch_blocked:forward", "backward": True}), BUILTINS["naive"]):
+        rows = sweep(c, [], (EXAMPLES,), tolerance, interpreted=True, backward=cases((40,)))
+        assert len(rows) == 2 and all(r["passed"] and r["direction"] == "backward" for r in rows), rows
+
+
+def test_a_contender_without_a_backward_gets_skipped_rows_saying_so(tmp_path):
+    rows = backward_sweep(tmp_path, "right")
+    assert all(r["skipped"] and r["passed"] is None for r in rows)
+    assert {r["reason"] for r in rows} == {"right has no backward (backward: true in its entry gives it one)"}
+
+
+@pytest.mark.parametrize("fn, reason", [
+    ("detached", "its output does not require grad"),
+    ("scaled_gradient", "above the tolerance"),
+])
+def test_a_wrong_backward_fails_the_backward_rows(tmp_path, fn, reason):
+    rows = backward_sweep(tmp_path, fn, backward=True)
+    assert all(r["passed"] is False for r in rows) and all(reason in r["reason"] for r in rows), rows
+
+
+def test_the_builtins_say_which_have_a_backward():
+    from minimodel.contenders.builtin import BUILTINS, no_backward_reason
+
+    assert [n for n, c in BUILTINS.items() if not c.backward] == [contract.TRITON_TL]
+    assert "triton_tl has no backward" in no_backward_reason(BUILTINS[contract.TRITON_TL])
+    assert no_backward_reason(BUILTINS[contract.FA4]) is None

@@ -1,3 +1,7 @@
+import tempfile
+from pathlib import Path
+
+import pandas as pd
 import pytest
 import yaml
 
@@ -76,3 +80,104 @@ def test_a_wrong_kernel_fails_the_sweep(monkeypatch):
 @pytest.mark.parametrize("err_torch, err_kernel, passed", [(1.5e-3, 2.9e-3, True), (1e-4, 1.1e-3, False)])
 def test_verdict_follows_the_rule(err_torch, err_kernel, passed):
     assert (err_kernel <= correctness.tolerance(err_torch)) is passed
+
+
+# ---- the backward's rows (direction: backward) -------------------------------------------------
+
+def fixture_cfg():
+    """The sweep tests/data/correctness_forward_tiny.csv was written with (interpreter)."""
+    return {**tiny_cfg(), "gqa_kv_heads": 1}
+
+
+@pytest.mark.skipif(correctness.select_backend() != "interpreter",
+                    reason="the table was written by the interpreter")
+def test_forward_rows_are_those_the_code_wrote_before_the_backward():
+    from minimodel import contract
+    from minimodel.contenders import registry
+    from minimodel.gpu import grads
+
+    cfg = fixture_cfg()
+    rows = correctness.run_sweep(cfg, "interpreter", 1234)
+    rows += grads.run_backward_sweep(cfg, "interpreter", 1234)
+    rows += correctness.run_contenders(cfg, [registry.BUILTINS["naive"]], "interpreter", 1234)
+    table = pd.DataFrame(rows).assign(backend="interpreter")
+    before = pd.read_csv(Path(__file__).parent / "data" / "correctness_forward_tiny.csv")
+    assert set(table["direction"]) == {contract.FORWARD, contract.BACKWARD}
+    # written and read back as the workflow does, the forward's rows are the same rows, in the same
+    # order, with the same values; the new columns are beside the old ones
+    with tempfile.TemporaryDirectory() as tmp:
+        table.to_csv(Path(tmp) / "t.csv", index=False)
+        after = pd.read_csv(Path(tmp) / "t.csv")
+    forward = contract.forward_rows(after).reset_index(drop=True)
+    assert "direction" not in before.columns and set(before.columns) < set(after.columns)
+    pd.testing.assert_frame_equal(forward[before.columns], before, check_dtype=False)
+    backward = after[after["direction"] == contract.BACKWARD]
+    assert list(backward["impl"].unique()) == ["triton", "naive"]
+
+
+def test_backward_rows_pass_for_the_kernel_with_per_gradient_errors():
+    from minimodel.gpu import grads
+
+    backend = correctness.select_backend()
+    cfg = tiny_cfg()
+    rows = grads.run_backward_sweep(cfg, backend, random_seed=7)
+    ran = [r for r in rows if not r["skipped"]]
+    assert len(ran) == 8 * (2 if backend == "cuda" else 1)
+    assert all(r["direction"] == "backward" and r["impl"] == "triton" for r in rows)
+    for r in ran:
+        assert r["passed"], r
+        for g in ("dq", "dk", "dv"):
+            assert 0 < r[f"err_{g}_kernel_vs_fp64"] <= r[f"tolerance_{g}"]
+    if backend == "interpreter":
+        bf16 = [r for r in rows if r["dtype"] == "bfloat16"]
+        assert bf16 and all(r["skipped"] and r["reason"] == flash.BF16_INTERPRETER_REASON for r in bf16)
+    summary = correctness.summarize(correctness.run_sweep(cfg, backend, 7) + rows, backend, 7)
+    assert summary["all_passed"] and summary["cases"] == len(rows)  # the forward's verdict, its rows
+    assert summary["backward"]["all_passed"] and summary["backward"]["ran"] == len(ran)
+
+
+def test_a_wrong_backward_fails_the_backward_rows_only(monkeypatch):
+    from minimodel.gpu import grads
+
+    real = grads.flash_attn_backward
+    monkeypatch.setattr(grads, "flash_attn_backward",
+                        lambda q, k, v, o, lse, do, *a: real(q, k, v, o, lse, 1.01 * do, *a))
+    backend = correctness.select_backend()
+    rows = correctness.run_sweep(tiny_cfg(), backend, 3) + grads.run_backward_sweep(tiny_cfg(), backend, 3)
+    summary = correctness.summarize(rows, backend, 3)
+    assert summary["all_passed"] and summary["backward"]["all_passed"] is False
+    assert summary["backward"]["failed"] == summary["backward"]["ran"]
+
+
+def test_the_backward_cases_follow_the_config():
+    from minimodel.gpu import grads
+
+    cases = grads.backward_cases(CFG, "interpreter")
+    planned = correctness.sweep_cases(CFG, "interpreter")
+    assert cases and all(c["N"] <= CFG["interpreter"]["backward_max_n"] for c in cases)
+    assert all({k: v for k, v in c.items() if k != "index"} == planned[c["index"]] for c in cases)
+    assert len(grads.backward_cases(CFG, "cuda")) == len(correctness.sweep_cases(CFG, "cuda"))
+    assert grads.backward_cases({**CFG, "backward": False}, "cuda") == []
+    assert correctness.summarize(correctness.run_sweep({**tiny_cfg(), "dtypes": ["float16"]},
+                                                       correctness.select_backend(), 1),
+                                 correctness.select_backend(), 1)["backward"] is None
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(correctness.select_backend() != "cuda", reason="needs a CUDA device")
+@pytest.mark.parametrize("name", ["naive", "sdpa_flash", "sdpa_efficient", "sdpa_cudnn", "flex", "flash_attn",
+                                  "fa4", "triton"])
+def test_the_builtins_backward_rows_pass_on_the_gpu(name):
+    """Each built-in with a backward, through its child process: fp16 and bf16, a ragged N, causal
+    and not (a built-in missing on this machine gives skipped rows saying why)."""
+    from minimodel.contenders import builtin, check, registry
+    from minimodel.contenders.run import Case
+
+    contender = builtin.BUILTINS[name]
+    cases = [Case(2, 4, 4, 1000, 128, causal, dtype, "cuda", seed=i)
+             for i, (causal, dtype) in enumerate([(False, "float16"), (True, "float16"), (True, "bfloat16")])]
+    rows = check.sweep(contender, [], registry.SEARCH, correctness.tolerance, False, backward=cases)
+    if builtin.unavailable(name):
+        assert all(r["skipped"] and r["reason"] == builtin.unavailable(name) for r in rows)
+        pytest.skip(builtin.unavailable(name))
+    assert all(r["passed"] and r["direction"] == "backward" for r in rows), rows

@@ -17,7 +17,7 @@ from minimodel.contenders import builtin
 from minimodel.contenders.check import sweep
 from minimodel.contenders.run import Case
 from minimodel.contenders.spec import Contender, ContenderError, parse
-from minimodel.gpu import timing
+from minimodel.gpu import timing, timing_rows
 from minimodel.gpu.correctness import tolerance
 
 STAND_IN = textwrap.dedent('''
@@ -111,8 +111,8 @@ class _DecliningChild:
 
 
 def test_a_declined_timing_point_is_a_skipped_row():
-    row = timing._empty_row({"grid": contract.LAB_GRID, "B": 1, "H": 1, "N": 64, "d": 64, "causal": False},
-                            "declining", 1.0)
+    point = {"grid": contract.LAB_GRID, "B": 1, "H": 1, "N": 64, "d": 64, "causal": False}
+    row = timing_rows.empty_row(point, "declining", 1.0)
     out = timing.time_contender(_DecliningChild(), row, None, float("nan"), 0, 1, 1)
     assert out["status"] == f"{contract.SKIPPED}: no kernel for this shape" and out["ms"] is None
 

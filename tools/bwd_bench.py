@@ -71,40 +71,10 @@ def backward_flops(B, H, N, d, causal) -> float:
     return 2.5 * attention_flops(B, H, N, d, causal)
 
 
-def graph_ms(make, rep_ms: float, batches: int = 10) -> float:
-    """Median ms of one call in CUDA-graph replays. `make()` builds the call on the capturing stream
-    (an SDPA forward too: autograd runs a backward on its forward's stream, which must be that one)."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        fn = make()
-        for _ in range(3):  # compiles, and warms the allocator up before the capture
-            fn()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, stream=stream):
-            fn()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    graph.replay()
-    end.record()
-    end.synchronize()
-    replays = max(1, int(rep_ms / batches / max(start.elapsed_time(end), 1e-3)))
-    times = []
-    for _ in range(batches):
-        start.record()
-        for _ in range(replays):
-            graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / replays)
-    return sorted(times)[len(times) // 2]
-
-
 def _timer(graph: bool, warmup_ms: float, rep_ms: float):
     """ms of the call `make()` builds: eager (`timers.bench_ms`, do_bench's median) or graph replays."""
     if graph:
-        return lambda make: graph_ms(make, rep_ms)
+        return lambda make: timers.graph_ms(make, rep_ms)
     return lambda make: timers.bench_ms(make(), warmup_ms, rep_ms)
 
 

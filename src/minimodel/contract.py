@@ -82,8 +82,9 @@ GRIDS = (LAB_GRID, FLASHATTENTION_GRID)
 LAB_CONVENTION = "lab"
 CONSISTENT_CONVENTION = "consistent"
 CONVENTIONS = (LAB_CONVENTION, CONSISTENT_CONVENTION)
-# The passes a row counts (`direction` in symbolic/bytes.csv and cpu/bytes.csv): the forward alone,
-# the gradient pass alone, the two together. A table without the column (a run made before the
+# The passes a row counts (`direction` in symbolic/bytes.csv, cpu/bytes.csv, correctness.csv and
+# timing.csv): the forward alone, the gradient pass alone, the two together (correctness.csv has no
+# fwd+bwd rows: its backward rows check the gradients). A table without the column (a run made before the
 # backward) is all forward: `forward_rows`.
 FORWARD, BACKWARD, FWD_BWD = "forward", "backward", "fwd+bwd"
 DIRECTIONS = (FORWARD, BACKWARD, FWD_BWD)

@@ -11,6 +11,10 @@
   head dim it lacks say) is a skipped row carrying its reason, never a failed one.
 Like a user's, each runs in a child process of the stage (`minimodel.contenders.run`). Importing
 this module imports no torch: the workflow reads the names before any job.
+
+Every built-in but `triton_tl` has a backward (`backward=True`): autograd differentiates it, the
+kernel's through `minimodel.kernel.attention` (the Triton backward), FlashAttention-2's and -4's
+through their own autograd functions (FA4's on sm90 too).
 """
 
 from __future__ import annotations
@@ -28,19 +32,24 @@ FLEX_RECOMPILE_LIMIT = 256
 
 
 def _kernel():
-    """The kernel's `config` and `flash`, imported on first call, in the process that runs it."""
-    from minimodel.kernel import config, flash  # not at the top: the workflow's process imports no torch
+    """The kernel's `config`, `flash` and differentiable `attention`, imported on first call, in the
+    process that runs it."""
+    from minimodel.kernel import (  # not at the top: the workflow's process imports no torch
+        attention,
+        config,
+        flash,
+    )
 
-    return config, flash
+    return config, flash, attention
 
 
 def triton(q, k, v, causal=False):
-    _, flash = _kernel()
-    return flash.flash_attn_forward(q, k, v, causal=causal)
+    # minimodel.kernel.attention: flash_attn_forward itself where nothing requires grad
+    return _kernel()[2](q, k, v, causal=causal)
 
 
 def triton_tl(q, k, v, causal=False):
-    config, flash = _kernel()
+    config, flash, _ = _kernel()
     tl = flash.launch_config(q, k, v, causal, config.tl_config(*flash._policy_args(q, causal)))
     return flash.flash_attn_forward(q, k, v, causal=causal, config=tl)
 
@@ -117,14 +126,14 @@ def fa4(q, k, v, causal=False):
 sdpa_flash, sdpa_efficient, sdpa_cudnn = (_sdpa(name) for name in C.SDPA_BACKENDS)
 
 
-def _builtin(name, **supports):
-    return Contender(name, f"{__name__}:{name}", gqa=True, **supports)
+def _builtin(name, backward=True, **supports):
+    return Contender(name, f"{__name__}:{name}", gqa=True, backward=backward, **supports)
 
 
 # each named as minimodel.contract names it; the functions above carry the same names
 BUILTINS = {
     C.TRITON: _builtin(C.TRITON, triton=True),
-    C.TRITON_TL: _builtin(C.TRITON_TL, triton=True),
+    C.TRITON_TL: _builtin(C.TRITON_TL, backward=False, triton=True),
     C.NAIVE: _builtin(C.NAIVE),
     **{name: _builtin(name, devices=("cuda",)) for name in C.SDPA_BACKENDS},
     C.FLEX: _builtin(C.FLEX, devices=("cuda",)),
@@ -178,3 +187,11 @@ def not_run_reason(contender: Contender, device: str, dtype: str, d: int, causal
     """Why a contender does not run at a point (what it supports, or a built-in missing here)."""
     return unavailable(contender.name) or contender.skip_reason(device, dtype, d, causal, grouped,
                                                                 interpreted)
+
+
+def no_backward_reason(contender: Contender) -> str | None:
+    """Why a contender has no backward rows (`Contender.no_backward_reason`), or None."""
+    if contender.name == C.TRITON_TL:
+        return (f"{C.TRITON_TL} has no backward: it is the kernel's tl forward alone (the "
+                f"kernel's backward is {C.TRITON}'s, minimodel.kernel.attention)")
+    return contender.no_backward_reason()

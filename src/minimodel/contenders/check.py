@@ -4,22 +4,30 @@ The rule is the project kernel's (`minimodel.gpu.correctness`): err <= max(1e-3,
 where err_torch is PyTorch's own low-precision attention's error on the same inputs. A contender
 that raises, hangs, returns the wrong shape or dtype, or NaN gets a failed row with the reason; one
 that raises NotImplementedError declines the case, a skipped row with its message.
+
+A contender with a backward (`backward: true`) also gets backward rows: dQ, dK, dV by autograd in
+its child process, at an output gradient dO drawn from the case's seed, each against float64
+autograd with the same rule (`minimodel.correctness_rule`). An output autograd cannot differentiate (a
+detached one, say) is a failed row saying so.
 """
 
 from __future__ import annotations
 
 import torch
 
+from minimodel import contract
 from minimodel.attention_ref import reference_attn
-from minimodel.contenders.builtin import not_run_reason
-from minimodel.contenders.run import SKIPPED, Case, Child, inputs
+from minimodel.contenders.builtin import no_backward_reason, not_run_reason
+from minimodel.contenders.run import SKIPPED, Case, Child, backward_inputs, inputs
 from minimodel.contenders.spec import Contender
+from minimodel.correctness_rule import grad_errors, reference_grads
 
 
-def _row(contender: Contender, case: Case, **values) -> dict:
+def _row(contender: Contender, case: Case, direction: str = contract.FORWARD, **values) -> dict:
     """A correctness-table row of `contender` at `case`: the case's keys, then `values`."""
-    return {"impl": contender.name, "B": case.B, "H": case.H, "H_kv": case.H_kv, "N": case.N,
-            "d": case.d, "causal": case.causal, "dtype": case.dtype, "layout": case.layout, **values}
+    return {"impl": contender.name, "direction": direction, "B": case.B, "H": case.H, "H_kv": case.H_kv,
+            "N": case.N, "d": case.d, "causal": case.causal, "dtype": case.dtype, "layout": case.layout,
+            **values}
 
 
 def check_case(child: Child, case: Case, tolerance) -> dict:
@@ -45,13 +53,44 @@ def check_case(child: Child, case: Case, tolerance) -> dict:
     return {**row, "passed": True}
 
 
-def sweep(contender: Contender, cases: list[Case], search, tolerance, interpreted: bool) -> list[dict]:
-    """Every case for one contender, each in its child process; unsupported cases are skipped rows."""
+def check_backward_case(child: Child, case: Case) -> dict:
+    """One backward row of the correctness table for the child's contender at `case`."""
+    q, k, v, do = backward_inputs(case)
+    exact = [g.cpu() for g in reference_grads(q, k, v, do, case.causal, upcast=True)]
+    lowp = [g.cpu() for g in reference_grads(q, k, v, do, case.causal)]
+    status, got = child.call("grads", case)
+    if status == SKIPPED:
+        return _row(child.contender, case, contract.BACKWARD, skipped=True, reason=got, passed=None)
+    if status != "ok":
+        return _row(child.contender, case, contract.BACKWARD, skipped=False, reason=got, has_nan=None,
+                    err_kernel_vs_fp64=None, passed=False)
+    row = _row(child.contender, case, contract.BACKWARD, skipped=False, reason="",
+               **grad_errors(got, exact, lowp))
+    if row["has_nan"]:
+        row["reason"] = "a gradient holds NaN"
+    elif not row["passed"]:
+        row["reason"] = (f"{row['worst']}: error {row['err_kernel_vs_fp64']:.3g} above the tolerance "
+                         f"{row['tolerance']:.3g}")
+    return row
+
+
+def sweep(contender: Contender, cases: list[Case], search, tolerance, interpreted: bool,
+          backward: list[Case] = ()) -> list[dict]:
+    """Every case for one contender, each in its child process, then the `backward` cases' backward
+    rows; unsupported cases, and every backward case of a contender without a backward, are
+    skipped rows."""
+    def reason(case):
+        return not_run_reason(contender, case.device, case.dtype, case.d, case.causal, case.H_kv != case.H,
+                              interpreted)
+
     rows = []
     with Child(contender, tuple(search)) as child:
         for case in cases:
-            reason = not_run_reason(contender, case.device, case.dtype, case.d, case.causal,
-                                    case.H_kv != case.H, interpreted)
-            rows.append(_row(contender, case, skipped=True, reason=reason, passed=None) if reason
+            why = reason(case)
+            rows.append(_row(contender, case, skipped=True, reason=why, passed=None) if why
                         else check_case(child, case, tolerance))
+        for case in backward:
+            why = no_backward_reason(contender) or reason(case)
+            rows.append(_row(contender, case, contract.BACKWARD, skipped=True, reason=why, passed=None) if why
+                        else check_backward_case(child, case))
     return rows

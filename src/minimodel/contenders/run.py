@@ -32,10 +32,10 @@ from pathlib import Path
 
 import torch
 
-from minimodel.contenders.spec import Contender, load, prepared
+from minimodel.contenders.spec import Contender, SequenceFirst, load, prepared
 from minimodel.provenance.project import RULE_LOG_ENV, SRC
 from minimodel.subprocesses import die_with_parent
-from minimodel.timers import bench_graph_ms, bench_ms, host_ms
+from minimodel.timers import autograd_call, bench_graph_ms, bench_ms, host_ms, measure
 
 
 @dataclass(frozen=True)
@@ -56,6 +56,15 @@ class Case:
 
 def inputs(case: Case) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Q, K, V of a case, the same in every process: drawn on the CPU from the case's seed."""
+    return _draw(case, 3)
+
+
+def backward_inputs(case: Case) -> tuple[torch.Tensor, ...]:
+    """Q, K, V (those of `inputs`) and the output gradient dO, drawn after them from the same seed."""
+    return _draw(case, 4)
+
+
+def _draw(case: Case, count: int) -> tuple[torch.Tensor, ...]:
     gen = torch.Generator().manual_seed(case.seed)
     tdtype = getattr(torch, case.dtype)
 
@@ -65,7 +74,7 @@ def inputs(case: Case) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
             return x.to(case.device, tdtype).transpose(1, 2)
         return torch.randn(case.B, heads, case.N, case.d, generator=gen).to(case.device, tdtype)
 
-    return rand(case.H), rand(case.H_kv), rand(case.H_kv)
+    return (rand(case.H), rand(case.H_kv), rand(case.H_kv), rand(case.H))[:count]
 
 
 @dataclass(frozen=True)
@@ -83,11 +92,12 @@ class TimingCase:
     host_cost: bool = False  # also read the host's cost per call (`timers.host_ms`)
 
 
-def timing_inputs(case: TimingCase) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Q, K, V of a timing point, the same in every process (the timing stage draws these too)."""
+def timing_inputs(case: TimingCase, count: int = 3) -> tuple[torch.Tensor, ...]:
+    """Q, K, V of a timing point, the same in every process (the timing stage draws these too);
+    with count=4 the output gradient dO too, drawn after them."""
     gen = torch.Generator(device="cuda").manual_seed(case.seed)
     return tuple(torch.randn(case.B, case.H, case.N, case.d, device="cuda", dtype=torch.float16,
-                             generator=gen) for _ in range(3))
+                             generator=gen) for _ in range(count))
 
 
 def _validated(out, q: torch.Tensor) -> torch.Tensor:
@@ -140,7 +150,40 @@ def timed(fn, case: TimingCase) -> dict:
     return {"head": head, "has_nan": has_nan, "ms": ms, "eager_ms": eager, "host_ms": host, "timing": how}
 
 
-TASKS = {"output": checked_output, "time": timed}
+def checked_grads(fn, case: Case) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """dQ, dK, dV of the contender at a case by autograd, at the dO of `backward_inputs`, on the CPU.
+    An output autograd cannot differentiate (detached, say) raises, saying so."""
+    q, k, v, do = backward_inputs(case)
+    leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+    args = prepared(fn, *leaves)  # through autograd: the gradients come back in (B, H, N, d)
+    if case.device == "cuda":
+        poison = torch.full_like(q, float("nan"))
+        del poison
+    out = _validated(fn(*args, causal=case.causal), q)
+    if not out.requires_grad:
+        raise TypeError("its output does not require grad: autograd cannot differentiate it")
+    grads = torch.autograd.grad(out, leaves, do, allow_unused=True)
+    missing = [name for name, g in zip("QKV", grads, strict=True) if g is None]
+    if missing:
+        raise TypeError(f"its output does not depend on {', '.join(missing)} through autograd")
+    if case.device == "cuda":
+        torch.cuda.synchronize()
+    return tuple(g.detach().cpu() for g in grads)
+
+
+def timed_backward(fn, payload) -> dict:
+    """payload (TimingCase, direction): the backward alone or forward + backward of the contender
+    through autograd, checked once then timed as the stage times its own
+    (`minimodel.timers.measure`)."""
+    case, direction = payload
+    q, k, v, do = timing_inputs(case, 4)
+    leaves = [t.requires_grad_() for t in prepared(fn, q, k, v)]  # its layout, before anything is timed
+    forward = lambda *xs: _validated(fn(*xs, causal=case.causal), q)  # noqa: E731
+    return measure(lambda: autograd_call(forward, leaves, do, direction), q, case.warmup_ms, case.rep_ms,
+                   bnhd=isinstance(fn, SequenceFirst))
+
+
+TASKS = {"output": checked_output, "time": timed, "grads": checked_grads, "time_backward": timed_backward}
 
 
 def _send(conn: Connection, obj) -> None:

@@ -15,9 +15,12 @@ with q of shape (B, H, N, d) and O of q's shape and dtype:
         timeout_s: 60                # per point; a call that outlasts it is a failed row
         grids: [flashattention]      # the timing grids it is timed on (lab, flashattention)
         layout: bnhd                 # it takes and returns (B, N, H, d) tensors instead
+        backward: true               # autograd differentiates its forward: its backward is
+                                     # checked and timed too
 
 With `fn` alone a contender runs on every device, dtype and head dim, causal and not, without
-grouped-query heads, on both timing grids, with `DEFAULT_TIMEOUT_S` per point.
+grouped-query heads, on both timing grids, with `DEFAULT_TIMEOUT_S` per point, and no backward
+(its backward rows are skipped rows saying so).
 
 A contender given `layout: bnhd` gets contiguous (B, N, H, d) copies of Q, K and V, made once per
 point outside any timed call, and returns O in that layout. A point it does not support can also
@@ -41,7 +44,8 @@ DEFAULT_TIMEOUT_S = 120.0
 # the layouts a contender may take: the stage's own (B, H, N, d), or (B, N, H, d)
 BHND, BNHD = "bhnd", "bnhd"
 LAYOUTS = (BHND, BNHD)
-KEYS = {"fn", "devices", "dtypes", "head_dims", "causal", "gqa", "triton", "timeout_s", "grids", "layout"}
+KEYS = {"fn", "devices", "dtypes", "head_dims", "causal", "gqa", "triton", "timeout_s", "grids", "layout",
+        "backward"}
 # bf16 tl.dot is wrong under Triton 3.6's interpreter (minimodel.kernel.flash says the same)
 BF16_INTERPRETER_REASON = ("bfloat16 skipped: tl.dot on bf16 operands is wrong under Triton's "
                            "interpreter (3.6)")
@@ -64,6 +68,7 @@ class Contender:
     timeout_s: float = DEFAULT_TIMEOUT_S
     grids: tuple[str, ...] = contract.GRIDS  # the timing grids it is timed on
     layout: str = BHND  # the layout of the tensors it takes and returns
+    backward: bool = False  # its forward is differentiable by autograd (dQ, dK, dV)
 
     def skip_reason(self, device: str, dtype: str, d: int, causal: bool, grouped: bool,
                     interpreted: bool) -> str | None:
@@ -81,6 +86,12 @@ class Contender:
         if self.triton and interpreted and dtype == "bfloat16":
             return BF16_INTERPRETER_REASON
         return None
+
+    def no_backward_reason(self) -> str | None:
+        """Why this contender has no backward rows, or None when it has a backward."""
+        if self.backward:
+            return None
+        return f"{self.name} has no backward (backward: true in its entry gives it one)"
 
 
 def parse(name: str, entry: dict) -> Contender:
@@ -113,7 +124,7 @@ def parse(name: str, entry: dict) -> Contender:
     layout = entry.get("layout", BHND)
     if not isinstance(layout, str) or layout not in LAYOUTS:
         raise ContenderError(f"contender {name!r}: layout is {layout!r}; accepted: {', '.join(LAYOUTS)}")
-    for flag in ("gqa", "triton"):
+    for flag in ("gqa", "triton", "backward"):
         if type(entry.get(flag, False)) is not bool:
             raise ContenderError(f"contender {name!r}: {flag} is {entry[flag]!r}; accepted: true or false")
     return Contender(
@@ -124,7 +135,7 @@ def parse(name: str, entry: dict) -> Contender:
         causal=listed("causal", (False, True), kind=bool) or (False, True),
         gqa=entry.get("gqa", False), triton=entry.get("triton", False), timeout_s=float(timeout),
         grids=listed("grids", contract.GRIDS) or contract.GRIDS,
-        layout=layout,
+        layout=layout, backward=entry.get("backward", False),
     )
 
 

@@ -1,4 +1,4 @@
-"""The kernel's correctness sweep (notes/labs.md, lab 02 D) and its pass/fail rule.
+"""The kernel's correctness sweep (notes/labs.md, lab 02 D), judged by `minimodel.correctness_rule`.
 
 Lab 02 asks for "max-abs-error < 1e-3 against the PyTorch reference in fp16". In causal
 mode PyTorch's own fp16 attention is already ~1.5e-3 away from the exact result, so that
@@ -13,6 +13,10 @@ where err_torch is PyTorch fp16 attention's own error against that reference.
 Without a CUDA device the very same kernel runs under Triton's CPU interpreter on a smaller
 grid (`backend: interpreter`). bf16 `tl.dot` gives wrong results under the interpreter
 (Triton 3.6), so bf16 cases are skipped there with that reason.
+
+These are the rows with `direction` = forward; the backward's rows of the same cases come from
+`minimodel.gpu.grads` (the kernel's) and `run_contenders` (each contender's, after its forward
+rows). `summarize` keeps the forward's verdict and puts the backward's beside it.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from tqdm import tqdm
 from minimodel import contract
 from minimodel.attention_ref import reference_attn
 from minimodel.contenders import check, registry, run
+from minimodel.correctness_rule import ABS_FLOOR, TORCH_MULTIPLE, tolerance
 from minimodel.kernel import (
     BF16_INTERPRETER_REASON,
     INTERPRETED,
@@ -35,8 +40,6 @@ from minimodel.provenance import machine
 
 log = logging.getLogger(__name__)
 
-ABS_FLOOR = 1e-3
-TORCH_MULTIPLE = 2.0
 
 
 def select_backend(require_cuda: bool = False) -> str:
@@ -48,10 +51,6 @@ def select_backend(require_cuda: bool = False) -> str:
     if require_cuda:
         machine.require_cuda()
     return "interpreter" if INTERPRETED else "cuda"
-
-
-def tolerance(err_torch: float) -> float:
-    return max(ABS_FLOOR, TORCH_MULTIPLE * err_torch)
 
 
 def check_case(B: int, H: int, N: int, d: int, causal: bool, dtype: str = "float16",
@@ -136,14 +135,14 @@ def run_sweep(cfg: dict, backend: str, random_seed: int, progress=None) -> list[
     rows = []
     for case in tqdm(sweep_cases(cfg, backend), desc="correctness", file=progress, mininterval=2):
         if "skip" in case:
-            rows.append({"impl": contract.TRITON, **{k: case[k] for k in ("B", "H", "H_kv", "N", "d",
-                                                                          "causal", "dtype")},
+            key = {k: case[k] for k in ("B", "H", "H_kv", "N", "d", "causal", "dtype")}
+            rows.append({"impl": contract.TRITON, "direction": contract.FORWARD, **key,
                          "group": case["group"], "skipped": True, "reason": case["skip"],
                          "passed": None})
             continue
         row = check_case(case["B"], case["H"], case["N"], case["d"], case["causal"],
                          case["dtype"], H_kv=case["H_kv"], device=device, generator=gen)
-        row.update(impl=contract.TRITON, group=case["group"])
+        row.update(impl=contract.TRITON, direction=contract.FORWARD, group=case["group"])
         rows.append(row)
         log.info("N=%d d=%d causal=%s %s: kernel %.2e, torch %.2e, %s", row["N"], row["d"],
                  row["causal"], row["dtype"], row["err_kernel_vs_fp64"],
@@ -151,20 +150,40 @@ def run_sweep(cfg: dict, backend: str, random_seed: int, progress=None) -> list[
     return rows
 
 
+def backward_cases(cfg: dict, backend: str) -> list[dict]:
+    """The sweep's cases the backward runs (`sweep_cases`, in its order, each with its index there,
+    `index`): none with cfg['backward'] false; under the interpreter those with N <= backward_max_n."""
+    if not cfg["backward"]:
+        return []
+    cases = [{**c, "index": i} for i, c in enumerate(sweep_cases(cfg, backend))]
+    if backend == "interpreter":
+        cases = [c for c in cases if c["N"] <= cfg["interpreter"]["backward_max_n"]]
+    return cases
+
+
 def run_contenders(cfg: dict, contenders, backend: str, random_seed: int, progress=None) -> list[dict]:
-    """The sweep's cases for each contender, each in a child process (`minimodel.contenders`).
+    """The sweep's cases for each contender, each in a child process (`minimodel.contenders`): its
+    forward rows, then its backward rows (the kernel's backward cases, `backward_cases`;
+    skipped rows saying so for a contender without a backward).
 
     A contender's inputs are drawn from random_seed + the case's index, the same for every
-    contender. The interpreter's smaller grid applies; its bf16 skip only to Triton contenders.
+    contender and both directions. The interpreter's smaller grid applies; its bf16 skip only to
+    Triton contenders.
     """
     device = "cuda" if backend == "cuda" else "cpu"
+
+    def case(c, i):
+        return run.Case(c["B"], c["H"], c["H_kv"], c["N"], c["d"], c["causal"], c["dtype"], device,
+                        seed=random_seed + i)
+
     planned = sweep_cases(cfg, backend)
-    cases = [run.Case(c["B"], c["H"], c["H_kv"], c["N"], c["d"], c["causal"], c["dtype"], device,
-                      seed=random_seed + i) for i, c in enumerate(planned)]
+    backward = backward_cases(cfg, backend)
+    cases = [case(c, i) for i, c in enumerate(planned)]
     rows, failures = [], []
     for contender in tqdm(contenders, desc="contenders", file=progress, disable=not contenders):
-        found = check.sweep(contender, cases, registry.SEARCH, tolerance, backend == "interpreter")
-        rows += [{**row, "group": c["group"]} for row, c in zip(found, planned, strict=True)]
+        found = check.sweep(contender, cases, registry.SEARCH, tolerance, backend == "interpreter",
+                            backward=[case(c, c["index"]) for c in backward])
+        rows += [{**row, "group": c["group"]} for row, c in zip(found, planned + backward, strict=True)]
         failures.append(run.failure_line(contender.name, [r["reason"] for r in found if r["passed"] is False],
                                          sum(not r["skipped"] for r in found), run.rule_log(), "cases"))
     for line in filter(None, failures):  # after the bar: one line each on the console, and in the log
@@ -172,27 +191,55 @@ def run_contenders(cfg: dict, contenders, backend: str, random_seed: int, progre
     return rows
 
 
-def summarize(rows: list[dict], backend: str, random_seed: int) -> dict:
-    """The kernel's verdict (its rows), and each contender's counts beside it."""
-    contenders = {}
-    for r in rows:
-        if r.get("impl", contract.TRITON) != contract.TRITON:
-            counts = contenders.setdefault(r["impl"], {"passed": 0, "failed": 0, "skipped": 0})
-            counts["skipped" if r["skipped"] else "passed" if r["passed"] else "failed"] += 1
-    kernel = [r for r in rows if r.get("impl", contract.TRITON) == contract.TRITON]
+def _verdict(kernel: list[dict]) -> dict:
     ran = [r for r in kernel if not r.get("skipped")]
     failed = [r for r in ran if not r["passed"]]
-    return {
+    return {"cases": len(kernel), "ran": len(ran), "skipped": len(kernel) - len(ran),
+            "failed": len(failed), "all_passed": not failed and bool(ran)}, ran
+
+
+def _counts(rows: list[dict]) -> dict:
+    contenders = {}
+    for r in rows:
+        counts = contenders.setdefault(r["impl"], {"passed": 0, "failed": 0, "skipped": 0})
+        counts["skipped" if r["skipped"] else "passed" if r["passed"] else "failed"] += 1
+    return contenders
+
+
+def summarize(rows: list[dict], backend: str, random_seed: int) -> dict:
+    """The kernel's forward verdict (its rows) and each contender's forward counts beside it; then
+    the same of the backward (`backward`: None where the sweep ran no backward)."""
+    def direction(r):
+        return r.get("direction", contract.FORWARD)
+
+    def kernel(r):
+        return r.get("impl", contract.TRITON) == contract.TRITON
+
+    forward = [r for r in rows if direction(r) == contract.FORWARD]
+    verdict, ran = _verdict([r for r in forward if kernel(r)])
+    summary = {
         "backend": backend,
         "random_seed": random_seed,
         "rule": f"err_kernel_vs_fp64 <= max({ABS_FLOOR}, {TORCH_MULTIPLE} * err_torch_vs_fp64)",
-        "cases": len(kernel), "ran": len(ran), "skipped": len(kernel) - len(ran),
-        "failed": len(failed), "all_passed": not failed and bool(ran),
+        **verdict,
         "max_err_kernel_vs_fp64": max((r["err_kernel_vs_fp64"] for r in ran), default=None),
         "max_err_torch_vs_fp64": max((r["err_torch_vs_fp64"] for r in ran), default=None),
         "max_err_vs_torch_fp16": max((r["err_vs_torch_fp16"] for r in ran), default=None),
         "lab_literal_all_pass": all(r["lab_literal_pass"] for r in ran),
         "device_l2_bytes": machine.device_l2_bytes() if backend == "cuda" else None,
-        "contenders": contenders,
-        "cases_detail": rows,  # the kernel's cases, then each contender's
+        "contenders": _counts([r for r in forward if not kernel(r)]),
     }
+    backward = [r for r in rows if direction(r) == contract.BACKWARD]
+    summary["backward"] = None
+    if backward:
+        verdict, ran = _verdict([r for r in backward if kernel(r)])
+        summary["backward"] = {
+            "rule": "each of dq, dk, dv: err_<grad>_kernel_vs_fp64 <= max("
+                    f"{ABS_FLOOR}, {TORCH_MULTIPLE} * err_<grad>_torch_vs_fp64)",
+            **verdict,
+            **{f"max_err_{g}_kernel_vs_fp64": max((r[f"err_{g}_kernel_vs_fp64"] for r in ran), default=None)
+               for g in ("dq", "dk", "dv")},
+            "contenders": _counts([r for r in backward if not kernel(r)]),
+        }
+    summary["cases_detail"] = rows  # the kernel's cases, then each contender's
+    return summary

@@ -1,6 +1,6 @@
 """The backward's correctness check: dQ, dK, dV of the kernel against float64 autograd.
 
-The rule is the forward's (`minimodel.gpu.correctness.tolerance`), per gradient: on the same fresh
+The rule is the forward's (`minimodel.correctness_rule`), per gradient: on the same fresh
 random inputs (Q, K, V and the output gradient dO),
 
     err_kernel <= max(1e-3, 2 × err_torch)
@@ -10,27 +10,23 @@ where err is the largest absolute difference from torch autograd through the flo
 reference in the inputs' own dtype. A case passes when all three gradients do, with no NaN.
 The forward and its LSE come from `flash_attn_forward(..., return_lse=True)`, as the
 differentiable entry point (`minimodel.kernel.attention`) saves them.
+
+`run_backward_sweep` puts the correctness sweep's cases (`minimodel.gpu.correctness.sweep_cases`)
+through it: the rows of correctness.csv with `direction` = backward. Under Triton's interpreter the
+backward costs about three times the forward, so only the cases up to
+`interpreter.backward_max_n` run there; `backward: false` leaves the backward out.
 """
 
 from __future__ import annotations
 
 import torch
+from tqdm import tqdm
 
-from minimodel.attention_ref import reference_attn
-from minimodel.gpu.correctness import tolerance
+from minimodel import contract
+from minimodel.correctness_rule import grad_errors, reference_grads
+from minimodel.gpu.correctness import backward_cases
 from minimodel.kernel.backward import BwdConfig, default_bwd_config, flash_attn_backward
 from minimodel.kernel.flash import flash_attn_forward, launch_config
-
-GRADS = ("dq", "dk", "dv")
-
-
-def reference_grads(q, k, v, do, causal: bool, sm_scale: float | None = None, upcast: bool = False):
-    """(dQ, dK, dV) by torch autograd through `reference_attn`: in float64 with `upcast`, else in
-    the inputs' dtype (PyTorch's own low-precision backward)."""
-    leaves = [(t.detach().double() if upcast else t.detach().clone()).requires_grad_() for t in (q, k, v)]
-    out = reference_attn(*leaves, causal=causal, sm_scale=sm_scale)
-    out.backward(do.double() if upcast else do)
-    return tuple(t.grad for t in leaves)
 
 
 def random_inputs(B, H, N, d, dtype: torch.dtype, H_kv: int, device, layout: str, generator):
@@ -43,9 +39,6 @@ def random_inputs(B, H, N, d, dtype: torch.dtype, H_kv: int, device, layout: str
 
     return rand(H), rand(H_kv), rand(H_kv), rand(H)
 
-
-def _error(got: torch.Tensor, exact: torch.Tensor) -> float:
-    return (got.double() - exact).abs().max().item() if got.numel() else 0.0
 
 
 def check_backward_case(B: int, H: int, N: int, d: int, causal: bool, dtype: str = "float16",
@@ -67,20 +60,28 @@ def check_backward_case(B: int, H: int, N: int, d: int, causal: bool, dtype: str
     got = flash_attn_backward(q, k, v, o, lse, do, causal, sm_scale, config)
     cfg = config or default_bwd_config(q, causal)
     row = {"B": B, "H": H, "H_kv": H_kv, "N": N, "d": d, "causal": causal, "dtype": dtype, "layout": layout}
-    has_nan, passed, worst, worst_ratio = False, True, GRADS[0], -1.0
-    for name, g, e, t in zip(GRADS, got, exact, lowp, strict=True):
-        err, err_torch = _error(g, e), _error(t, e)
-        tol = tolerance(err_torch)
-        row.update({f"err_{name}_kernel_vs_fp64": err, f"err_{name}_torch_vs_fp64": err_torch,
-                    f"tolerance_{name}": tol})
-        has_nan |= bool(torch.isnan(g).any())
-        passed &= err <= tol
-        if err / tol > worst_ratio:
-            worst, worst_ratio = name, err / tol
-    row.update({
-        "worst": worst, "err_kernel_vs_fp64": row[f"err_{worst}_kernel_vs_fp64"],
-        "err_torch_vs_fp64": row[f"err_{worst}_torch_vs_fp64"], "tolerance": row[f"tolerance_{worst}"],
-        "has_nan": has_nan, "passed": (not has_nan) and passed, "skipped": False, "reason": "",
-        "path": "tl", "forward_path": launch_config(q, k, v, causal).path, **cfg.as_dict(),
-    })
+    row.update(grad_errors(got, exact, lowp))
+    row.update({"skipped": False, "reason": "", "path": "tl",
+                "forward_path": launch_config(q, k, v, causal).path, **cfg.as_dict()})
     return row
+
+
+
+
+def run_backward_sweep(cfg: dict, backend: str, random_seed: int, progress=None) -> list[dict]:
+    """The kernel's backward rows: every case of `backward_cases` on inputs drawn from `random_seed`
+    (a generator of their own: the forward's rows keep their inputs)."""
+    device = "cuda" if backend == "cuda" else "cpu"
+    gen = torch.Generator().manual_seed(random_seed)
+    rows = []
+    for case in tqdm(backward_cases(cfg, backend), desc="correctness (backward)", file=progress,
+                     mininterval=2):
+        key = {k: case[k] for k in ("B", "H", "H_kv", "N", "d", "causal", "dtype")}
+        if "skip" in case:
+            rows.append({"impl": contract.TRITON, "direction": contract.BACKWARD, **key,
+                         "group": case["group"], "skipped": True, "reason": case["skip"], "passed": None})
+            continue
+        row = check_backward_case(case["B"], case["H"], case["N"], case["d"], case["causal"], case["dtype"],
+                                  H_kv=case["H_kv"], device=device, generator=gen)
+        rows.append({"impl": contract.TRITON, "direction": contract.BACKWARD, **row, "group": case["group"]})
+    return rows

@@ -17,6 +17,11 @@ SDPA's flash, memory-efficient and cuDNN backends. FLOPs: `symbolic.attention_fl
 ceilings (a large fp16 matmul, a large device copy) are measured in the same run, after the GPU
 has been under load long enough to hold its sustained clocks (`SUSTAIN_S`), so every number is
 also a fraction of a ceiling of the same machine state.
+
+These are the rows with `direction` = forward. With `backward` (the config's, default true) every
+point is then timed in the backward directions too, on the same inputs (`minimodel.gpu.timing_backward`:
+the backward alone, and forward + backward); the rows are built and rated by
+`minimodel.gpu.timing_rows`, and the kernel's ratios are taken within a direction.
 """
 
 from __future__ import annotations
@@ -31,9 +36,9 @@ from tqdm import tqdm
 from minimodel import contract, roofline_model, symbolic
 from minimodel.attention_ref import reference_attn
 from minimodel.contenders import builtin, registry
-from minimodel.contenders.builtin import not_run_reason
 from minimodel.contenders.run import SKIPPED, Child, TimingCase, failure_line, timing_inputs
-from minimodel.gpu import correctness, grids
+from minimodel.gpu import correctness, grids, timing_backward
+from minimodel.gpu.timing_rows import add_ratios, contender_skip_reason, empty_row, with_rates
 from minimodel.kernel import default_config, flash_attn_forward, launch_config
 from minimodel.timers import bench_graph_ms, bench_ms, host_ms
 
@@ -127,7 +132,7 @@ def time_point(grid: str, B: int, H: int, N: int, d: int, causal: bool, impl_nam
     rows = []
     for name in impl_names:
         fn = impls[name]
-        row = _empty_row(point, name, flops)
+        row = empty_row(point, name, flops)
         if name == contract.TRITON:  # which kernel flash_attn_forward chose, and its configuration
             row.update({"path": cfg.path, **{f"cfg_{key}": val for key, val in cfg.as_dict().items()}})
         try:
@@ -150,29 +155,11 @@ def time_point(grid: str, B: int, H: int, N: int, d: int, causal: bool, impl_nam
         except RuntimeError as err:  # a backend that does not support this shape
             row["status"] = f"unsupported: {str(err).splitlines()[0][:160]}"
         torch.cuda.empty_cache()
-        rows.append(_with_rates(row, ceilings))
+        rows.append(with_rates(row, ceilings))
     for child in contenders:
-        rows.append(_with_rates(time_contender(child, _empty_row(point, child.contender.name, flops), exact,
+        rows.append(with_rates(time_contender(child, empty_row(point, child.contender.name, flops), exact,
                                                err_torch, random_seed, warmup_ms, rep_ms), ceilings))
     return rows
-
-
-def _empty_row(point: dict, impl: str, flops: float) -> dict:
-    """A timing row of `impl` at `point` before anything ran (fp16, as every timed input)."""
-    return {**point, "impl": impl, "dtype": "float16", "flops": flops, "status": contract.OK,
-            "checked": None, "err_vs_fp64": None, "ms": None, "eager_ms": None, "host_ms": None,
-            "timing": None}
-
-
-def _with_rates(row: dict, ceilings: dict) -> dict:
-    if row["ms"] is not None:
-        seconds = row["ms"] * 1e-3
-        row.update(tflops=row["flops"] / seconds / 1e12, tokens_per_s=row["B"] * row["N"] / seconds,
-                   fraction_of_matmul_peak=row["flops"] / seconds / ceilings["peak_flops_per_s"])
-    log.info("%s B=%d H=%d N=%d d=%d causal=%s %s: %s (%s)", row["grid"], row["B"], row["H"], row["N"],
-             row["d"], row["causal"], row["impl"],
-             f"{row['ms']:.4g} ms" if row["ms"] is not None else "no time", row["status"])
-    return row
 
 
 def time_contender(child, row: dict, exact, err_torch: float, random_seed: int, warmup_ms: float,
@@ -180,11 +167,7 @@ def time_contender(child, row: dict, exact, err_torch: float, random_seed: int, 
     """A contender at one point (`row`, its empty timing row), in its child process: the same
     inputs (drawn from the same seed), the same one-head check, eager and graph times taken there
     (`minimodel.contenders.run`)."""
-    reason = not_run_reason(child.contender, "cuda", "float16", row["d"], row["causal"], False,
-                            interpreted=False)
-    grids = child.contender.grids
-    if row["grid"] not in grids:
-        reason = reason or f"{child.contender.name} is timed on the {', '.join(grids)} grid only"
+    reason = contender_skip_reason(child.contender, row)
     if reason:
         return {**row, "status": f"skipped: {reason}"}
     case = TimingCase(row["B"], row["H"], row["N"], row["d"], row["causal"], random_seed, warmup_ms, rep_ms,
@@ -202,18 +185,6 @@ def time_contender(child, row: dict, exact, err_torch: float, random_seed: int, 
     return row
 
 
-def add_ratios(rows: list[dict]) -> None:
-    """Kernel speedup over naive and the kernel's ratio to every other implementation, per point."""
-    points: dict[tuple, dict[str, dict]] = {}
-    for r in rows:
-        points.setdefault((r["grid"], r["B"], r["H"], r["N"], r["d"], r["causal"]), {})[r["impl"]] = r
-    for impls in points.values():
-        triton_ms = impls.get(contract.TRITON, {}).get("ms")
-        for r in impls.values():
-            r["triton_speedup_over_this"] = (r["ms"] / triton_ms
-                                             if r["ms"] and triton_ms else None)
-
-
 def run(cfg: dict, random_seed: int, cpu_prediction: dict | None = None, progress=None,
         contenders=()) -> dict:
     """The whole timing stage on the CUDA device: ceilings, both grids, ratios, predictions.
@@ -228,8 +199,12 @@ def run(cfg: dict, random_seed: int, cpu_prediction: dict | None = None, progres
     rows = []
     try:
         for i, p in enumerate(tqdm(grids.points(cfg), desc="timing", file=progress)):
-            rows += time_point(p.grid, p.B, p.H, p.N, p.d, p.causal, contract.IMPLEMENTATIONS_BY_GRID[p.grid],
-                               cfg["warmup_ms"], cfg["rep_ms"], ceilings, random_seed + i, children)
+            args = (p.grid, p.B, p.H, p.N, p.d, p.causal, contract.IMPLEMENTATIONS_BY_GRID[p.grid],
+                    cfg["warmup_ms"], cfg["rep_ms"], ceilings, random_seed + i, children)
+            rows += time_point(*args)
+            if cfg["backward"]:  # the same inputs, and a dO drawn after them
+                torch.cuda.empty_cache()
+                rows += timing_backward.time_point(*args)
             torch.cuda.empty_cache()  # the point's inputs are gone: hand their memory back
     finally:
         for child in children:
@@ -256,6 +231,7 @@ def run(cfg: dict, random_seed: int, cpu_prediction: dict | None = None, progres
         predictions.append(roofline_model.predict_speedup(ceilings, p.N, p.d, block_m, block_m, "float16"))
     return {
         **machine,
+        "directions": list(directions(cfg)),
         "device_l2_bytes": device_l2,
         "ceilings": ceilings,
         "lab_grid_predictions_from_gpu_ceilings": predictions,
@@ -264,7 +240,13 @@ def run(cfg: dict, random_seed: int, cpu_prediction: dict | None = None, progres
     }
 
 
+def directions(cfg: dict) -> tuple[str, ...]:
+    """The directions timed: the forward, then with `backward` the backward alone and fwd+bwd."""
+    return (contract.FORWARD, *(timing_backward.DIRECTIONS if cfg["backward"] else ()))
+
+
 def no_gpu_rows(cfg: dict) -> list[dict]:
-    """Without CUDA: one row per planned point saying that it could not be timed."""
+    """Without CUDA: one row per planned point and direction saying that it could not be timed
+    (the forward's rows first)."""
     return [{"grid": p.grid, "N": p.N, "d": p.d, "causal": p.causal, "status": contract.NO_GPU_TIMING,
-             "ms": None} for p in grids.points(cfg)]
+             "ms": None, "direction": direction} for direction in directions(cfg) for p in grids.points(cfg)]
