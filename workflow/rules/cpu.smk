@@ -4,7 +4,7 @@ _BACKWARD_ONLY = [
     t for t in config["cpu"]["backward"]["dtypes"] if t not in config["cpu"]["dtypes"]
 ]
 if _BACKWARD_ONLY:
-    raise WorkflowError(
+    raise SystemExit(
         f"config: cpu.backward.dtypes has {', '.join(_BACKWARD_ONLY)}, which cpu.dtypes "
         f"({', '.join(config['cpu']['dtypes'])}) lacks; accepted: dtypes of cpu.dtypes (the "
         "backward is measured in the cpu_bytes_part job of its dtype)"

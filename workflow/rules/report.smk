@@ -61,6 +61,9 @@ rule verify:
     conda:
         CONDA_ENV
     params:
-        results=str(RESULTS),
+        # the run folder the report was written in: results_dir, from the output's own path
+        results=lambda w, output: str(
+            Path(output.report).parents[len(Path(C.VERIFY).parts) - 1]
+        ),
     script:
         "../../scripts/verify.py"
