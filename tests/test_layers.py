@@ -18,7 +18,7 @@ SRC = ROOT / "src" / "minimodel"
 
 # below every stage: what stages hand each other, and what several of them use
 FLOOR = {"contract", "attention_ref", "timers", "roofline_model", "symbolic", "symbolic_backward",
-         "subprocesses", "provenance", "commands"}
+         "subprocesses", "provenance", "commands", "correctness_rule"}
 # each stage's packages, and the packages of its own stage below it (stage 3: the GPU stage runs the
 # contenders, and the contenders run the kernel; nothing runs back up)
 STAGES = {"cpu": set(), "gpu": {"contenders", "kernel"}, "contenders": {"kernel"}, "kernel": set(),
