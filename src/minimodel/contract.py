@@ -53,8 +53,8 @@ def manifest(rule: str) -> str:
 
 
 # What a comparison reads of each run (the compare rule lists them as its inputs).
-COMPARED_TABLES = (SYMBOLIC_BYTES, SYMBOLIC_FORMULAS, SYMBOLIC_LAB_TABLE, CPU_BYTES, CORRECTNESS,
-                   TIMING, TIMING_SUMMARY, GPU_BYTES, GPU_BYTES_SUMMARY)
+COMPARED_TABLES = (SYMBOLIC_BYTES, SYMBOLIC_FORMULAS, SYMBOLIC_BACKWARD_FORMULAS, SYMBOLIC_LAB_TABLE,
+                   CPU_BYTES, CORRECTNESS, TIMING, TIMING_SUMMARY, GPU_BYTES, GPU_BYTES_SUMMARY)
 COMPARED_MANIFESTS = tuple(manifest(rule) for rule in
                            ("symbolic", "cpu_bytes", "cpu_roofline", "gpu_correctness", "gpu_timing",
                             "gpu_bytes"))
@@ -143,3 +143,13 @@ def forward_rows(frame):
     if "direction" not in frame.columns:
         return frame
     return frame[frame["direction"] == FORWARD]
+
+
+def with_direction(frame):
+    """A copy of a table whose every row has a `direction` (FORWARD where the table has no column,
+    or an empty cell) and a `dq_accumulation` ("" where none: the forward's and naive's rows)."""
+    frame = frame.copy()
+    frame["direction"] = frame["direction"].fillna(FORWARD) if "direction" in frame.columns else FORWARD
+    frame["dq_accumulation"] = (frame["dq_accumulation"].fillna("") if "dq_accumulation" in frame.columns
+                                else "")
+    return frame
