@@ -59,8 +59,9 @@ COMPARED_MANIFESTS = tuple(manifest(rule) for rule in
                            ("symbolic", "cpu_bytes", "cpu_roofline", "gpu_correctness", "gpu_timing",
                             "gpu_bytes"))
 
-# Every figure of the plots rule (plots/<name>.png, caption workflow/report/<name>.rst) and the
-# report category it is shown under.
+# Every figure of the plots rule (plots/<name>.png, caption workflow/report/<name>.rst, drawn by
+# the function of that name in report/plots.py or report/backward_plots.py) and the report
+# category it is shown under.
 FIGURES = {
     "bytes_vs_n": "Bytes moved",
     "intensity_ratio": "Bytes moved",
@@ -70,6 +71,8 @@ FIGURES = {
     "tflops_vs_n": "GPU kernel",
     "ratio_to_backends": "GPU kernel",
     "lab_speedup": "GPU kernel",
+    "backward_bytes_vs_n": "Backward",
+    "backward_tflops_vs_n": "Backward",
 }
 
 # ---- names inside the tables -----------------------------------------------------------------
