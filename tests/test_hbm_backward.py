@@ -10,7 +10,7 @@ from conftest import requires_gpu
 
 from minimodel import contract, symbolic_backward
 from minimodel.contenders.spec import Contender
-from minimodel.gpu import hbm
+from minimodel.gpu import hbm, hbm_backward
 
 REF = Path(__file__).resolve().parents[1] / "results" / "reference" / "nvidia-h200"
 L2 = 50 * 2**20
@@ -100,3 +100,27 @@ def test_the_backwards_dram_bytes_on_the_gpu(tmp_path):
     many = backward[(backward["regime"] == "many heads") & ~backward["causal"]].set_index("impl")
     assert many.loc["flash", "dram_read_bytes"] < many.loc["naive", "dram_read_bytes"]
     assert (backward["dram_read_bytes"] >= 0.5 * backward["compulsory_bytes"] * 5 / 8).all()  # Q, K, V, O, dO
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_the_profiled_calls_are_the_backward_alone_and_give_dq(causal):
+    """The calls the probe profiles, on the CPU (the kernel under Triton's interpreter): each
+    returns dQ, naive's from autograd with the forward run before the call, flash's from the
+    Triton backward; a second call gives the same dQ (naive's graph, P in it, kept)."""
+    import torch
+
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 64, 64, generator=gen).half() for _ in range(3))
+    row = {"impl": "naive", "causal": causal, "direction": contract.BACKWARD}
+    naive = hbm_backward.call(row, q, k, v, torch.Generator().manual_seed(1))
+    flash = hbm_backward.call({**row, "impl": "flash"}, q, k, v, torch.Generator().manual_seed(1))
+    first = naive()
+    assert torch.equal(naive(), first) and first.shape == q.shape and first.dtype == q.dtype
+    do = torch.randn(q.shape, generator=torch.Generator().manual_seed(1)).half()
+    leaves = [t.double().requires_grad_() for t in (q, k, v)]
+    mask = torch.ones(64, 64, dtype=torch.bool).triu(1) if causal else torch.zeros(64, 64, dtype=torch.bool)
+    s = (leaves[0] @ leaves[1].transpose(-1, -2) / 8).masked_fill(mask, float("-inf"))
+    (torch.softmax(s, -1) @ leaves[2]).backward(do.double())
+    exact = leaves[0].grad
+    assert (first.double() - exact).abs().max() < 2e-2
+    assert (flash().double() - exact).abs().max() < 2e-2
