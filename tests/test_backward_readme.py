@@ -37,7 +37,7 @@ def symbolic_table(tmp_path) -> Path:
 def test_without_a_gpu_the_trade_is_on_the_cpus_roofline_and_the_timing_says_not_measured(
         symbolic_table, tmp_path):
     no_gpu = tmp_path / "timing.json"
-    no_gpu.write_text(json.dumps({"device": None, "status": timing.NO_GPU_REASON}))
+    no_gpu.write_text(json.dumps({"device": None, "status": contract.NO_GPU_TIMING}))
     table = tmp_path / "timing.csv"
     cfg = {**grids.default_timing_config(), "lab_n": [64], "fa_n": [1024], "fa_head_dims": [64]}
     pd.DataFrame(timing.no_gpu_rows(cfg)).to_csv(table, index=False)
@@ -60,7 +60,7 @@ def test_without_a_gpu_the_trade_is_on_the_cpus_roofline_and_the_timing_says_not
     mib = [f"{x / 2**20:,.1f} MiB" for x in (naive, flash, naive - flash)]
     assert "| " + " | ".join(mib) + " |" in line
     assert f"| {extra:.2e} | {saved_ms:.3g} ms | {extra_ms:.3g} ms |" in line
-    assert "not measured: " + timing.NO_GPU_REASON in section
+    assert "not measured: " + contract.NO_GPU_TIMING in section
 
 
 def test_the_recomputation_pays_from_the_first_n_after_which_the_saved_bytes_time_exceeds():

@@ -178,7 +178,7 @@ def test_measure_runs_the_plan_under_ncu_and_fills_every_row(tmp_path, as_if_on_
     cfg = {**CFG, "n": [256], "head_dims": [64]}
     rows, kernels = hbm.measure(cfg, L2, 0, _fake_ncu(tmp_path), tmp_path / "work")
     table = pd.DataFrame(rows)
-    assert len(table) == 16 and (table["status"] == hbm.MEASURED).all()  # the forward's 8, the backward's
+    assert len(table) == 16 and (table["status"] == hbm.MEASURED).all()  # 8 forward, 8 backward
     assert (table["dram_read_bytes"] == 256).all() and (table["kernels"] == 1).all()
     assert (table["l2_write_bytes"] == table["H"] * 32).all()  # the row's own numbers, in order
     assert (table["model_read_bytes"] > 0).all() and len(kernels) == 32
