@@ -75,6 +75,9 @@ def test_the_recomputation_pays_from_the_first_n_after_which_the_saved_bytes_tim
     assert r["pays_from_n"] == 64 and r["saved_over_extra_time"] > 1
     old = rows[rows["direction"] == contract.FORWARD].drop(columns=["direction", "dq_accumulation"])
     assert not backward_answers.recompute_trade(old, slow_memory, "float16", "x")["available"]
+    no_flash = rows[~((rows["direction"] == contract.FWD_BWD) & (rows["scheme"] == "flash"))]
+    assert "no forward + backward rows" in backward_answers.recompute_trade(no_flash, slow_memory, "float16",
+                                                                            "x")["why"]
 
 
 def test_the_backward_timing_is_the_tables_geometric_means(symbolic_table, tmp_path):

@@ -55,6 +55,9 @@ def recompute_trade(symbolic_table: pd.DataFrame, ceilings: dict, dtype: str, wh
     flash = rows[(rows["scheme"] == contract.FLASH_SCHEME)
                  & (rows["dq_accumulation"] == FLASH_DQ)].set_index(point)["bytes"]
     trade = pd.DataFrame({"naive_bytes": naive, "flash_bytes": flash}).dropna().reset_index()
+    if trade.empty:
+        return {"available": False, "why": "the symbolic table has no forward + backward rows of both "
+                f"naive and flash (dQ {FLASH_DQ}) in {dtype}"}
     peak, bandwidth = ceilings["peak_flops_per_s"], ceilings["bandwidth_bytes_per_s"]
     trade["saved_bytes"] = trade["naive_bytes"] - trade["flash_bytes"]
     trade["extra_flops"] = EXTRA_MATMULS * 2.0 * trade["N"] ** 2 * trade["d"]
