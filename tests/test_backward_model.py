@@ -297,7 +297,6 @@ def test_the_backward_bytes_figure_plots_the_model_and_the_cpu_points():
     # each measured point lies on its model's line (the counts are exact at these N)
     merged = points.merge(model, on=["variant", "N", "d"], suffixes=("", "_model"))
     assert len(merged) == 4 and (merged["value"] == merged["value_model"]).all()
-    backward_plots.plt.close(fig)
     with pytest.raises(ValueError, match="no backward rows at B_r = 128"):
         backward_plots.backward_bytes_vs_n(sym, cpu, (128, 64), "float32")
     with pytest.raises(ValueError, match="no direction column"):

@@ -23,7 +23,7 @@ CFG = {"n": [1024, 4096], "head_dims": [64, 128], "many_heads_l2_multiple": 2, "
 
 def test_plan_has_every_point_and_enough_heads_to_overflow_the_l2():
     rows = hbm.plan(CFG, L2)
-    assert len(rows) == 2 * 2 * 2 * 2 * 2  # regimes x d x N x causal x implementations
+    assert len(rows) == 2 * 2 * 2 * 2 * 2 * 2  # regimes x d x N x causal x implementations x directions
     for row in rows:
         tensor = row["H"] * row["N"] * row["d"] * 2
         if row["regime"] == "one head":
@@ -65,7 +65,7 @@ def test_planned_rows_say_why_nothing_was_measured():
     assert (rows["status"] == hbm.NO_NCU).all() and rows["dram_read_bytes"].isna().all()
     ours = rows["impl"] != "mine"
     assert rows[ours]["model_read_bytes"].gt(0).all() and rows[~ours]["model_read_bytes"].isna().all()
-    assert ours.sum() == (~ours).sum() * 2  # the contender at every point
+    assert ours.sum() == (~ours).sum() * 4  # the contender at every point (the forward's: 2 rows, 2 backward)
     summary = hbm.summary(rows, None, L2)
     assert summary["measured"] == 0 and summary["status"] == hbm.NO_NCU and summary["contenders"] == ["mine"]
 
@@ -171,16 +171,17 @@ def as_if_on_a_gpu(monkeypatch):
     import torch
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda *a: (2**40, 2**40))
     monkeypatch.setattr(hbm, "_flash_config", lambda row: (64, 64, False))
+    monkeypatch.setattr(hbm.hbm_backward, "flash_config", lambda row: (64, 64, {"cfg_BLOCK_M1": 64}))
 
 
 def test_measure_runs_the_plan_under_ncu_and_fills_every_row(tmp_path, as_if_on_a_gpu):
     cfg = {**CFG, "n": [256], "head_dims": [64]}
     rows, kernels = hbm.measure(cfg, L2, 0, _fake_ncu(tmp_path), tmp_path / "work")
     table = pd.DataFrame(rows)
-    assert len(table) == 8 and (table["status"] == contract.MEASURED).all()
+    assert len(table) == 16 and (table["status"] == contract.MEASURED).all()  # 8 forward, 8 backward
     assert (table["dram_read_bytes"] == 256).all() and (table["kernels"] == 1).all()
     assert (table["l2_write_bytes"] == table["H"] * 32).all()  # the row's own numbers, in order
-    assert (table["model_read_bytes"] > 0).all() and len(kernels) == 16
+    assert (table["model_read_bytes"] > 0).all() and len(kernels) == 32
     command = (tmp_path / "work" / "project_0.log").read_text().splitlines()[0]
     for option in (*hbm.NCU_OPTIONS, "-m minimodel.gpu.hbm", ",".join(hbm.NCU_METRICS)):
         assert option in command
@@ -214,7 +215,7 @@ def test_each_contender_is_profiled_apart_and_its_failures_stay_in_its_rows(tmp_
                    for name in ("raises_everywhere", "loadfail", "extra_marker")]
     rows, kernels = hbm.measure(cfg, L2, 0, _fake_ncu(tmp_path), tmp_path / "work", contenders)
     table = pd.DataFrame(rows)
-    assert len(table) == 8 * 2 + 8 * len(contenders)  # 8 points: the project's two rows, each contender's
+    assert len(table) == 8 * 4 + 8 * len(contenders)  # 8 points: 2 + 2 backward rows, 1 per contender
     by = {name: part for name, part in table.groupby("impl")}
     assert (by["flash"]["status"] == contract.MEASURED).all()
     assert (by["naive"]["status"] == contract.MEASURED).all()

@@ -15,13 +15,16 @@ REF = ROOT / "results" / "reference" / "nvidia-h200"
 
 
 def _run_script(tmp_path, monkeypatch, timing=REF / contract.TIMING_SUMMARY,
-                bytes_summary=REF / contract.GPU_BYTES_SUMMARY):
-    """scripts/plots.py on the committed reference's tables, outside a Snakemake job."""
+                bytes_summary=REF / contract.GPU_BYTES_SUMMARY, tables=None):
+    """scripts/plots.py on the committed reference's tables (or `tables`: name -> path in their
+    place), outside a Snakemake job."""
     monkeypatch.setattr(manifest, "stage", lambda _: contextlib.nullcontext())
+    tables = {name: REF / name for name in (contract.SYMBOLIC_BYTES, contract.CPU_BYTES, contract.CORRECTNESS,
+                                            contract.TIMING, contract.GPU_BYTES)} | (tables or {})
     inp = types.SimpleNamespace(
-        symbolic=REF / contract.SYMBOLIC_BYTES, cpu_bytes=REF / contract.CPU_BYTES,
-        cpu_ceilings=REF / contract.CPU_CEILINGS, correctness=REF / contract.CORRECTNESS,
-        timing_table=REF / contract.TIMING, timing=timing, gpu_bytes=REF / contract.GPU_BYTES,
+        symbolic=tables[contract.SYMBOLIC_BYTES], cpu_bytes=tables[contract.CPU_BYTES],
+        cpu_ceilings=REF / contract.CPU_CEILINGS, correctness=tables[contract.CORRECTNESS],
+        timing_table=tables[contract.TIMING], timing=timing, gpu_bytes=tables[contract.GPU_BYTES],
         gpu_bytes_summary=bytes_summary)
     out = types.SimpleNamespace(**{name: tmp_path / f"{name}.png" for name in contract.FIGURES})
     job = types.SimpleNamespace(input=inp, output=out, params=types.SimpleNamespace(tile=[64, 64]))
@@ -46,3 +49,27 @@ def test_a_figure_the_script_has_no_arguments_for_is_refused(tmp_path, monkeypat
     with pytest.raises(ValueError, match="new_figure"):
         _run_script(tmp_path, monkeypatch)
     assert not list(tmp_path.glob("*.png"))
+
+
+def test_the_forward_figures_are_byte_identical_with_backward_rows_beside(tmp_path, monkeypatch):
+    """The tables with a `direction` column and backward rows added (copies of the forward's, so
+    that a figure reading them would change) draw the forward's figures byte for byte as before."""
+    import pandas as pd
+
+    (tmp_path / "before").mkdir()
+    _run_script(tmp_path / "before", monkeypatch)
+    tables = {}
+    for name in (contract.CPU_BYTES, contract.SYMBOLIC_BYTES, contract.CORRECTNESS, contract.TIMING,
+                 contract.GPU_BYTES):
+        frame = pd.read_csv(REF / name, float_precision="round_trip").assign(direction=contract.FORWARD)
+        twice = pd.concat([frame, frame.assign(direction=contract.BACKWARD, tflops=frame.get("tflops", 0) * 2)
+                           if name == contract.TIMING else frame.assign(direction=contract.BACKWARD)])
+        tables[name] = tmp_path / name.replace("/", "_")
+        twice.to_csv(tables[name], index=False)
+    (tmp_path / "after").mkdir()
+    _run_script(tmp_path / "after", monkeypatch, tables=tables)
+    for name in contract.FIGURES:
+        if not name.startswith("backward_"):
+            before, after = (tmp_path / side / f"{name}.png" for side in ("before", "after"))
+            assert before.read_bytes() == after.read_bytes(), name
+    assert (tmp_path / "after" / "backward_tflops_vs_n.png").stat().st_size > 0

@@ -27,7 +27,8 @@ ROOT = Path(__file__).resolve().parents[1]
 PAGES = ROOT / "workflow" / "report"
 CONFIG = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
 DRAWS_CONTENDERS = {"correctness": "correctness", "tflops_vs_n": "timing", "ratio_to_backends": "timing",
-                    "gpu_bytes": "bytes"}  # figure -> the stage whose contenders it draws
+                    "gpu_bytes": "bytes", "backward_tflops_vs_n": "timing"}  # figure -> the stage whose
+# contenders it draws
 
 
 @dataclass(frozen=True, order=True)

@@ -56,7 +56,8 @@ def test_every_rule_writes_its_outputs_and_manifest(workdir):
     gpu_bytes = pd.read_csv(results / "gpu/bytes/bytes.csv")
     bytes_summary = json.loads((results / "gpu/bytes/bytes.json").read_text())
     if not bytes_summary["measured"]:
-        assert len(gpu_bytes) == 2 * 1 * 2 * 2 * 2  # regimes x d x N x causal x implementations
+        assert len(gpu_bytes) == 2 * 1 * 2 * 2 * 2 * 2  # regimes x d x N x causal x implementations x
+        assert set(gpu_bytes["direction"]) == {contract.FORWARD, contract.BACKWARD}  # the two passes
         assert gpu_bytes["status"].str.startswith("not measured: ").all()
         assert gpu_bytes["dram_read_bytes"].isna().all() and gpu_bytes["model_read_bytes"].gt(0).all()
 

@@ -53,14 +53,15 @@ def manifest(rule: str) -> str:
 
 
 # What a comparison reads of each run (the compare rule lists them as its inputs).
-COMPARED_TABLES = (SYMBOLIC_BYTES, SYMBOLIC_FORMULAS, SYMBOLIC_LAB_TABLE, CPU_BYTES, CORRECTNESS,
-                   TIMING, TIMING_SUMMARY, GPU_BYTES, GPU_BYTES_SUMMARY)
+COMPARED_TABLES = (SYMBOLIC_BYTES, SYMBOLIC_FORMULAS, SYMBOLIC_BACKWARD_FORMULAS, SYMBOLIC_LAB_TABLE,
+                   CPU_BYTES, CORRECTNESS, TIMING, TIMING_SUMMARY, GPU_BYTES, GPU_BYTES_SUMMARY)
 COMPARED_MANIFESTS = tuple(manifest(rule) for rule in
                            ("symbolic", "cpu_bytes", "cpu_roofline", "gpu_correctness", "gpu_timing",
                             "gpu_bytes"))
 
-# Every figure of the plots rule (plots/<name>.png, caption workflow/report/<name>.rst) and the
-# report category it is shown under.
+# Every figure of the plots rule (plots/<name>.png, caption workflow/report/<name>.rst, drawn by
+# the function of that name in report/plots.py or report/backward_plots.py) and the report
+# category it is shown under.
 FIGURES = {
     "bytes_vs_n": "Bytes moved",
     "intensity_ratio": "Bytes moved",
@@ -70,6 +71,8 @@ FIGURES = {
     "tflops_vs_n": "GPU kernel",
     "ratio_to_backends": "GPU kernel",
     "lab_speedup": "GPU kernel",
+    "backward_bytes_vs_n": "Backward",
+    "backward_tflops_vs_n": "Backward",
 }
 
 # ---- names inside the tables -----------------------------------------------------------------
@@ -145,3 +148,13 @@ def forward_rows(frame):
     if "direction" not in frame.columns:
         return frame
     return frame[frame["direction"] == FORWARD]
+
+
+def with_direction(frame):
+    """A copy of a table whose every row has a `direction` (FORWARD where the table has no column,
+    or an empty cell) and a `dq_accumulation` ("" where none: the forward's and naive's rows)."""
+    frame = frame.copy()
+    frame["direction"] = frame["direction"].fillna(FORWARD) if "direction" in frame.columns else FORWARD
+    frame["dq_accumulation"] = (frame["dq_accumulation"].fillna("") if "dq_accumulation" in frame.columns
+                                else "")
+    return frame

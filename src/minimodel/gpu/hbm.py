@@ -8,7 +8,8 @@ really ran. A contender's tiles are not known: its rows carry the compulsory byt
 once, O written once) and no model.
 
 The points (`plan`): N × d × causal × two head counts × {naive, flash, each contender}, batch 1,
-float16.
+float16, each row's `direction` forward; then the backward's rows at the same points, naive and
+flash (`minimodel.gpu.hbm_backward`).
 - "one head": Q, K, V, O, and up to N ≈ 4096 even S, fit in the L2 cache;
 - "many heads": enough heads that each of Q, K, V and O alone is `many_heads_l2_multiple` L2s,
   so neither the inputs nor the output can stay in it.
@@ -41,6 +42,7 @@ from minimodel.contenders.builtin import not_run_reason
 from minimodel.contenders.registry import SEARCH
 from minimodel.contenders.run import _cuda_usable, _validated, declined, one_line
 from minimodel.contenders.spec import Contender, load, prepared
+from minimodel.gpu import hbm_backward
 from minimodel.gpu import ncu as ncu_tool
 from minimodel.gpu.ncu import KERNEL_COLUMNS, NCU_METRICS, NCU_OPTIONS, find_ncu  # noqa: F401
 from minimodel.kernel import flash_attn_forward, launch_config
@@ -86,10 +88,13 @@ def plan(cfg: dict, l2_bytes: int, contenders=()) -> list[dict]:
                     n, d, l2_bytes, cfg["many_heads_l2_multiple"])
                 points += [{"regime": regime, "B": 1, "H": heads, "N": n, "d": d, "causal": causal}
                            for causal in (False, True)]
-    rows = [{**point, "impl": impl} for point in points for impl in contract.BYTES_SCHEMES]
-    rows += [{**point, "impl": c.name} for c in contenders for point in points]
-    return [{**row, "dtype": DTYPE, "device_bytes": device_bytes(row["impl"], row["H"], row["N"], row["d"])}
-            for row in rows]
+    forward = {"direction": contract.FORWARD}
+    rows = [{**point, "impl": impl, **forward} for point in points for impl in contract.BYTES_SCHEMES]
+    rows += [{**point, "impl": c.name, **forward} for c in contenders for point in points]
+    rows += hbm_backward.plan_rows(points)  # last: the forward's rows keep their index and seed
+    held = {False: device_bytes, True: hbm_backward.device_bytes}  # by: a backward row?
+    return [{**row, "dtype": DTYPE, "device_bytes": held[hbm_backward.is_backward(row)](
+        row["impl"], row["H"], row["N"], row["d"])} for row in rows]
 
 
 def model_columns(row: dict, block_m: int, block_n: int) -> dict:
@@ -99,6 +104,8 @@ def model_columns(row: dict, block_m: int, block_n: int) -> dict:
     diagonal (flash reads about half the K/V), a causal naive adds a pass over S for the mask.
     A contender's row gets the compulsory bytes only: its tiles are its own.
     """
+    if hbm_backward.is_backward(row):
+        return hbm_backward.model_columns(row, block_m, block_n)
     n, d, heads = row["N"], row["d"], row["B"] * row["H"]
     compulsory = heads * symbolic.compulsory_bytes(n, d, ELEMENT_BYTES)
     if row["impl"] not in contract.BYTES_SCHEMES:
@@ -166,11 +173,12 @@ def probe(spec: dict, plan_path: Path) -> int:
         gen = torch.Generator(device="cuda").manual_seed(row["input_seed"])
         q, k, v = (torch.randn(row["B"], row["H"], row["N"], row["d"], device="cuda",
                                dtype=getattr(torch, row["dtype"]), generator=gen) for _ in range(3))
-        fn = _implementation(row, contender)
-        args = prepared(contender, q, k, v) if contender is not None else (q, k, v)
+        backward = hbm_backward.is_backward(row)  # its forward runs here, outside the range
+        fn = hbm_backward.call(row, q, k, v, gen) if backward else _implementation(row, contender)
+        args = () if backward else prepared(contender, q, k, v) if contender is not None else (q, k, v)
         marked = False
         try:
-            with torch.no_grad():
+            with torch.enable_grad() if backward else torch.no_grad():
                 _validated(fn(*args), q)  # compiles, sets up libraries: not in the profiled range
                 torch.cuda.synchronize()
                 with torch.cuda.nvtx.range(ncu_tool.NVTX_RANGE):
@@ -244,11 +252,14 @@ def measure(cfg: dict, l2_bytes: int, random_seed: int, ncu: str, workdir: str |
         parts.append(kernels)
     for row in rows:
         ran_flash = row["impl"] == contract.FLASH_SCHEME and row["status"] == contract.MEASURED
-        # the model's tile where no kernel ran
-        block_m, block_n, tma = _flash_config(row) if ran_flash else (*contract.LAB_TILE, None)
-        row.update(model_columns(row, block_m, block_n))
-        if ran_flash:
-            row.update(cfg_BLOCK_M=block_m, cfg_BLOCK_N=block_n, cfg_TMA=tma)
+        if ran_flash and hbm_backward.is_backward(row):
+            block_m, block_n, config = hbm_backward.flash_config(row)
+        elif ran_flash:
+            block_m, block_n, tma = _flash_config(row)
+            config = {"cfg_BLOCK_M": block_m, "cfg_BLOCK_N": block_n, "cfg_TMA": tma}
+        else:
+            (block_m, block_n), config = contract.LAB_TILE, {}
+        row.update(model_columns(row, block_m, block_n), **config)
     parts = [p for p in parts if len(p)]
     return rows, pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=KERNEL_COLUMNS)
 

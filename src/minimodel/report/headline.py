@@ -60,8 +60,8 @@ def read_run(run: Path) -> dict:
         raise HeadlineError(f"{run} has no GPU timing ({contract.TIMING_SUMMARY} names no device): "
                             "the headline numbers come from a GPU run")
     return {"correctness": json.loads((run / contract.CORRECTNESS_SUMMARY).read_text()),
-            "timing": timing, "timing_rows": pd.read_csv(run / contract.TIMING),
-            "gpu_bytes": pd.read_csv(run / contract.GPU_BYTES),
+            "timing": timing, "timing_rows": contract.forward_rows(pd.read_csv(run / contract.TIMING)),
+            "gpu_bytes": contract.forward_rows(pd.read_csv(run / contract.GPU_BYTES)),
             "gpu_bytes_summary": json.loads((run / contract.GPU_BYTES_SUMMARY).read_text()),
             "manifest": reading.load_manifest(run / contract.manifest("gpu_timing"))}
 

@@ -161,6 +161,7 @@ def _cpu_points(c: dict) -> pd.DataFrame:
 
 def _gpu_points(t: dict, rows: pd.DataFrame) -> pd.DataFrame:
     pred = {p["N"]: p for p in t["lab_grid_predictions_from_gpu_ceilings"]}
+    rows = contract.forward_rows(rows)  # the forward's timings: the roofline places the forward
     lab = rows[(rows["grid"] == LAB_GRID) & (~rows["causal"])
                & rows["impl"].isin([contract.NAIVE, contract.TRITON]) & rows["ms"].notna()]
     n = lab["N"].max()
@@ -186,6 +187,7 @@ def _order(impls: pd.Series) -> list[str]:
 
 
 def tflops_vs_n(rows: pd.DataFrame, device: str):
+    rows = contract.forward_rows(rows)  # the backward's: backward_plots.backward_tflops_vs_n
     data = rows[(rows["grid"] == FA_GRID) & rows["ms"].notna()].copy()
     data["implementation"] = data["impl"].map(_label)
     data["mask"] = np.where(data["causal"], "causal", "not causal")
@@ -203,6 +205,7 @@ def tflops_vs_n(rows: pd.DataFrame, device: str):
 
 
 def ratio_to_backends(rows: pd.DataFrame, device: str):
+    rows = contract.forward_rows(rows)
     data = rows[(rows["grid"] == FA_GRID) & ~rows["impl"].isin([contract.TRITON, contract.NAIVE])
                 & rows["triton_speedup_over_this"].notna()].copy()
     data["backend"] = data["impl"].map(_label)
@@ -219,6 +222,7 @@ def ratio_to_backends(rows: pd.DataFrame, device: str):
 
 
 def lab_speedup(rows: pd.DataFrame, timing: dict, device: str):
+    rows = contract.forward_rows(rows)
     data = rows[(rows["grid"] == LAB_GRID) & (rows["impl"] == contract.NAIVE)
                 & rows["triton_speedup_over_this"].notna()].copy()
     data["mask"] = np.where(data["causal"], "causal", "not causal")
@@ -254,7 +258,7 @@ def _correctness_cases(rows: pd.DataFrame) -> pd.DataFrame:
     tolerance, which the verdict compares with 1. A failure with no error (the call raised, hung,
     returned the wrong shape or NaN) is drawn at the panel's top, a skipped case not at all.
     """
-    data = rows.copy()
+    data = contract.forward_rows(rows).copy()  # the forward's cases
     if "impl" not in data:
         data["impl"] = contract.TRITON
     data["implementation"] = [IMPL_LABELS.get(i, f"{i} (contender)") for i in data["impl"]]
@@ -357,6 +361,7 @@ def gpu_bytes(table: pd.DataFrame, device: str):
     uses the tile the kernel ran (the table's model_B_r). The floor: Q, K and V read once.
     Contenders are measured lines of their own, with no model.
     """
+    table = contract.forward_rows(table)  # the backward's: backward_plots.backward_bytes_vs_n
     rows = table[(table["status"] == contract.MEASURED) & ~table["causal"].astype(bool)].copy()
     heads = rows["B"] * rows["H"]
     rows["measured"] = rows["dram_read_bytes"] / heads

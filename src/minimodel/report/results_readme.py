@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from minimodel import contract, symbolic
+from minimodel.report import backward_answers
 
 MiB = 2**20
 
@@ -166,7 +167,10 @@ def collect(paths: dict) -> dict:
     ceilings = _json(paths["cpu_ceilings"])
     timing = _json(paths["timing"])
     corr = _json(paths["correctness"])
-    every_row = pd.DataFrame(corr["cases_detail"])
+    every_row = contract.forward_rows(pd.DataFrame(corr["cases_detail"]))  # the backward's: below
+    timing_rows = pd.read_csv(paths["timing_table"])
+    forward_timing = contract.forward_rows(timing_rows)
+    symbolic_rows = pd.read_csv(paths["symbolic"])
     # the kernel's rows (a run from before contenders has only those, and no impl column)
     impl = every_row["impl"] if "impl" in every_row else pd.Series(contract.TRITON, index=every_row.index)
     corr_rows = every_row[impl == contract.TRITON]
@@ -181,7 +185,7 @@ def collect(paths: dict) -> dict:
                 "prediction": ceilings["prediction"], "references": ceilings["references"],
                 "stage_seconds_sum": sum(cpu_stage), "stage_seconds_max": max(cpu_stage, default=0.0),
                 "benchmarks": bench},
-        "bytes": bytes_answers(pd.read_csv(paths["symbolic"]), pd.read_csv(paths["cpu_bytes"])),
+        "bytes": bytes_answers(symbolic_rows, pd.read_csv(paths["cpu_bytes"])),
         "intensity": intensity_question(),
         "practice": symbolic.practice_problems(),
         "correctness": {
@@ -195,9 +199,11 @@ def collect(paths: dict) -> dict:
             "torch_fp16_causal_err": float(ran[(ran["dtype"] == "float16") & ran["causal"].astype(bool)]
                                            ["err_torch_vs_fp64"].max()),
         },
-        "contenders": contenders(every_row, pd.read_csv(paths["timing_table"])),
-        "gpu": gpu_answers(timing, pd.read_csv(paths["timing_table"])),
-        "gpu_bytes": gpu_bytes_answers(pd.read_csv(paths["gpu_bytes"]), _json(paths["gpu_bytes_summary"])),
+        "contenders": contenders(every_row, forward_timing),
+        "gpu": gpu_answers(timing, forward_timing),
+        "gpu_bytes": gpu_bytes_answers(contract.forward_rows(pd.read_csv(paths["gpu_bytes"])),
+                                       _json(paths["gpu_bytes_summary"])),
+        "backward": backward_answers.answers(symbolic_rows, ceilings, timing, timing_rows),
     }
 
 

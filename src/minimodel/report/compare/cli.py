@@ -16,6 +16,9 @@ Each part is judged by what should travel between machines (paths: `minimodel.co
   within GPU_BYTES_TOLERANCE; on another GPU, or without one, not comparable.
 - inputs: per rule, which code, parameters and environment differ between the two manifests,
   so that a reader sees why numbers moved. Informational, never a failure.
+Every table part is judged per pass (`direction`: the forward, the backward alone, the two
+together) with the same bands; a table without the column (a run made before the backward) is all
+forward, and a pass only one run holds is not comparable, with the reason.
 The machine's own ceilings (the roofline) are not compared.
 
 Both folders are first checked against their own manifests (`minimodel.report.runs`).

@@ -1,5 +1,6 @@
-"""correctness (`gpu/correctness/`): every case's verdict equal, the errors side by side; a run
-under the interpreter and one on CUDA check different grids: not comparable."""
+"""correctness (`gpu/correctness/`): every case's verdict equal, the errors side by side, per pass
+(`direction`: a table without the column is all forward); a run under the interpreter and one on
+CUDA check different grids: not comparable."""
 
 from __future__ import annotations
 
@@ -7,7 +8,15 @@ from pathlib import Path
 
 from minimodel import contract
 from minimodel.report import runs
-from minimodel.report.compare.rows import AGREE, DISAGREE, NOT_COMPARABLE, only_in, row
+from minimodel.report.compare.rows import (
+    AGREE,
+    DISAGREE,
+    NOT_COMPARABLE,
+    label_direction,
+    only_in,
+    per_direction,
+    row,
+)
 
 NAME = "correctness"
 READS = (contract.CORRECTNESS,)
@@ -26,9 +35,15 @@ def compare(run: Path, ref: Path) -> list[dict]:
         return [row(NAME, "every case", "backend", ", ".join(backends[0]), ", ".join(backends[1]),
                     verdict=NOT_COMPARABLE, reason="one ran under Triton's interpreter, the other on "
                     "CUDA: different grids and arithmetic")]
+    return per_direction(NAME, contract.CORRECTNESS, a, b,
+                         lambda a, b, direction: judge(a, b, direction, keys))
+
+
+def judge(a, b, direction: str, keys: list[str]) -> list[dict]:
+    """One pass's cases: each verdict (or skip) equal in both runs."""
     rows = only_in(NAME, set(map(tuple, a[keys].values)), set(map(tuple, b[keys].values)))
     for _, r in a.merge(b, on=keys, suffixes=("_run", "_ref")).iterrows():
-        label = ", ".join(f"{k}={r[k]}" for k in keys)
+        label = label_direction(direction) + ", ".join(f"{k}={r[k]}" for k in keys)
         if r["skipped_run"] or r["skipped_ref"]:
             same = bool(r["skipped_run"]) == bool(r["skipped_ref"])
             rows.append(row(NAME, label, "skipped", r["reason_run"], r["reason_ref"],

@@ -1,6 +1,7 @@
 """GPU bytes (`gpu/bytes/`): on the same GPU model, each point's DRAM reads and the bytes stored
 into the L2 within GPU_BYTES_TOLERANCE (writes to DRAM depend on what the L2 still holds when a
-kernel ends: not compared); on another GPU, or without one, not comparable."""
+kernel ends: not compared), per pass (`direction`: a table without the column is all forward); on
+another GPU, or without one, not comparable."""
 
 from __future__ import annotations
 
@@ -8,7 +9,17 @@ from pathlib import Path
 
 from minimodel import contract
 from minimodel.report import runs
-from minimodel.report.compare.rows import AGREE, DISAGREE, device_mismatch, missing, only_in, relative, row
+from minimodel.report.compare.rows import (
+    AGREE,
+    DISAGREE,
+    device_mismatch,
+    label_direction,
+    missing,
+    only_in,
+    per_direction,
+    relative,
+    row,
+)
 
 NAME = "gpu bytes"
 READS = (contract.GPU_BYTES, contract.GPU_BYTES_SUMMARY)
@@ -29,10 +40,18 @@ def compare(run: Path, ref: Path) -> list[dict]:
             for folder in (run, ref))
     if a is None or b is None:
         return missing(NAME, contract.GPU_BYTES, a)
-    a, b = (t[t["status"] == contract.MEASURED].set_index(point) for t in (a, b))
+    a, b = (t[t["status"] == contract.MEASURED] for t in (a, b))
+    return per_direction(NAME, contract.GPU_BYTES, a, b,
+                         lambda a, b, direction: judge(a, b, direction, point))
+
+
+def judge(a, b, direction: str, point: list[str]) -> list[dict]:
+    """One pass's measured points: DRAM reads and L2 stores within GPU_BYTES_TOLERANCE."""
+    a, b = a.set_index(point), b.set_index(point)
     rows = only_in(NAME, set(a.index), set(b.index))
     for key in a.index.intersection(b.index):
-        label = f"{key[0]} (1, {key[2]}, {key[3]}, {key[4]}) {'causal' if key[5] else 'full'} {key[6]}"
+        label = (f"{label_direction(direction)}{key[0]} (1, {key[2]}, {key[3]}, {key[4]}) "
+                 f"{'causal' if key[5] else 'full'} {key[6]}")
         for metric in GPU_BYTES_METRICS:
             x, y = float(a.loc[key, metric]), float(b.loc[key, metric])
             diff = relative(x, y)

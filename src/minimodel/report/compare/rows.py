@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from minimodel import contract
 from minimodel.report import runs
 
 COLUMNS = ["part", "item", "metric", "run", "reference", "difference", "tolerance", "verdict", "reason"]
@@ -39,8 +40,8 @@ def only_in(part: str, run_keys: set, ref_keys: set, why: str = "the two configs
 
 
 def exact(part: str, run: pd.DataFrame | None, ref: pd.DataFrame | None, keys: list[str],
-          metrics: list[str], name: str) -> list[dict]:
-    """One row per point of a table that must be identical in both runs."""
+          metrics: list[str], name: str, prefix: str = "") -> list[dict]:
+    """One row per point of a table that must be identical in both runs (`prefix` before each item)."""
     if run is None or ref is None:
         return missing(part, name, run)
     run_idx, ref_idx = run.set_index(keys), ref.set_index(keys)
@@ -54,7 +55,7 @@ def exact(part: str, run: pd.DataFrame | None, ref: pd.DataFrame | None, keys: l
         label = ", ".join(f"{k}={v}" for k, v in zip(keys, key if isinstance(key, tuple) else (key,),
                                                      strict=True))
         same = all(d == 0 for d in diffs.values())
-        rows.append(row(part, label, "all of " + "/".join(metrics), a[worst], b[worst],
+        rows.append(row(part, prefix + label, "all of " + "/".join(metrics), a[worst], b[worst],
                         diffs.get(worst, 0.0), 0.0, AGREE if same else DISAGREE,
                         "" if same else f"{worst} differs"))
     return rows
@@ -81,3 +82,31 @@ def device_mismatch(part: str, run: Path, ref: Path, summary: str, measured_key:
         return []
     return [row(part, "every point", "device", devices[0], devices[1], verdict=NOT_COMPARABLE,
                 reason=reason)]
+
+
+def per_direction(part: str, name: str, run: pd.DataFrame | None, ref: pd.DataFrame | None,
+                  judge) -> list[dict]:
+    """The rows of `judge(run_rows, ref_rows, direction)` for each pass (`contract.DIRECTIONS`)
+    both tables hold, `contract.with_direction`'s columns added (a table without `direction` is
+    all forward); a not-comparable row for each pass only one of them holds."""
+    if run is None or ref is None:
+        return missing(part, name, run)
+    run, ref = contract.with_direction(run), contract.with_direction(ref)
+    rows = []
+    held = set(run["direction"]) | set(ref["direction"])
+    for direction in [*contract.DIRECTIONS, *sorted(held - set(contract.DIRECTIONS))]:
+        a, b = run[run["direction"] == direction], ref[ref["direction"] == direction]
+        if len(a) and len(b):
+            rows += judge(a, b, direction)
+        elif len(a) or len(b):
+            side, other = ("run", "reference") if len(a) else ("reference", "run")
+            rows.append(row(part, f"{len(a) or len(b)} {direction} rows", "presence", len(a), len(b),
+                            verdict=NOT_COMPARABLE,
+                            reason=f"{direction} rows only in the {side}: the {other} has none "
+                                   f"(a run made before the backward, or one that did not run them)"))
+    return rows
+
+
+def label_direction(direction: str) -> str:
+    """A row's item prefix naming its pass: none for the forward (its items as before the backward)."""
+    return "" if direction == contract.FORWARD else f"{direction}: "

@@ -1,6 +1,8 @@
 """timing (`gpu/timing/`): on the same GPU model, the ratios that should travel (kernel against
 SDPA's cuDNN and FlashAttention-2 backends, against naive PyTorch, and against each contender)
-within the band of their grid (`timing_band`); on another GPU, or without one, not comparable."""
+within the band of their grid (`timing_band`), per pass (`direction`: the forward, the backward
+alone, the two together; a table without the column is all forward), each pass's ratios against
+the same implementation's same pass; on another GPU, or without one, not comparable."""
 
 from __future__ import annotations
 
@@ -10,7 +12,17 @@ import pandas as pd
 
 from minimodel import contract
 from minimodel.report import runs
-from minimodel.report.compare.rows import AGREE, DISAGREE, device_mismatch, missing, only_in, relative, row
+from minimodel.report.compare.rows import (
+    AGREE,
+    DISAGREE,
+    device_mismatch,
+    label_direction,
+    missing,
+    only_in,
+    per_direction,
+    relative,
+    row,
+)
 
 NAME = "timing"
 READS = (contract.TIMING, contract.TIMING_SUMMARY)
@@ -37,14 +49,18 @@ TOLERANCES = {f"timing {grid}{above}": timing_band(grid, n) for grid, above, n i
 
 
 def ratios(timing: pd.DataFrame) -> pd.DataFrame:
-    """Per point and ratio name: another implementation's time over the kernel's (kernel/<contender>)."""
-    point = ["grid", "B", "H", "N", "d", "causal"]
+    """Per pass, point and ratio name: another implementation's time over the kernel's
+    (kernel/<contender>), both of the same pass (`direction`)."""
+    point = ["direction", "grid", "B", "H", "N", "d", "causal"]
+    timing = contract.with_direction(timing)
     ok = timing[timing["status"] == contract.OK]
     ms = ok.pivot_table(index=point, columns="impl", values="ms", aggfunc="first")
     kernel = contract.TRITON
     names = RATIOS | {f"kernel/{i}": i for i in ms.columns if i not in contract.IMPLEMENTATIONS}
     out = pd.DataFrame({name: ms[impl] / ms[kernel] for name, impl in names.items()
                         if impl in ms and kernel in ms})
+    if out.empty:  # nothing timed, or not the kernel: no ratio
+        return pd.DataFrame(columns=[*point, "metric", "ratio"])
     out.columns.name = "metric"
     return out.stack().rename("ratio").reset_index()
 
@@ -59,13 +75,22 @@ def compare(run: Path, ref: Path) -> list[dict]:
             for folder in (run, ref))
     if a is None or b is None:
         return missing(NAME, contract.TIMING, a)
-    a, b = ratios(a), ratios(b)
+    a, b = (contract.with_direction(t) for t in (a, b))
+    # a pass timed in one run only is said so; the ratios of a pass both timed are judged
+    return per_direction(NAME, contract.TIMING, a, b, lambda a, b, direction: judge(
+        ratios(a), ratios(b), direction, point))
+
+
+def judge(a: pd.DataFrame, b: pd.DataFrame, direction: str, point: list[str]) -> list[dict]:
+    """One pass's ratios, each within its grid's band."""
     keys = [set(map(tuple, t[point].itertuples(index=False))) for t in (a, b)]
     rows = only_in(NAME, *keys, "a grid point or contender the other lacks, or a point not timed there")
     for _, r in a.merge(b, on=point, suffixes=("_run", "_ref")).iterrows():
         band = timing_band(r["grid"], int(r["N"]))
         diff = relative(r["ratio_run"], r["ratio_ref"])
-        label = f"{r['grid']} ({r['B']}, {r['H']}, {r['N']}, {r['d']}) {'causal' if r['causal'] else 'full'}"
-        rows.append(row(NAME, label, r["metric"], r["ratio_run"], r["ratio_ref"], diff, band,
+        label = (f"{label_direction(direction)}{r['grid']} ({r['B']}, {r['H']}, {r['N']}, {r['d']}) "
+                 f"{'causal' if r['causal'] else 'full'}")
+        metric = r["metric"] if direction == contract.FORWARD else f"{r['metric']} ({direction})"
+        rows.append(row(NAME, label, metric, r["ratio_run"], r["ratio_ref"], diff, band,
                         AGREE if diff <= band else DISAGREE))
     return rows

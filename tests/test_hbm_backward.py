@@ -1,0 +1,126 @@
+"""The backward's rows of the DRAM-bytes stage: planned at the forward's points, the model beside
+them, said not measured without CUDA or ncu; the forward's rows as before."""
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from conftest import requires_gpu
+
+from minimodel import contract, symbolic_backward
+from minimodel.contenders.spec import Contender
+from minimodel.gpu import hbm, hbm_backward
+
+REF = Path(__file__).resolve().parents[1] / "results" / "reference" / "nvidia-h200"
+L2 = 50 * 2**20
+CFG = {"n": [1024, 4096], "head_dims": [64, 128], "many_heads_l2_multiple": 2, "ncu": None}
+POINT = ["regime", "B", "H", "N", "d", "causal"]
+
+
+def test_the_backward_is_planned_at_every_forward_point_after_the_forwards_rows():
+    rows = pd.DataFrame(hbm.plan(CFG, L2, [Contender("mine", "m:f")]))
+    forward, backward = (rows[rows["direction"] == d] for d in (contract.FORWARD, contract.BACKWARD))
+    assert list(rows["direction"]) == [contract.FORWARD] * len(forward) + [contract.BACKWARD] * len(backward)
+    assert set(backward["impl"]) == {"naive", "flash"}  # no contender has a backward here
+    ours = forward[forward["impl"].isin(["naive", "flash"])]
+    points = [sorted(map(tuple, t[[*POINT, "impl"]].values)) for t in (backward, ours)]
+    assert points[0] == points[1]
+    dq = dict(zip(backward["impl"], backward["dq_accumulation"], strict=True))
+    assert dq == {"naive": "", "flash": contract.DQ_SEPARATE_PASS}
+    # the naive backward holds S and P (autograd's), dP and dS besides the eight N x d tensors
+    naive = backward[(backward["impl"] == "naive")].iloc[0]
+    h, n, d = naive["H"], naive["N"], naive["d"]
+    assert naive["device_bytes"] == 8 * h * n * d * 2 + 2 * h * n * 4 + 4 * h * n * n * 2 + n * n
+
+
+def test_the_forwards_rows_are_those_of_the_committed_reference():
+    """Planned from the reference's own parameters: every forward row's point, seed and device bytes
+    as the H200 run measured them, naive's model too (flash's depends on the tile the kernel ran)."""
+    params = json.loads((REF / contract.manifest("gpu_bytes")).read_text())["params"]
+    ref = pd.read_csv(REF / contract.GPU_BYTES, float_precision="round_trip")
+    contenders = [Contender(name, "m:f") for name in params["cfg"]["contenders"]]
+    planned = pd.DataFrame(hbm.planned_rows(params["cfg"], params["l2_bytes"], hbm.NO_CUDA, contenders))
+    planned["seed"] = params["random_seed"] + planned.index
+    forward = planned[planned["direction"] == contract.FORWARD].reset_index(drop=True)
+    columns = [*POINT, "impl", "dtype", "device_bytes", "seed"]
+    pd.testing.assert_frame_equal(forward[columns], ref[columns], check_dtype=False)
+    naive = forward["impl"] == "naive"
+    model = ["model_read_bytes", "model_write_bytes", "model_lab_bytes", "model_consistent_bytes",
+             "compulsory_bytes"]
+    pd.testing.assert_frame_equal(forward.loc[naive, model].astype(float),
+                                  ref.loc[naive, model].astype(float))
+
+
+def test_the_backward_model_columns_are_symbolic_backwards_for_all_heads():
+    row = {"B": 1, "H": 800, "N": 1024, "d": 64, "impl": "flash", "direction": contract.BACKWARD}
+    model = hbm.model_columns(row, 64, 128)
+    by_rw = symbolic_backward.bytes_by_rw("flash", 1024, 64, 64, 128, 2, contract.BACKWARD,
+                                          contract.DQ_SEPARATE_PASS)
+    assert model["model_read_bytes"] == 800 * by_rw["R"] and model["model_write_bytes"] == 800 * by_rw["W"]
+    assert model["model_consistent_bytes"] == 800 * symbolic_backward.model_bytes(
+        "flash", 1024, 64, 64, 128, 2, contract.BACKWARD, contract.DQ_SEPARATE_PASS)
+    assert model["model_lab_bytes"] is None and (model["model_B_r"], model["model_B_c"]) == (64, 128)
+    assert model["compulsory_bytes"] == 800 * 8 * 1024 * 64 * 2
+    naive = hbm.model_columns({**row, "impl": "naive"}, 64, 128)
+    assert naive["model_read_bytes"] == 800 * symbolic_backward.bytes_by_rw("naive", 1024, 64, 1, 1, 2)["R"]
+    assert naive["model_B_r"] is None
+    # the gradients' writes: counted in the writes, left out of the consistent total
+    grads = 800 * 3 * 1024 * 64 * 2
+    assert naive["model_read_bytes"] + naive["model_write_bytes"] == naive["model_consistent_bytes"] + grads
+
+
+def test_without_cuda_the_backward_rows_say_not_measured_with_the_model_beside():
+    rows = pd.DataFrame(hbm.planned_rows(CFG, L2, hbm.NO_CUDA))
+    backward = rows[rows["direction"] == contract.BACKWARD]
+    assert len(backward) == len(rows) / 2 and (backward["status"] == hbm.NO_CUDA).all()
+    assert backward["dram_read_bytes"].isna().all() and backward["model_read_bytes"].gt(0).all()
+    assert (backward.loc[backward["impl"] == "flash", "model_B_r"] == contract.LAB_TILE[0]).all()
+    summary = hbm.summary(rows, None, L2)
+    assert summary["measured"] == 0 and summary["status"] == hbm.NO_CUDA
+
+
+@requires_gpu
+@pytest.mark.gpu
+def test_the_backwards_dram_bytes_on_the_gpu(tmp_path):
+    """On a GPU with ncu: the backward rows are measured, flash's kernels are the Triton backward's
+    three, and with many heads flash reads fewer DRAM bytes than naive's autograd backward."""
+    ncu = hbm.find_ncu()
+    if ncu is None:
+        pytest.skip("ncu not found")
+    rows, kernels = hbm.measure({**CFG, "n": [4096], "head_dims": [64]}, L2, 0, ncu, tmp_path)
+    table = pd.DataFrame(rows)
+    backward = table[table["direction"] == contract.BACKWARD]
+    assert (backward["status"] == contract.MEASURED).all(), backward["status"].tolist()
+    flash = backward[backward["impl"] == "flash"]
+    assert flash["kernel_names"].str.contains("_bwd_dkdv_kernel").all()
+    assert flash["kernel_names"].str.contains("_bwd_dq_kernel").all()
+    assert flash["kernel_names"].str.contains("_bwd_preprocess").all()
+    assert not flash["kernel_names"].str.contains("_flash_fwd").any()  # the forward ran before the range
+    many = backward[(backward["regime"] == "many heads") & ~backward["causal"]].set_index("impl")
+    assert many.loc["flash", "dram_read_bytes"] < many.loc["naive", "dram_read_bytes"]
+    assert (backward["dram_read_bytes"] >= 0.5 * backward["compulsory_bytes"] * 5 / 8).all()  # Q, K, V, O, dO
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_the_profiled_calls_are_the_backward_alone_and_give_dq(causal):
+    """The calls the probe profiles, on the CPU (the kernel under Triton's interpreter): each
+    returns dQ, naive's from autograd with the forward run before the call, flash's from the
+    Triton backward; a second call gives the same dQ (naive's graph, P in it, kept)."""
+    import torch
+
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 64, 64, generator=gen).half() for _ in range(3))
+    row = {"impl": "naive", "causal": causal, "direction": contract.BACKWARD}
+    naive = hbm_backward.call(row, q, k, v, torch.Generator().manual_seed(1))
+    flash = hbm_backward.call({**row, "impl": "flash"}, q, k, v, torch.Generator().manual_seed(1))
+    first = naive()
+    assert torch.equal(naive(), first) and first.shape == q.shape and first.dtype == q.dtype
+    do = torch.randn(q.shape, generator=torch.Generator().manual_seed(1)).half()
+    leaves = [t.double().requires_grad_() for t in (q, k, v)]
+    mask = torch.ones(64, 64, dtype=torch.bool).triu(1) if causal else torch.zeros(64, 64, dtype=torch.bool)
+    s = (leaves[0] @ leaves[1].transpose(-1, -2) / 8).masked_fill(mask, float("-inf"))
+    (torch.softmax(s, -1) @ leaves[2]).backward(do.double())
+    exact = leaves[0].grad
+    assert (first.double() - exact).abs().max() < 2e-2
+    assert (flash().double() - exact).abs().max() < 2e-2
