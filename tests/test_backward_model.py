@@ -7,7 +7,7 @@ import pytest
 import sympy as sp
 import torch
 
-from minimodel import contract, symbolic, symbolic_backward
+from minimodel import attention_ref, contract, symbolic, symbolic_backward
 from minimodel.attention_ref import reference_attn
 from minimodel.cpu import backward, backward_bytes, bytecount
 from minimodel.provenance import project
@@ -176,7 +176,7 @@ def test_both_references_give_autograds_gradients_in_float64(gen, causal, n, til
     expected = _autograd_fp64(Q, K, V, dO, causal)
     O, lse = backward.forward_with_lse(Q, K, V, causal, upcast=True)
     torch.testing.assert_close(O, reference_attn(Q, K, V, causal=causal, upcast=True))
-    naive = backward.attn_naive_backward(Q, K, V, backward.softmax_probabilities(Q, K, causal), dO)
+    naive = attention_ref.attn_naive_backward(Q, K, V, attention_ref.softmax_probabilities(Q, K, causal), dO)
     flash = backward.attn_flash_backward_reference_cpu(Q, K, V, O, lse, dO, *tile, causal=causal)
     for got in (naive, flash):
         for g, e in zip(got, expected, strict=True):
@@ -189,7 +189,7 @@ def test_float32_references_agree_with_float64_autograd_within_fp32_rounding(gen
     O, lse = backward.forward_with_lse(Q, K, V, causal=True)
     assert O.dtype == torch.float32 and lse.dtype == torch.float32
     flash = backward.attn_flash_backward_reference_cpu(Q, K, V, O, lse, dO, causal=True)
-    naive = backward.attn_naive_backward(Q, K, V, backward.softmax_probabilities(Q, K, True), dO)
+    naive = attention_ref.attn_naive_backward(Q, K, V, attention_ref.softmax_probabilities(Q, K, True), dO)
     for got in (naive, flash):
         for g, e in zip(got, expected, strict=True):
             assert g.dtype == torch.float32
@@ -206,9 +206,10 @@ def test_the_references_refuse_what_they_cannot_take(gen):
     with pytest.raises(ValueError, match="tile sizes"):
         backward.attn_flash_backward_reference_cpu(Q, K, V, O, lse, dO, B_r=0)
     with pytest.raises(ValueError, match="P must have shape"):
-        backward.attn_naive_backward(Q, K, V, torch.ones(2, 64, 32), dO)
+        attention_ref.attn_naive_backward(Q, K, V, torch.ones(2, 64, 32), dO)
     with pytest.raises(ValueError, match="grouped K/V heads"):
-        backward.attn_naive_backward(Q[None], K[None, :1], V[None, :1], torch.ones(1, 2, 64, 64), dO[None])
+        attention_ref.attn_naive_backward(Q[None], K[None, :1], V[None, :1], torch.ones(1, 2, 64, 64),
+                                          dO[None])
 
 
 # ---- stage 2: the measured bytes ----------------------------------------------------------------

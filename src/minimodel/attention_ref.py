@@ -91,3 +91,50 @@ def attn_naive(Q, K, V, causal: bool = False, sm_scale: float | None = None,
     else:
         P = torch.softmax(S, dim=-1)
     return torch.bmm(P, v).reshape(*lead, n, d)
+
+
+def _accumulator(dtype: torch.dtype) -> torch.dtype:
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def _check_backward(Q, K, V, **like_q) -> None:
+    check_qkv(Q, K, V)
+    if K.shape[:-2] != Q.shape[:-2]:
+        raise ValueError(f"Q, K and V must have the same leading (batch, head) dimensions; got Q "
+                         f"{tuple(Q.shape)}, K {tuple(K.shape)} (grouped K/V heads are not supported)")
+    for name, t in like_q.items():
+        if t.shape != Q.shape:
+            raise ValueError(f"{name} must have Q's shape {tuple(Q.shape)}; got {tuple(t.shape)}")
+
+
+def softmax_probabilities(Q, K, causal: bool = False, sm_scale: float | None = None) -> torch.Tensor:
+    """P = softmax(scale·Q Kᵀ [+ causal mask]) in the inputs' dtype: what the naive forward stores."""
+    S = (Q.to(_accumulator(Q.dtype)) @ K.to(_accumulator(Q.dtype)).transpose(-1, -2))
+    S = S * softmax_scale(Q.shape[-1], sm_scale)
+    if causal:
+        S = S.masked_fill(causal_mask(Q.shape[-2], K.shape[-2], Q.device), float("-inf"))
+    return torch.softmax(S, dim=-1).to(Q.dtype)
+
+
+def attn_naive_backward(Q, K, V, P, dO, sm_scale: float | None = None):
+    """(dQ, dK, dV) of naive attention from the P its forward stored (causal masking is in P).
+
+    Each step is one op over tensors in the inputs' dtype, as autograd runs them: the scale is
+    folded into the last two matmuls (baddbmm with beta=0 reads no input matrix), softmax's
+    backward is `_softmax_backward_data` (dS = P ∘ (dP − rowsum(P ∘ dP)), one pass over dP and P).
+    """
+    _check_backward(Q, K, V, dO=dO)
+    *lead, n, d = Q.shape
+    n_k = K.shape[-2]
+    if P.shape != (*lead, n, n_k):
+        raise ValueError(f"P must have shape {(*lead, n, n_k)} (Q's rows × K's rows); got {tuple(P.shape)}")
+    q, k, v, do = (t.reshape(-1, t.shape[-2], d) for t in (Q, K, V, dO))
+    p = P.reshape(-1, n, n_k)
+    scale = softmax_scale(d, sm_scale)
+    dV = torch.bmm(p.transpose(-1, -2), do)
+    dP = torch.bmm(do, v.transpose(-1, -2))
+    dS = torch.ops.aten._softmax_backward_data(dP, p, -1, p.dtype)
+    dQ = torch.baddbmm(torch.empty(q.shape, dtype=Q.dtype, device=Q.device), dS, k, beta=0.0, alpha=scale)
+    dK = torch.baddbmm(torch.empty(k.shape, dtype=Q.dtype, device=Q.device), dS.transpose(-1, -2), q,
+                       beta=0.0, alpha=scale)
+    return dQ.reshape(Q.shape), dK.reshape(K.shape), dV.reshape(V.shape)

@@ -15,7 +15,7 @@ import logging
 import torch
 from tqdm import tqdm
 
-from minimodel import contract, symbolic, symbolic_backward
+from minimodel import attention_ref, contract, symbolic, symbolic_backward
 from minimodel.cpu import backward, bytecount
 
 log = logging.getLogger(__name__)
@@ -41,7 +41,7 @@ def inputs(scheme: str, n: int, d: int, dtype: str, random_seed: int = 0) -> tup
     gen = torch.Generator().manual_seed(random_seed)
     Q, K, V, dO = (torch.randn(n, d, generator=gen).to(getattr(torch, dtype)) for _ in range(4))
     if scheme == "naive":
-        return Q, K, V, backward.softmax_probabilities(Q, K), dO
+        return Q, K, V, attention_ref.softmax_probabilities(Q, K), dO
     O, lse = backward.forward_with_lse(Q, K, V)
     return Q, K, V, O, lse, dO
 
@@ -49,7 +49,7 @@ def inputs(scheme: str, n: int, d: int, dtype: str, random_seed: int = 0) -> tup
 def reference(scheme: str, block_r: int, block_c: int):
     """The reference of `scheme`, taking the tensors `inputs` makes."""
     if scheme == "naive":
-        return backward.attn_naive_backward
+        return attention_ref.attn_naive_backward
     return lambda Q, K, V, O, lse, dO: backward.attn_flash_backward_reference_cpu(Q, K, V, O, lse, dO,
                                                                                    block_r, block_c)
 

@@ -3,9 +3,11 @@ measured under Nsight Compute as the forward is, beside `minimodel.symbolic_back
 
 The points are the forward's (`hbm.plan`: N × d × causal × one head and many heads, batch 1,
 float16), each with `direction` = backward, for the model's two schemes:
-- naive: PyTorch's autograd backward of theory 02's naive attention (`attn_naive` with its softmax
-  in the input's dtype), the forward run first with the autograd graph kept, so P is stored by the
-  forward and read by the backward, as `symbolic_backward.naive_backward_transfers` counts;
+- naive: theory 02's naive backward (`attention_ref.attn_naive_backward`, one op per step as
+  autograd runs them) from P as the naive forward stores it, made before the profiled range, so P
+  is read by the backward as `symbolic_backward.naive_backward_transfers` counts. It runs on the
+  calling thread: autograd's own engine would launch the kernels from a thread of its own, outside
+  the profiled NVTX range, and ncu would profile none of them (seen on the H200);
 - flash: this project's Triton backward alone (`kernel.backward.backward_fn`: the forward's O and
   log-sum-exp saved before the profiled range), its preprocess, dK/dV kernel and dQ kernel: the
   model's separate dQ pass (`contract.DQ_SEPARATE_PASS`).
@@ -23,7 +25,7 @@ from __future__ import annotations
 import torch
 
 from minimodel import contract, symbolic, symbolic_backward
-from minimodel.attention_ref import attn_naive
+from minimodel.attention_ref import attn_naive_backward, softmax_probabilities
 from minimodel.kernel.backward import backward_fn, default_bwd_config
 
 DTYPE_BYTES = symbolic.DTYPE_BYTES["float16"]  # the stage's dtype (hbm.DTYPE)
@@ -78,17 +80,10 @@ def call(row: dict, q, k, v, generator):
     if row["impl"] == contract.FLASH_SCHEME:
         run = backward_fn(q, k, v, row["causal"], do=do)
         return lambda: run()[0]
-    leaves = [t.detach().requires_grad_() for t in (q, k, v)]
-    with torch.enable_grad():
-        o = attn_naive(*leaves, causal=row["causal"], fp32_softmax=False)
-
-    def naive():
-        for t in leaves:
-            t.grad = None
-        o.backward(do, retain_graph=True)  # the graph, P in it, kept for the next call
-        return leaves[0].grad
-
-    return naive
+    # theory 02's naive backward, one op per step on this thread (autograd would run it on a thread
+    # of its own, outside the profiled NVTX range), from P as the naive forward stores it
+    P = softmax_probabilities(q, k, causal=row["causal"])
+    return lambda: attn_naive_backward(q, k, v, P, do)[0]
 
 
 def flash_config(row: dict) -> tuple[int, int, dict]:
