@@ -70,7 +70,8 @@ def test_transposed_bnhd_layout_is_read_through_its_strides(gen, causal):
 
 
 @pytest.mark.parametrize("config", [BwdConfig(16, 64, 64, 16), BwdConfig(64, 64, 32, 32),
-                                    BwdConfig(16, 16, 16, 16), BwdConfig(32, 128, 128, 32)])
+                                    BwdConfig(16, 16, 16, 16), BwdConfig(32, 128, 128, 32),
+                                    BwdConfig(64, 128, 128, 64)])
 def test_any_valid_tiling_gives_the_same_gradients(gen, config):
     check(1, 2, 100, 32, True, gen=gen, H_kv=1, config=config)
 

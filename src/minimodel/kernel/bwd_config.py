@@ -48,9 +48,9 @@ class BwdConfig:
 # (`tools/bwd_bench.py --report`); timed on the H200 with tools/bwd_bench.py (notes/backward.md,
 # notes/tuning/bwd_*). Head dims not listed take the next larger one's row.
 HOPPER_CONFIGS = {
-    (64, False): BwdConfig(64, 128, 128, 64, 8, 2, 8, 2),
-    (64, True): BwdConfig(64, 128, 128, 64, 8, 2, 8, 2),
-    (128, False): BwdConfig(32, 128, 128, 32, 8, 2, 8, 2),
+    (64, False): BwdConfig(64, 128, 128, 64, 8, 3, 8, 3),
+    (64, True): BwdConfig(64, 128, 128, 64, 8, 3, 8, 3),
+    (128, False): BwdConfig(64, 128, 128, 64, 8, 3, 8, 3),
     (128, True): BwdConfig(32, 128, 128, 64, 8, 3, 8, 3),
     (256, False): BwdConfig(32, 32, 32, 32, 8, 1, 8, 1),
     (256, True): BwdConfig(32, 32, 32, 32, 8, 1, 8, 1),
