@@ -361,7 +361,7 @@ def test_lint_is_clean(workdir):
 
 
 def test_a_failing_sweep_fails_the_rule_and_keeps_its_table(workdir):
-    module = workdir / "src" / "minimodel" / "gpu" / "correctness.py"
+    module = workdir / "src" / "minimodel" / "correctness_rule.py"
     source = module.read_text()
     # a rule no result can meet: every case fails
     module.write_text(source.replace("TORCH_MULTIPLE = 2.0", "TORCH_MULTIPLE = -1.0")
