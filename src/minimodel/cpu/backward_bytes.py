@@ -9,16 +9,10 @@ dK and dV are split off (`grad_write_bytes`), as the consistent convention leave
 
 from __future__ import annotations
 
-import itertools
-import logging
-
 import torch
-from tqdm import tqdm
 
 from minimodel import attention_ref, contract, symbolic, symbolic_backward
 from minimodel.cpu import backward, bytecount
-
-log = logging.getLogger(__name__)
 
 SCHEMES = ("naive", "flash")
 # the flash reference's dQ accumulation, the model it is set beside
@@ -91,11 +85,5 @@ def measure(scheme: str, n: int, d: int, dtype: str, block_r: int = 64, block_c:
 def sweep(n_values, head_dims, dtypes, block_r=64, block_c=64, sram_bytes=bytecount.THEORY_SRAM_BYTES,
           profiler_max_n=0, random_seed=0, progress=None) -> list[dict]:
     """Every (scheme, N, d, dtype) of the CPU stage's backward, as a list of rows."""
-    points = list(itertools.product(SCHEMES, dtypes, head_dims, n_values))
-    rows = []
-    label = f"cpu backward bytes {', '.join(dtypes)}"
-    for scheme, dtype, d, n in tqdm(points, desc=label, file=progress, mininterval=2):
-        rows.append(measure(scheme, n, d, dtype, block_r, block_c, sram_bytes,
-                            with_profiler=n <= profiler_max_n, random_seed=random_seed))
-        log.info("backward %s N=%d d=%d %s: deviation %.3g", scheme, n, d, dtype, rows[-1]["deviation"])
-    return rows
+    return bytecount.measure_points(measure, SCHEMES, "cpu backward bytes", n_values, head_dims, dtypes,
+                                    block_r, block_c, sram_bytes, profiler_max_n, random_seed, progress)

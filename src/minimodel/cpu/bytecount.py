@@ -344,14 +344,22 @@ def memory_needed(n_values) -> dict[str, int]:
 def sweep(n_values, head_dims, dtypes, block_r=64, block_c=64, sram_bytes=THEORY_SRAM_BYTES,
           profiler_max_n=0, random_seed=0, progress=None):
     """Every (scheme, N, d, dtype) of the CPU stage, as a list of rows."""
-    points = list(itertools.product(("naive", "flash"), dtypes, head_dims, n_values))
+    return measure_points(measure, ("naive", "flash"), "cpu bytes", n_values, head_dims, dtypes, block_r,
+                          block_c, sram_bytes, profiler_max_n, random_seed, progress)
+
+
+def measure_points(measure_one, schemes, name: str, n_values, head_dims, dtypes, block_r, block_c,
+                   sram_bytes, profiler_max_n, random_seed, progress) -> list[dict]:
+    """`measure_one` (this module's `measure`, or the backward's) at every (scheme, dtype, d, N), in
+    that order, with a progress bar named `name` and the dtypes."""
+    points = list(itertools.product(schemes, dtypes, head_dims, n_values))
     rows = []
     # the dtypes in the label: the workflow runs one sweep per dtype side by side on one terminal
-    label = f"cpu bytes {', '.join(dtypes)}"
+    label = f"{name} {', '.join(dtypes)}"
     for scheme, dtype, d, n in tqdm(points, desc=label, file=progress, mininterval=2):
-        rows.append(measure(scheme, n, d, dtype, block_r, block_c, sram_bytes,
-                            with_profiler=n <= profiler_max_n, random_seed=random_seed))
-        log.info("%s N=%d d=%d %s: deviation %.3g", scheme, n, d, dtype, rows[-1]["deviation"])
+        rows.append(measure_one(scheme, n, d, dtype, block_r, block_c, sram_bytes,
+                                with_profiler=n <= profiler_max_n, random_seed=random_seed))
+        log.info("%s %s N=%d d=%d %s: deviation %.3g", name, scheme, n, d, dtype, rows[-1]["deviation"])
     return rows
 
 

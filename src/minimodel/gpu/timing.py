@@ -38,7 +38,13 @@ from minimodel.attention_ref import reference_attn
 from minimodel.contenders import builtin, registry
 from minimodel.contenders.run import SKIPPED, Child, TimingCase, failure_line, timing_inputs
 from minimodel.gpu import correctness, grids, timing_backward
-from minimodel.gpu.timing_rows import add_ratios, contender_skip_reason, empty_row, with_rates
+from minimodel.gpu.timing_rows import (
+    add_ratios,
+    contender_skip_reason,
+    empty_row,
+    failures_in_status,
+    with_rates,
+)
 from minimodel.kernel import default_config, flash_attn_forward, launch_config
 from minimodel.timers import bench_graph_ms, bench_ms, host_ms
 
@@ -135,7 +141,7 @@ def time_point(grid: str, B: int, H: int, N: int, d: int, causal: bool, impl_nam
         row = empty_row(point, name, flops)
         if name == contract.TRITON:  # which kernel flash_attn_forward chose, and its configuration
             row.update({"path": cfg.path, **{f"cfg_{key}": val for key, val in cfg.as_dict().items()}})
-        try:
+        with failures_in_status(row):
             if exact is not None:
                 ok, err = checked_run(fn, qs, ks, vs, exact, err_torch)
                 row.update(checked=ok, err_vs_fp64=err)
@@ -150,11 +156,6 @@ def time_point(grid: str, B: int, H: int, N: int, d: int, causal: bool, impl_nam
             except RuntimeError as err:  # not capturable: the eager time is all there is
                 log.warning("%s is not capturable in a CUDA graph (%s): eager time kept", name, err)
                 row["ms"], row["timing"] = row["eager_ms"], "eager"
-        except torch.OutOfMemoryError:
-            row["status"] = "out of memory"
-        except RuntimeError as err:  # a backend that does not support this shape
-            row["status"] = f"unsupported: {str(err).splitlines()[0][:160]}"
-        torch.cuda.empty_cache()
         rows.append(with_rates(row, ceilings))
     for child in contenders:
         rows.append(with_rates(time_contender(child, empty_row(point, child.contender.name, flops), exact,

@@ -32,7 +32,7 @@ from minimodel.contenders import builtin
 from minimodel.contenders.builtin import no_backward_reason
 from minimodel.contenders.run import SKIPPED, TimingCase, timing_inputs
 from minimodel.gpu import grads
-from minimodel.gpu.timing_rows import contender_skip_reason, empty_row, with_rates
+from minimodel.gpu.timing_rows import contender_skip_reason, empty_row, failures_in_status, with_rates
 from minimodel.kernel import attention, launch_config
 from minimodel.kernel.backward import backward_fn, default_bwd_config
 from minimodel.timers import autograd_call, measure
@@ -99,16 +99,11 @@ def time_point(grid: str, B: int, H: int, N: int, d: int, causal: bool, impl_nam
             row = empty_row(point, name, flops, direction)
             if name == contract.TRITON:  # the backward's kernel and tiles, and the forward's kernel
                 row.update(kernel)
-            try:
+            with failures_in_status(row):
                 result = measure(functools.partial(make_call, name, impls[name], q, k, v, do, causal,
                                                    direction), q, warmup_ms, rep_ms)
                 row.update({key: result[key] for key in ("ms", "eager_ms", "timing")})
                 check(row, result, exact, lowp)
-            except torch.OutOfMemoryError:
-                row["status"] = "out of memory"
-            except RuntimeError as err:  # a backend that does not support this shape
-                row["status"] = f"unsupported: {str(err).splitlines()[0][:160]}"
-            torch.cuda.empty_cache()
             rows.append(with_rates(row, ceilings))
         for child in contenders:
             row = empty_row(point, child.contender.name, flops, direction)

@@ -4,7 +4,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
+
+import torch
 
 from minimodel import contract
 from minimodel.contenders.builtin import not_run_reason
@@ -17,6 +20,20 @@ def empty_row(point: dict, impl: str, flops: float, direction: str = contract.FO
     return {**point, "impl": impl, "dtype": "float16", "flops": flops, "status": contract.OK,
             "checked": None, "err_vs_fp64": None, "ms": None, "eager_ms": None, "host_ms": None,
             "timing": None, "direction": direction}
+
+
+@contextlib.contextmanager
+def failures_in_status(row: dict):
+    """Time one implementation in the block: running out of memory, or a shape its backend does not
+    support, ends the block and says so in the row's status; the memory goes back after it."""
+    try:
+        yield
+    except torch.OutOfMemoryError:
+        row["status"] = "out of memory"
+    except RuntimeError as err:  # a backend that does not support this shape
+        row["status"] = f"unsupported: {str(err).splitlines()[0][:160]}"
+    finally:
+        torch.cuda.empty_cache()
 
 
 def with_rates(row: dict, ceilings: dict) -> dict:

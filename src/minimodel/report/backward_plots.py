@@ -12,7 +12,6 @@ where gpu/bytes/bytes.csv has measured backward rows, the GPU's DRAM reads besid
 
 from __future__ import annotations
 
-import numpy as np
 import pandas as pd
 import seaborn as sns
 from matplotlib.figure import Figure
@@ -144,16 +143,5 @@ def backward_tflops_vs_n(rows: pd.DataFrame, device: str):
                                   "rows on FlashAttention's grid: the backward was not timed on "
                                   f"{device or 'this machine'}.")
         return fig, data
-    data["implementation"] = data["impl"].map(plots._label)
-    data["mask"] = np.where(data["causal"].astype(bool), "causal", "not causal")
-    g = sns.relplot(data=data, x="N", y="tflops", hue="implementation", style="implementation",
-                    col="mask", row="d", kind="line", markers=True, height=3.3, aspect=1.3,
-                    hue_order=plots._order(data["impl"]))
-    for ax in g.axes.flat:
-        ax.set_xscale("log", base=2)
-    tokens = sorted(set(data["B"] * data["N"]))
-    g.set_axis_labels(f"sequence length N (batch·N = {', '.join(map(str, tokens))})",
-                      "TFLOP/s (2.5 × 4·B·H·N²·d, ½ if causal)")
-    g.set_titles("d = {row_name}, {col_name}")
-    g.figure.suptitle(f"Backward attention throughput (the gradient pass alone), fp16 — {device}", y=1.02)
-    return g.figure, data
+    return plots.tflops_facets(data, "2.5 × 4·B·H·N²·d, ½ if causal",
+                               f"Backward attention throughput (the gradient pass alone), fp16 — {device}")

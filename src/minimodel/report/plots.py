@@ -189,18 +189,24 @@ def _order(impls: pd.Series) -> list[str]:
 def tflops_vs_n(rows: pd.DataFrame, device: str):
     rows = contract.forward_rows(rows)  # the backward's: backward_plots.backward_tflops_vs_n
     data = rows[(rows["grid"] == FA_GRID) & rows["ms"].notna()].copy()
+    return tflops_facets(data, "4·B·H·N²·d, ½ if causal", f"Forward attention throughput, fp16 — {device}")
+
+
+def tflops_facets(data: pd.DataFrame, flops: str, title: str):
+    """TFLOP/s against N of FlashAttention's grid's timed rows `data`: one panel per head dim and
+    mask, one line per implementation; `flops` says how the FLOPs were counted. Returns (figure,
+    data with its legend columns)."""
     data["implementation"] = data["impl"].map(_label)
-    data["mask"] = np.where(data["causal"], "causal", "not causal")
+    data["mask"] = np.where(data["causal"].astype(bool), "causal", "not causal")
     g = sns.relplot(data=data, x="N", y="tflops", hue="implementation", style="implementation",
                     col="mask", row="d", kind="line", markers=True, height=3.3, aspect=1.3,
                     hue_order=_order(data["impl"]))
     for ax in g.axes.flat:
         ax.set_xscale("log", base=2)
     tokens = sorted(set(data["B"] * data["N"]))
-    g.set_axis_labels(f"sequence length N (batch·N = {', '.join(map(str, tokens))})",
-                      "TFLOP/s (4·B·H·N²·d, ½ if causal)")
+    g.set_axis_labels(f"sequence length N (batch·N = {', '.join(map(str, tokens))})", f"TFLOP/s ({flops})")
     g.set_titles("d = {row_name}, {col_name}")
-    g.figure.suptitle(f"Forward attention throughput, fp16 — {device}", y=1.02)
+    g.figure.suptitle(title, y=1.02)
     return g.figure, data
 
 
