@@ -193,9 +193,8 @@ def tflops_vs_n(rows: pd.DataFrame, device: str):
 
 
 def tflops_facets(data: pd.DataFrame, flops: str, title: str):
-    """TFLOP/s against N of FlashAttention's grid's timed rows `data`: one panel per head dim and
-    mask, one line per implementation; `flops` says how the FLOPs were counted. Returns (figure,
-    data with its legend columns)."""
+    """TFLOP/s against N of FlashAttention's grid's timed rows, a panel per head dim and mask, a
+    line per implementation; `flops`: how the FLOPs were counted."""
     data["implementation"] = data["impl"].map(_label)
     data["mask"] = np.where(data["causal"].astype(bool), "causal", "not causal")
     g = sns.relplot(data=data, x="N", y="tflops", hue="implementation", style="implementation",
