@@ -343,11 +343,15 @@ requires_hopper = pytest.mark.skipif(not _hopper(), reason="the Gluon kernel run
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("n, h_kv, layout", [(1, 2, "contiguous"), (77, 1, "contiguous"),
                                              (1000, 2, "bnhd"), (4096, 4, "contiguous")])
-def test_the_gluon_kernel_matches_float64(gen, d, causal, dtype, n, h_kv, layout):
+@pytest.mark.parametrize("tiles", ["shipped", "three consumers, 128 keys", "three consumers, 64 keys"])
+def test_the_gluon_kernel_matches_float64(gen, d, causal, dtype, n, h_kv, layout, tiles):
     from minimodel.kernel import launch_config
     from minimodel.kernel.config import gluon_config
 
-    cfg = gluon_config(d, causal)
+    three = dict(TMA=True, GLUON=True, CONSUMERS=3, PINGPONG=True)
+    cfg = {"shipped": gluon_config(d, causal),
+           "three consumers, 128 keys": FwdConfig(192, 128, 4, 2, **three),
+           "three consumers, 64 keys": FwdConfig(192, 64, 4, 2, **three)}[tiles]
     tdtype = getattr(torch, dtype)
 
     def rand(heads):
@@ -363,7 +367,8 @@ def test_the_gluon_kernel_matches_float64(gen, d, causal, dtype, n, h_kv, layout
     exact = reference_attn(q, k, v, causal=causal, upcast=True)
     torch_err = (reference_attn(q, k, v, causal=causal).double() - exact).abs().max().item()
     err = (out.double() - exact).abs().max().item()
-    print(f"gluon d={d} causal={causal} {dtype} N={n} H_kv={h_kv} {layout}: {err:.2e} torch {torch_err:.2e}")
+    print(f"gluon {tiles} d={d} causal={causal} {dtype} N={n} H_kv={h_kv} {layout}: {err:.2e} "
+          f"torch {torch_err:.2e}")
     assert not torch.isnan(out).any() and err <= correctness.tolerance(torch_err)
     tl_out, tl_lse = flash_attn_forward(q, k, v, causal=causal, return_lse=True,
                                         config=FwdConfig(64, 64, 4, 2))
@@ -386,3 +391,32 @@ def test_the_gluon_kernel_takes_a_huge_sm_scale_and_many_programs(gen):
     q, k, v = (torch.randn(2, 35_000, 40, 128, generator=gen).half().cuda() for _ in range(3))
     out = flash_attn_forward(q, k, v, causal=False, config=gluon_config(128, False))
     assert (out.double() - reference_attn(q, k, v, causal=False, upcast=True)).abs().max() < 2e-3
+
+
+def test_a_repeated_call_skips_the_checks_and_the_policy_and_gives_the_same_output(gen, monkeypatch):
+    q, k, v = (torch.randn(1, 2, 70, 32, generator=gen).half().to(DEVICE) for _ in range(3))
+    first = flash_attn_forward(q, k, v, causal=True)
+    policy_calls = []
+    real = flash.launch_config
+    monkeypatch.setattr(flash, "launch_config", lambda *a, **kw: policy_calls.append(a) or real(*a, **kw))
+    again = flash_attn_forward(q.clone(), k.clone(), v.clone(), causal=True)
+    assert policy_calls == []  # the same shapes, strides, dtypes and alignment: launched as before
+    torch.testing.assert_close(again, first, rtol=0, atol=0)
+    # what the first call was not: another causality, layout, address modulo 16 or dtype
+    flash_attn_forward(q, k, v, causal=False)
+    flash_attn_forward(q.transpose(1, 2).contiguous().transpose(1, 2), k, v, causal=True)
+    shifted = torch.empty(q.numel() + 1, dtype=q.dtype, device=DEVICE)[1:].view(q.shape).copy_(q)
+    out = flash_attn_forward(shifted, k, v, causal=True)
+    assert len(policy_calls) == 3
+    torch.testing.assert_close(out, first, rtol=0, atol=0)
+
+
+def test_a_repeated_call_is_refused_what_the_first_was_refused(gen):
+    q, k, v = (torch.randn(1, 2, 40, 32, generator=gen).half().to(DEVICE) for _ in range(3))
+    flash_attn_forward(q, k, v, causal=True)
+    with pytest.raises(ValueError, match="Q require grad"):
+        flash_attn_forward(q.requires_grad_(), k, v, causal=True)
+    with pytest.raises(ValueError, match="sm_scale must be a finite number"):
+        flash_attn_forward(q.detach(), k, v, causal=True, sm_scale=float("nan"))
+    with pytest.raises(TypeError, match="must be a torch.Tensor"):
+        flash_attn_forward(q.detach().cpu().numpy(), k, v, causal=True)

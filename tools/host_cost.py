@@ -2,9 +2,10 @@
 
     python tools/host_cost.py [--calls 2000]     # on a CUDA machine
 
-Prints the host cost per call (`timers.host_ms`) of the kernel and of cuDNN at every lab-grid
-point, then the cost of each step of `flash_attn_forward` at the smallest point (validation, the
-tile policy, the output's allocation, the launch), and the profile's top entries.
+Prints the host cost per call (`timers.host_ms`) of the kernel, of cuDNN and of FA4 (where it is
+installed) at every lab-grid point, then the cost of each step of `flash_attn_forward` at the
+smallest point (validation, the tile policy, the output's allocation, Triton's JIT launch, and the
+direct launch of the compiled kernel that a repeated call takes), and the profile's top entries.
 """
 
 from __future__ import annotations
@@ -40,24 +41,28 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=2000)
     args = parser.parse_args()
     B, H, d = 2, 4, 64
-    print("N causal | kernel host ms | cuDNN host ms")
+    others = [contract.SDPA_CUDNN] + ([] if builtin.unavailable(contract.FA4) else [contract.FA4])
+    print(f"N causal | host ms per call: {contract.TRITON} | {' | '.join(others)}")
     for n in (64, 256, 1024, 4096):
         for causal in (False, True):
             q, k, v = (torch.randn(B, H, n, d, device="cuda", dtype=torch.float16) for _ in "qkv")
             ours = host_ms(functools.partial(flash_attn_forward, q, k, v, causal=causal))
-            cudnn = host_ms(functools.partial(builtin.sdpa_cudnn, q, k, v, causal=causal))
-            print(f"{n} {causal} | {ours:.4f} | {cudnn:.4f}")
+            theirs = [host_ms(functools.partial(getattr(builtin, name), q, k, v, causal=causal))
+                      for name in others]
+            print(f"{n} {causal} | {ours:.4f} | {' | '.join(f'{t:.4f}' for t in theirs)}")
     q, k, v = (torch.randn(B, H, 64, d, device="cuda", dtype=torch.float16) for _ in "qkv")
     cfg = launch_config(q, k, v, False)
     o = torch.empty_like(q)
     kernel, grid, kwargs, options = flash.arguments(q, k, v, o, o, 0.18, cfg, False, False)
+    compiled = kernel[grid](**kwargs, **options)
     steps = {
         "whole call": lambda: flash_attn_forward(q, k, v, causal=False),
         "validate": lambda: flash._validate(q, k, v),
         "launch_config": lambda: launch_config(q, k, v, False),
         "torch.empty": lambda: torch.empty(q.shape, dtype=q.dtype, device=q.device),
         "arguments (descriptors)": lambda: flash.arguments(q, k, v, o, o, 0.18, cfg, False, False),
-        "kernel[grid] launch": lambda: kernel[grid](**kwargs, **options),
+        "kernel[grid] launch (JIT)": lambda: kernel[grid](**kwargs, **options),
+        "compiled kernel launched": lambda: flash._launch(q, k, v, o, o, 0.18, cfg, False, False, compiled),
         "cuDNN whole call": lambda: builtin.sdpa_cudnn(q, k, v, causal=False),
     }
     print(f"\npath {cfg.path}, config {cfg}")

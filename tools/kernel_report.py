@@ -4,6 +4,7 @@
     python tools/kernel_report.py --d 128 --config 128 128 8 4 --tma   # one config of your own
     python tools/kernel_report.py --d 64 --config 128 128 8 2 --tma --maxnreg 128
     python tools/kernel_report.py --d 64 --config 128 128 4 3 --gluon   # the Gluon kernel
+    python tools/kernel_report.py --d 64 --config 192 128 4 2 --gluon --consumers 3
     python tools/kernel_report.py --policy --arch 80       # every config the policy can pick on sm_80
 
 Each kernel of `minimodel.kernel.flash` is compiled for sm_90 (the H100/H200) exactly as a
@@ -195,6 +196,8 @@ def main(argv=None) -> int:
     parser.add_argument("--gluon", action="store_true",
                         help="with --config: the Gluon kernel for Hopper (two consumer warpgroups taking "
                              "turns, BLOCK_M rows split between them, STAGES K/V buffers)")
+    parser.add_argument("--consumers", type=int, default=2, choices=(2, 3),
+                        help="with --gluon: consumer warpgroups (three at 160 registers each)")
     parser.add_argument("--arch", type=int, default=90, choices=sorted(SMS),
                         help="compute capability to compile for (80 A100, 86/89 Ampere/Ada consumer and "
                              "L40S, 90 H100/H200)")
@@ -214,7 +217,8 @@ def main(argv=None) -> int:
             for n in args.n:
                 shape = grid_shape(n, d, args)
                 cfg = (policy.FwdConfig(*args.config, TMA=args.tma or args.gluon, MAXNREG=args.maxnreg,
-                                 GLUON=args.gluon, CONSUMERS=2 if args.gluon else 1, PINGPONG=args.gluon)
+                                        GLUON=args.gluon, CONSUMERS=args.consumers if args.gluon else 1,
+                                        PINGPONG=args.gluon)
                        if args.config else
                        policy.get_fwd_config(d, causal, "cuda", n, shape[0] * shape[1], args.sms, args.arch))
                 key = (cfg, d, causal)

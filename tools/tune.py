@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import itertools
 import sys
 from pathlib import Path
@@ -30,6 +31,7 @@ import torch
 
 import minimodel.entry  # noqa: F401 (first: compiled or interpreted is decided on import)
 from minimodel import contract
+from minimodel.contenders import builtin
 from minimodel.gpu import grids, timing
 from minimodel.kernel import FwdConfig, flash_attn_forward, launch_config
 from minimodel.provenance.io import write_csv
@@ -67,9 +69,9 @@ def parse_config(spec: str) -> FwdConfig:
             raise argparse.ArgumentTypeError(
                 f"{spec!r}: {part!r} is not one of {', '.join(options)} (a flag, or NAME=integer)")
         chosen[name] = int(value) if has_value else True
-    if sizes[0] % sizes[1]:
-        raise argparse.ArgumentTypeError(f"{spec!r}: BLOCK_M must be a multiple of BLOCK_N "
-                                         "(the causal diagonal falls in whole key tiles)")
+    if sizes[0] % sizes[1] and not chosen.get("GLUON"):
+        raise argparse.ArgumentTypeError(f"{spec!r}: BLOCK_M must be a multiple of BLOCK_N for the tl "
+                                         "kernel (the causal diagonal falls in whole key tiles)")
     return FwdConfig(*sizes, **chosen)
 
 
@@ -96,6 +98,7 @@ def tune_point(B, H, N, d, causal, configs, warmup_ms=25, rep_ms=100,
     flops = timing.attention_flops(B, H, N, d, causal)
     base = {"B": B, "H": H, "N": N, "d": d, "causal": causal}
     impls = timing.implementations(causal)
+    impls[contract.FA4] = functools.partial(builtin.fa4, causal=causal)
     rows = []
     for name in baselines:
         ms = bench(lambda fn=impls[name]: fn(q, k, v))
@@ -132,15 +135,17 @@ def run(points, configs, warmup_ms=25, rep_ms=100, progress=sys.stderr,
 
 
 def summarize(frame):
-    """Best config per point beside cuDNN and FA2, as ratios."""
+    """Best config per point beside cuDNN and FA2 (and FA4 where timed), as ratios."""
     key = ["d", "causal", "N"]
     tri = frame[frame.impl == contract.TRITON].dropna(subset=["tflops"])
     best = tri.loc[tri.groupby(key)["tflops"].idxmax()].set_index(key)
     ref = frame[frame.impl != contract.TRITON].pivot_table(index=key, columns="impl", values="tflops")
-    options = [c for c in ("TMA", "WARP_SPECIALIZE", "MAXNREG", "GLUON", "shipped") if c in best]
+    options = [c for c in ("TMA", "WARP_SPECIALIZE", "MAXNREG", "GLUON", "CONSUMERS", "shipped") if c in best]
     out = best[["BLOCK_M", "BLOCK_N", "num_warps", "num_stages", *options, "tflops"]].join(ref)
     out["vs_cudnn"] = out.tflops / out[contract.SDPA_CUDNN]
     out["vs_fa2"] = out.tflops / out[contract.SDPA_FLASH]
+    if contract.FA4 in out:
+        out["vs_fa4"] = out.tflops / out[contract.FA4]
     return pd.DataFrame(out)
 
 
@@ -174,6 +179,8 @@ def main(argv=None) -> int:
                              "naive PyTorch timed too")
     parser.add_argument("--graph", action="store_true",
                         help="time GPU time per call over CUDA-graph replays, not eager calls")
+    parser.add_argument("--fa4", action="store_true",
+                        help="time FlashAttention-4 (flash_attn.cute) beside the SDPA backends")
     args = parser.parse_args(argv)
     configs = candidate_configs(args.candidates or ([] if args.config else ["sweep"]), args.config)
     if not torch.cuda.is_available():
@@ -187,6 +194,11 @@ def main(argv=None) -> int:
         points = [(*grid_shape(n, d, args), causal)
                   for d in args.d for causal in (False, True) for n in args.n]
         baselines = (contract.SDPA_CUDNN, contract.SDPA_FLASH)
+    if args.fa4:
+        if builtin.unavailable(contract.FA4):
+            print(f"--fa4: {builtin.unavailable(contract.FA4)}", file=sys.stderr)
+            return 2
+        baselines += (contract.FA4,)
     args.out.mkdir(parents=True, exist_ok=True)
 
     def save(rows):  # after every point, so a run cut short keeps what it measured

@@ -16,6 +16,7 @@ before this module defines a kernel (`minimodel.entry`).
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import torch
 import triton
@@ -309,9 +310,24 @@ def _grid(N: int, batch_heads: int, block_m: int) -> tuple[int]:
     return (programs,)
 
 
-def arguments(Q, K, V, O, LSE, qk_scale: float, cfg: FwdConfig, causal: bool, store_lse: bool):
+class HostDescriptor(NamedTuple):
+    """What Triton's launcher reads of a host tensor descriptor (base, shape, strides, padding):
+    for a kernel already compiled it encodes the TMA descriptor from these alone, so the checks a
+    `TensorDescriptor` runs at construction (paid once, by the call that compiled) are not paid
+    again. Both kernels' direct launches pass these."""
+
+    base: torch.Tensor
+    shape: list
+    strides: list
+    padding: str = "zero"
+
+
+def arguments(Q, K, V, O, LSE, qk_scale: float, cfg: FwdConfig, causal: bool, store_lse: bool,
+              full: bool = True):
     """(kernel, grid, arguments in the kernel's order, launch options) of a tl-kernel call: what
-    `flash_attn_forward` launches, and what a compile for a GPU without one specializes on."""
+    `flash_attn_forward` launches, and what a compile for a GPU without one specializes on.
+    `full`: TMA tensors as `TensorDescriptor`s (what Triton's JIT needs), else `HostDescriptor`s
+    (what a direct launch of the compiled kernel needs)."""
     B, H, N, d = Q.shape
     common = dict(H=H, N=N, GROUP=H // K.shape[1], HEAD_DIM=d, BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N,
                   IS_CAUSAL=bool(causal), STORE_LSE=bool(store_lse), WARP_SPECIALIZE=cfg.WARP_SPECIALIZE)
@@ -322,6 +338,8 @@ def arguments(Q, K, V, O, LSE, qk_scale: float, cfg: FwdConfig, causal: bool, st
         from triton.tools.tensor_descriptor import TensorDescriptor
 
         def desc(t, rows):
+            if not full:
+                return HostDescriptor(t, list(t.shape), list(t.stride()))
             return TensorDescriptor(t, list(t.shape), list(t.stride()), [1, 1, rows, d])
 
         args = dict(desc_q=desc(Q, cfg.BLOCK_M), desc_k=desc(K, cfg.BLOCK_N), desc_v=desc(V, cfg.BLOCK_N),
@@ -331,6 +349,45 @@ def arguments(Q, K, V, O, LSE, qk_scale: float, cfg: FwdConfig, causal: bool, st
                for axis, stride in zip("bhnd", t.stride(), strict=True)}
     args = dict(Q=Q, K=K, V=V, O=O, LSE=LSE, qk_scale=qk_scale, **strides, **common)
     return _flash_fwd_kernel, grid, args, options
+
+
+class _Launch(NamedTuple):
+    """How a call ran: its configuration, and the tl kernel Triton compiled for it (None on the
+    Gluon path, which keeps its own, and under the interpreter, which compiles nothing)."""
+
+    cfg: FwdConfig
+    compiled: object
+
+
+# Calls made before, by everything their launch depends on (`_launch_key`). A repeat skips the
+# argument checks, the tile policy and Triton's argument binder, and launches the kernel compiled
+# for the first one directly: with equal devices, dtypes, shapes, strides and input addresses
+# modulo 16, every argument Triton specializes on is equal too (O and LSE are fresh allocations,
+# 16-byte aligned). Triton 3.6 spends most of a call's host time binding arguments
+# (notes/kernel.md). Emptied when it holds MAX_LAUNCHES shapes.
+_LAUNCHES: dict = {}
+MAX_LAUNCHES = 4096
+
+
+def _launch_key(Q, K, V, causal, return_lse, config) -> tuple:
+    return (Q.device, K.device, V.device, Q.dtype, K.dtype, V.dtype, Q.shape, K.shape, V.shape,
+            Q.stride(), K.stride(), V.stride(), Q.data_ptr() % 16, K.data_ptr() % 16, V.data_ptr() % 16,
+            bool(causal), bool(return_lse), config)
+
+
+def _launch(Q, K, V, O, LSE, qk_scale: float, cfg: FwdConfig, causal: bool, store_lse: bool,
+            compiled=None):
+    """Run the kernel for `cfg`; returns the tl kernel Triton compiled (None on the Gluon path)."""
+    if cfg.GLUON:
+        _hopper().launch(Q, K, V, O, LSE, qk_scale, cfg, causal, store_lse)
+        return None
+    if compiled is not None:
+        _, grid, args, _ = arguments(Q, K, V, O, LSE, qk_scale, cfg, causal, store_lse, full=False)
+        compiled[grid](*args.values())
+        return compiled
+    kernel, grid, args, options = arguments(Q, K, V, O, LSE, qk_scale, cfg, causal, store_lse)
+    compiled = kernel[grid](**args, **options)
+    return None if INTERPRETED else compiled
 
 
 def flash_attn_forward(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, causal: bool = True,
@@ -350,7 +407,16 @@ def flash_attn_forward(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, causal
     config: tile configuration; defaults to `get_fwd_config(d, causal, device, N, B·H, SMs)`.
     Returns O with Q's shape and dtype (contiguous), and LSE when asked.
     """
-    _validate(Q, K, V)
+    try:
+        key = _launch_key(Q, K, V, causal, return_lse, config)
+        seen = _LAUNCHES.get(key)
+    except (AttributeError, TypeError):  # not tensors, or an unhashable config: the checks say so
+        key = seen = None
+    if seen is not None and torch.is_grad_enabled() and (Q.requires_grad or K.requires_grad
+                                                          or V.requires_grad):
+        seen = None  # the checks refuse it
+    if seen is None:
+        _validate(Q, K, V)
     B, H, N, d = Q.shape
     scale = 1.0 / math.sqrt(d) if sm_scale is None else float(sm_scale)
     if not (math.isfinite(scale) and scale > 0):  # the kernel takes each row's maximum before scaling
@@ -360,11 +426,14 @@ def flash_attn_forward(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, causal
     LSE = torch.empty((B, H, N), dtype=torch.float32, device=Q.device) if return_lse else O
     if O.numel() == 0:
         return (O, LSE) if return_lse else O
+    if seen is not None:
+        _launch(Q, K, V, O, LSE, scale * LOG2E, seen.cfg, causal, return_lse, seen.compiled)
+        return (O, LSE) if return_lse else O
     cfg = launch_config(Q, K, V, causal, config)
     _grid(N, B * H, cfg.BLOCK_M)  # one launch must hold every program
-    if cfg.GLUON:
-        _hopper().launch(Q, K, V, O, LSE, scale * LOG2E, cfg, causal, return_lse)
-    else:
-        kernel, grid, args, options = arguments(Q, K, V, O, LSE, scale * LOG2E, cfg, causal, return_lse)
-        kernel[grid](**args, **options)
+    compiled = _launch(Q, K, V, O, LSE, scale * LOG2E, cfg, causal, return_lse)
+    if key is not None:
+        if len(_LAUNCHES) >= MAX_LAUNCHES:
+            _LAUNCHES.clear()
+        _LAUNCHES[key] = _Launch(cfg, compiled)
     return (O, LSE) if return_lse else O

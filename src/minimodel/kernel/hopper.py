@@ -23,7 +23,6 @@ capability 9.0 will run it, or by tools that compile it for sm_90 on the CPU.
 from __future__ import annotations
 
 import functools
-from typing import NamedTuple
 
 import torch
 import triton
@@ -39,7 +38,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from minimodel.kernel.config import GLUON_HEAD_DIMS
-from minimodel.kernel.flash import LN2
+from minimodel.kernel.flash import LN2, HostDescriptor
 
 
 @gluon.jit
@@ -263,22 +262,36 @@ def _flash_fwd_hopper(q_desc, k_desc, v_desc, o_desc, lse_ptr, qk_scale, H, N, G
 
     smem = (q_smem, k_smem, v_smem)
     bars = (q_ready, k_ready, v_ready, k_empty, v_empty, turns)
-    gl.static_assert(CONSUMERS == 2, "the kernel is written for two consumer warpgroups")
-    gl.warp_specialize([
-        (_load, (q_desc, k_desc, v_desc, smem, bars, b, h, h_kv, pid_m, N, CONSUMERS, BLOCK_N, STAGES,
-                 IS_CAUSAL)),
-        (_consume, (smem, bars, o_desc, lse_ptr, b, h, pid_m, pid_bh, N, qk_scale, 0, CONSUMERS, BLOCK_M,
+    gl.static_assert((CONSUMERS == 2) | (CONSUMERS == 3), "the kernel has two or three consumer warpgroups")
+    # a JITFunction cannot be held in a variable inside the kernel: each count of consumers has
+    # its own list
+    if CONSUMERS == 2:
+        gl.warp_specialize([
+            (_load, (q_desc, k_desc, v_desc, smem, bars, b, h, h_kv, pid_m, N, CONSUMERS, BLOCK_N, STAGES,
+                     IS_CAUSAL)),
+            (_consume, (smem, bars, o_desc, lse_ptr, b, h, pid_m, pid_bh, N, qk_scale, 0, CONSUMERS, BLOCK_M,
                     BLOCK_N, HEAD_DIM, STAGES, IS_CAUSAL, PINGPONG, STORE_LSE)),
-        (_consume, (smem, bars, o_desc, lse_ptr, b, h, pid_m, pid_bh, N, qk_scale, 1, CONSUMERS, BLOCK_M,
+            (_consume, (smem, bars, o_desc, lse_ptr, b, h, pid_m, pid_bh, N, qk_scale, 1, CONSUMERS, BLOCK_M,
                     BLOCK_N, HEAD_DIM, STAGES, IS_CAUSAL, PINGPONG, STORE_LSE)),
-    ], [4, 4], [CONSUMER_REGS, CONSUMER_REGS])
-
+        ], [4, 4], [CONSUMER_REGS, CONSUMER_REGS])
+    else:
+        gl.warp_specialize([
+            (_load, (q_desc, k_desc, v_desc, smem, bars, b, h, h_kv, pid_m, N, CONSUMERS, BLOCK_N, STAGES,
+                     IS_CAUSAL)),
+            (_consume, (smem, bars, o_desc, lse_ptr, b, h, pid_m, pid_bh, N, qk_scale, 0, CONSUMERS, BLOCK_M,
+                    BLOCK_N, HEAD_DIM, STAGES, IS_CAUSAL, PINGPONG, STORE_LSE)),
+            (_consume, (smem, bars, o_desc, lse_ptr, b, h, pid_m, pid_bh, N, qk_scale, 1, CONSUMERS, BLOCK_M,
+                    BLOCK_N, HEAD_DIM, STAGES, IS_CAUSAL, PINGPONG, STORE_LSE)),
+            (_consume, (smem, bars, o_desc, lse_ptr, b, h, pid_m, pid_bh, N, qk_scale, 2, CONSUMERS, BLOCK_M,
+                    BLOCK_N, HEAD_DIM, STAGES, IS_CAUSAL, PINGPONG, STORE_LSE)),
+        ], [4, 4, 4], [CONSUMER_REGS, CONSUMER_REGS, CONSUMER_REGS])
 
 
 _GL_DTYPES = {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16}
-# registers per consumer thread after setmaxnreg (the producer's warpgroup gives its share away):
-# 2 · 128 · 240 + 128 · 24 fits the multiprocessor's 65,536
-CONSUMER_REGS = 240
+# registers per consumer thread after setmaxnreg, by the number of consumer warpgroups (the
+# producer's warpgroup gives its share away): 2 · 128 · 240 + 128 · 24 and 3 · 128 · 160 + 128 · 32
+# both fit the multiprocessor's 65,536
+CONSUMER_REGS = {2: 240, 3: 160}
 
 
 def supports(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor) -> bool:
@@ -301,28 +314,17 @@ def _shared_layout(rows: int, d: int, dtype: torch.dtype):
     return gl.NVMMASharedLayout.get_default_for([1, 1, rows, d], _GL_DTYPES[dtype])
 
 
-class _HostDescriptor(NamedTuple):
-    """What Triton's launcher reads of a host descriptor (base, shape, strides, padding): for a
-    kernel already compiled, it encodes the TMA descriptor from these alone, so the checks a
-    `TensorDescriptor` runs at construction (done once in `supports`) are not paid again."""
-
-    base: torch.Tensor
-    shape: list
-    strides: list
-    padding: str = "zero"
-
-
 def _descriptor(t: torch.Tensor, rows: int, full: bool = True):
     """A 4-D (B, H, N, d) descriptor: rows past N of a head read as zeros, never the next head's.
 
     A size-1 dimension's stride is never stepped along; it is given one TMA accepts. `full`: a
-    `TensorDescriptor` (what compiling needs), else the launcher's `_HostDescriptor`.
+    `TensorDescriptor` (what compiling needs), else the launcher's `HostDescriptor`.
     """
     d = t.shape[-1]
     strides = [s if n > 1 else d * t.shape[-2] for n, s in zip(t.shape, t.stride(), strict=True)]
     strides[-1] = 1
     if not full:
-        return _HostDescriptor(t, list(t.shape), strides)
+        return HostDescriptor(t, list(t.shape), strides)
     return TensorDescriptor(t, list(t.shape), strides, [1, 1, rows, d], _shared_layout(rows, d, t.dtype))
 
 
@@ -337,7 +339,7 @@ def arguments(Q, K, V, O, LSE, qk_scale: float, cfg, causal: bool, store_lse: bo
         lse_ptr=LSE, qk_scale=qk_scale, H=H, N=N, GROUP=H // K.shape[1],
         HEAD_DIM=d, BLOCK_M=rows, BLOCK_N=cfg.BLOCK_N, CONSUMERS=cfg.CONSUMERS, STAGES=cfg.num_stages,
         IS_CAUSAL=bool(causal), PINGPONG=cfg.PINGPONG, STORE_LSE=bool(store_lse),
-        CONSUMER_REGS=CONSUMER_REGS,
+        CONSUMER_REGS=CONSUMER_REGS[cfg.CONSUMERS],
     )
     return (triton.cdiv(N, cfg.BLOCK_M) * B * H, 1, 1), args, {"num_warps": 4}
 
