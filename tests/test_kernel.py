@@ -223,7 +223,7 @@ def test_rows_past_2_31_elements_are_addressed_in_64_bits(gen, tma, causal):
 def test_grid_puts_every_program_on_one_axis():
     from minimodel.kernel.flash import MAX_PROGRAMS, _grid
 
-    assert _grid(1000, 70_000, 64) == (16 * 70_000,)  # B·H past the y axis' 65,535
+    assert _grid(1000, 70_000, 64) == (16 * 70_000, 1, 1)  # B·H past the y axis' 65,535
     with pytest.raises(ValueError, match=f"at most {MAX_PROGRAMS}"):
         _grid(2**20, 2**20, 64)
 
@@ -420,3 +420,30 @@ def test_a_repeated_call_is_refused_what_the_first_was_refused(gen):
         flash_attn_forward(q.detach(), k, v, causal=True, sm_scale=float("nan"))
     with pytest.raises(TypeError, match="must be a torch.Tensor"):
         flash_attn_forward(q.detach().cpu().numpy(), k, v, causal=True)
+
+
+@pytest.mark.parametrize("tma", [False, True])
+def test_the_direct_launch_passes_a_compiled_kernel_what_it_takes(gen, tma):
+    # a compiled kernel's runner takes a three-dimensional grid and every argument, constexprs
+    # included, in the kernel's order (what Triton's JIT binds by name)
+    seen = []
+
+    class Compiled:
+        def __getitem__(self, grid):
+            return lambda *args: seen.append((grid, args))
+
+    q, k, v = (torch.randn(1, 2, 70, 32, generator=gen).half().to(DEVICE) for _ in range(3))
+    o = torch.empty_like(q)
+    cfg = FwdConfig(64, 64, 4, 1, TMA=tma)
+    flash._launch(q, k, v, o, o, 0.25, cfg, True, False, Compiled())
+    kernel, grid, args, _ = flash.arguments(q, k, v, o, o, 0.25, cfg, True, False)
+    [(launched_grid, launched)] = seen
+    assert list(args) == kernel.arg_names
+    assert len(launched_grid) == 3 and launched_grid == grid
+    assert len(launched) == len(args)
+    for name, value, direct in zip(args, args.values(), launched, strict=True):
+        if tma and name.startswith("desc_"):  # what the launcher reads of a descriptor
+            assert (direct.base, direct.shape, direct.strides, direct.padding) == (
+                value.base, value.shape, value.strides, value.padding), name
+        else:
+            assert direct is value or direct == value, name

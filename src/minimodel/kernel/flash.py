@@ -301,13 +301,14 @@ def _validate(Q, K, V) -> None:
                          "minimodel.kernel.attention, which autograd differentiates")
 
 
-def _grid(N: int, batch_heads: int, block_m: int) -> tuple[int]:
-    """One program per (query tile, batch·head), all on the grid's x axis (see `_program_ids`)."""
+def _grid(N: int, batch_heads: int, block_m: int) -> tuple[int, int, int]:
+    """One program per (query tile, batch·head), all on the grid's x axis (see `_program_ids`).
+    Three dimensions, as a compiled kernel's direct launch takes them (Triton's JIT takes any)."""
     programs = triton.cdiv(N, block_m) * batch_heads
     if programs > MAX_PROGRAMS:
         raise ValueError(f"B·H·⌈N/BLOCK_M⌉ = {batch_heads}·⌈{N}/{block_m}⌉ = {programs} programs; "
                          f"one launch holds at most {MAX_PROGRAMS}: split the batch")
-    return (programs,)
+    return (programs, 1, 1)
 
 
 class HostDescriptor(NamedTuple):
