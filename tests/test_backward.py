@@ -194,7 +194,7 @@ def test_every_launch_puts_its_programs_on_one_grid_axis():
     lse = torch.empty(1, 70_000, 100)
     cfg = BwdConfig(32, 64, 64, 32)
     launches = arguments(big, small, small, big, lse, big, big, small, small, lse, 0.25, cfg, True)
-    assert [grid for _, grid, _, _ in launches] == [(2 * 70_000,), (2 * 7_000,), (2 * 70_000,)]
+    assert [grid for _, grid, _, _ in launches] == [(2 * 70_000, 1, 1), (2 * 7_000, 1, 1), (2 * 70_000, 1, 1)]
 
 
 def test_config_rules():

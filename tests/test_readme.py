@@ -26,7 +26,8 @@ def test_readme_headline_block_is_the_reference_s():
 
 def test_headline_numbers_are_the_timing_table_s():
     rows = pd.read_csv(REFERENCE / contract.TIMING)
-    fa = rows[(rows["grid"] == contract.FLASHATTENTION_GRID) & (rows["impl"] == contract.SDPA_CUDNN)]
+    fa = rows[(rows["grid"] == contract.FLASHATTENTION_GRID) & (rows["impl"] == contract.SDPA_CUDNN)
+              & (rows["direction"] == contract.FORWARD)]  # the headline is the forward's
     ratio = fa["triton_speedup_over_this"]
     geomean = np.exp(np.log(ratio).mean())
     line = next(x for x in headline.table(REFERENCE).splitlines() if f"`{contract.SDPA_CUDNN}`" in x
@@ -95,3 +96,30 @@ def test_readme_links_point_to_files():
     assert links
     missing = [link for link in links if not (ROOT / link).exists() and link not in added_elsewhere]
     assert not missing
+
+
+def test_the_headline_counts_the_forward_and_the_gradients_apart():
+    cases = pd.read_csv(REFERENCE / contract.CORRECTNESS)
+    lines = headline.table(REFERENCE).splitlines()
+
+    def count(rows):
+        ran = rows[~rows["skipped"].astype(bool)]
+        skipped = f" ({len(rows) - len(ran)} skipped)" if len(rows) > len(ran) else ""
+        return f"{int(ran['passed'].astype(bool).sum())} of {len(ran)}{skipped}"
+
+    for direction, label in ((contract.FORWARD, "contenders, the same rule"),
+                             (contract.BACKWARD, "contenders' gradients, the same rule")):
+        line = next(x for x in lines if label in x)
+        rows = cases[cases["direction"] == direction]
+        for impl in set(rows["impl"]) - {contract.TRITON}:
+            mine = rows[rows["impl"] == impl]
+            if mine["skipped"].astype(bool).all():  # no case ran: not listed
+                assert f"`{impl}`" not in line, line
+            else:
+                assert f"`{impl}` {count(mine)}" in line, (impl, line)
+    timing = pd.read_csv(REFERENCE / contract.TIMING)
+    fa2 = timing[(timing["grid"] == contract.FLASHATTENTION_GRID) & (timing["impl"] == contract.SDPA_FLASH)
+                 & (timing["direction"] == contract.BACKWARD) & (timing["status"] == contract.OK)]
+    ratio = fa2["triton_speedup_over_this"]
+    line = next(x for x in lines if f"backward: the kernel's speed over `{contract.SDPA_FLASH}`" in x)
+    assert f"{np.exp(np.log(ratio).mean()):.2f}× geometric mean, {ratio.min():.2f}–{ratio.max():.2f}×" in line

@@ -31,16 +31,15 @@ from minimodel.kernel.config import (
     sm_count,
     tl_config,
 )
+from minimodel.kernel.inputs import BF16_INTERPRETER_REASON as BF16_INTERPRETER_REASON
+from minimodel.kernel.inputs import INTERPRETED
+from minimodel.kernel.inputs import SUPPORTED_DTYPES as SUPPORTED_DTYPES
+from minimodel.kernel.inputs import SUPPORTED_HEAD_DIMS as SUPPORTED_HEAD_DIMS
+from minimodel.kernel.inputs import validate as _validate
 
-SUPPORTED_HEAD_DIMS = (16, 32, 64, 128, 256)
-SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
 LOG2E = 1.4426950408889634  # log2(e): exp(x) = exp2(x·log2 e)
 LN2 = tl.constexpr(0.6931471805599453)  # ln(2): ln(x) = log2(x)·ln 2, in the kernels (this one and hopper's)
 MAX_PROGRAMS = 2**31 - 1  # a CUDA grid's x dimension; the kernel's one launch axis
-BF16_INTERPRETER_REASON = "tl.dot on bf16 operands is wrong under Triton's interpreter (3.6)"
-
-# Triton decided when this module's kernels were defined (a run sets the switch before importing).
-INTERPRETED = triton.knobs.runtime.interpret
 
 
 @triton.jit
@@ -260,45 +259,6 @@ def launch_config(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, causal: boo
         return cfg
     tma_hardware = Q.device.type == "cpu" or device_arch(Q.device) >= HOPPER  # the interpreter has it
     return cfg if tma_hardware and _tma_ok(Q, K, V) else portable_config(Q.shape[-1])
-
-
-def _validate(Q, K, V) -> None:
-    for name, t in (("Q", Q), ("K", K), ("V", V)):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-        if t.dim() != 4:
-            raise ValueError(f"{name} must have rank 4 (B, H, N, d), got shape {tuple(t.shape)}")
-        if t.dtype not in SUPPORTED_DTYPES:
-            raise TypeError(f"{name} has dtype {t.dtype}; accepted: torch.float16, torch.bfloat16")
-    if not Q.dtype == K.dtype == V.dtype:
-        raise TypeError(f"Q, K, V must share one dtype, got {Q.dtype}, {K.dtype}, {V.dtype}")
-    B, H, N, d = Q.shape
-    if K.shape != V.shape:
-        raise ValueError(f"K and V must have the same shape, got {tuple(K.shape)} and {tuple(V.shape)}")
-    Bk, Hk, Nk, dk = K.shape
-    if (Bk, Nk, dk) != (B, N, d):
-        raise ValueError(f"K and V must be (B, H_kv, N, d) = ({B}, H_kv, {N}, {d}) to match Q "
-                         f"{tuple(Q.shape)}, got {tuple(K.shape)}")
-    if (Hk == 0 and H != 0) or (Hk and H % Hk):
-        raise ValueError(f"Q's heads ({H}) must be a multiple of K/V's heads ({Hk})")
-    if d not in SUPPORTED_HEAD_DIMS:
-        raise ValueError(f"head dim {d} is not supported; accepted: {SUPPORTED_HEAD_DIMS}")
-    if not Q.device == K.device == V.device:
-        raise ValueError(f"Q, K, V must be on one device, got {Q.device}, {K.device}, {V.device}")
-    if Q.device.type == "cpu" and not INTERPRETED:
-        raise ValueError("CPU tensors need Triton's interpreter: set TRITON_INTERPRET=1 before "
-                         "importing triton, or pass CUDA tensors")
-    if Q.device.type not in ("cuda", "cpu"):
-        raise ValueError(f"device {Q.device} is not supported; accepted: cuda, or cpu under "
-                         "TRITON_INTERPRET=1")
-    if INTERPRETED and Q.dtype == torch.bfloat16:
-        raise TypeError(f"bfloat16 is refused under Triton's interpreter: {BF16_INTERPRETER_REASON}; "
-                        "accepted there: torch.float16 (bfloat16 runs on a CUDA device)")
-    if torch.is_grad_enabled() and any(t.requires_grad for t in (Q, K, V)):
-        names = ", ".join(n for n, t in (("Q", Q), ("K", K), ("V", V)) if t.requires_grad)
-        raise ValueError(f"{names} require grad, but this kernel is forward-only (no backward "
-                         "pass): call it under torch.no_grad() or pass detached tensors, or take "
-                         "minimodel.kernel.attention, which autograd differentiates")
 
 
 def _grid(N: int, batch_heads: int, block_m: int) -> tuple[int, int, int]:

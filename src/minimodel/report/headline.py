@@ -60,7 +60,7 @@ def read_run(run: Path) -> dict:
         raise HeadlineError(f"{run} has no GPU timing ({contract.TIMING_SUMMARY} names no device): "
                             "the headline numbers come from a GPU run")
     return {"correctness": json.loads((run / contract.CORRECTNESS_SUMMARY).read_text()),
-            "timing": timing, "timing_rows": contract.forward_rows(pd.read_csv(run / contract.TIMING)),
+            "timing": timing, "every_timing_row": pd.read_csv(run / contract.TIMING),
             "gpu_bytes": contract.forward_rows(pd.read_csv(run / contract.GPU_BYTES)),
             "gpu_bytes_summary": json.loads((run / contract.GPU_BYTES_SUMMARY).read_text()),
             "manifest": reading.load_manifest(run / contract.manifest("gpu_timing"))}
@@ -98,21 +98,37 @@ def grids_line(rows: pd.DataFrame) -> str:
             "each causal and not.")
 
 
-def correctness_rows(cases: pd.DataFrame, timing_rows: pd.DataFrame) -> list[tuple[str, str]]:
-    """The kernel's cases passed, and each contender's (the results README's counts)."""
-    kernel = cases[cases["impl"] == contract.TRITON] if "impl" in cases else cases
-    ran = kernel[~kernel["skipped"].astype(bool)]
+def _count(rows: pd.DataFrame) -> str:
+    """`passed of run` cases, and how many were skipped (a case an implementation does not take)."""
+    ran = rows[~rows["skipped"].astype(bool)]
+    skipped = len(rows) - len(ran)
     passed = int(ran["passed"].astype(bool).sum())
-    kinds = [*dict.fromkeys(ran["dtype"]), *("causal" if c else "not causal"
-                                             for c in sorted(set(ran["causal"].astype(bool))))]
-    rows = [("correctness: the kernel against float64",
-             f"{passed} of {len(kernel)} cases pass ({', '.join(kinds)})")]
-    others = [c for c in results_readme.contenders(cases, timing_rows)
-              if c["passed"] + c["failed"] + c["skipped"]]  # timed, not in the correctness sweep: none
-    if others:
-        rows.append(("correctness: contenders, the same rule",
-                     ", ".join(f"`{c['name']}` {c['passed']} of {c['passed'] + c['failed'] + c['skipped']}"
-                               for c in others)))
+    return f"{passed} of {len(ran)}" + (f" ({skipped} skipped)" if skipped else "")
+
+
+def correctness_rows(cases: pd.DataFrame, timing_rows: pd.DataFrame) -> list[tuple[str, str]]:
+    """The kernel's cases passed, and each contender's (the results README's counts): the forward's,
+    then the gradients' where the run checked them."""
+    rows = []
+    for direction, kernel_is, contenders_are in ((contract.FORWARD, "the kernel", "contenders"),
+                                                 (contract.BACKWARD, "the kernel's gradients",
+                                                  "contenders' gradients")):
+        this = (contract.forward_rows(cases) if direction == contract.FORWARD
+                else cases[cases.get("direction", pd.Series(index=cases.index, dtype=str)) == direction])
+        if this.empty:
+            continue
+        kernel = this[this["impl"] == contract.TRITON] if "impl" in this else this
+        ran = kernel[~kernel["skipped"].astype(bool)]
+        kinds = [*dict.fromkeys(ran["dtype"]), *("causal" if c else "not causal"
+                                                 for c in sorted(set(ran["causal"].astype(bool))))]
+        rows.append((f"correctness: {kernel_is} against float64",
+                     f"{_count(kernel)} cases pass ({', '.join(kinds)})"))
+        others = [c for c in results_readme.contenders(this, timing_rows)
+                  if c["passed"] + c["failed"]]  # timed, not in the correctness sweep, or all skipped: none
+        if others:
+            counts = (_count(this[this["impl"] == c["name"]]) for c in others)
+            rows.append((f"correctness: {contenders_are}, the same rule",
+                         ", ".join(f"`{c['name']}` {n}" for c, n in zip(others, counts, strict=True))))
     return rows
 
 
@@ -154,6 +170,19 @@ def speed_rows(rows: pd.DataFrame) -> list[tuple[str, str]]:
     return out
 
 
+def backward_speed_rows(rows: pd.DataFrame) -> list[tuple[str, str]]:
+    """The backward's (the gradient pass alone) speed over each implementation that ran it, on
+    FlashAttention's grid, closest first."""
+    if "direction" not in rows:
+        return []
+    fa = rows[(rows["direction"] == contract.BACKWARD) & (rows["status"] == contract.OK)
+              & (rows["grid"] == contract.FLASHATTENTION_GRID) & (rows["impl"] != contract.TRITON)]
+    ratios = fa.dropna(subset=["triton_speedup_over_this"]).groupby("impl")["triton_speedup_over_this"]
+    return [(f"FlashAttention's grid, backward: the kernel's speed over `{impl}`",
+             f"{_geomean(r):.2f}× geometric mean, {_span(r)} over {len(r)} points")
+            for impl, r in sorted(ratios, key=lambda item: _geomean(item[1]))]
+
+
 def dram_rows(table: pd.DataFrame, summary: dict) -> list[tuple[str, str]]:
     """DRAM reads against the model and against Q, K and V read once (the results README's)."""
     found = results_readme.gpu_bytes_answers(table, summary)
@@ -176,10 +205,12 @@ def table(run: str | Path, name: str | None = None) -> str:
     run = Path(run)
     data = read_run(run)
     cases = pd.DataFrame(data["correctness"]["cases_detail"])
-    rows = (correctness_rows(cases, data["timing_rows"]) + speed_rows(data["timing_rows"])
+    every = data["every_timing_row"]
+    forward = contract.forward_rows(every)
+    rows = (correctness_rows(cases, forward) + speed_rows(forward) + backward_speed_rows(every)
             + dram_rows(data["gpu_bytes"], data["gpu_bytes_summary"]))
     lines = [machine_line(name or run.as_posix(), data["manifest"], data["timing"]),
-             grids_line(data["timing_rows"]), "", "| measure | result |", "|---|---|"]
+             grids_line(forward), "", "| measure | result |", "|---|---|"]
     lines += [f"| {what} | {value} |" for what, value in rows]
     return "\n".join(lines) + "\n"
 

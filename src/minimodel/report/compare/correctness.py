@@ -23,13 +23,24 @@ READS = (contract.CORRECTNESS,)
 TOLERANCES: dict[str, float] = {}  # a verdict, equal or not
 
 
+# What names one case: its shape, K/V heads (grouped-query cases share N and d with others) and
+# layout; a table from before the grouped-query cases or the layouts has one value of each.
+KEYS = ["impl", "B", "H", "H_kv", "N", "d", "causal", "dtype", "layout"]
+DEFAULTS = {"H_kv": lambda frame: frame["H"], "layout": lambda frame: "contiguous"}
+
+
 def compare(run: Path, ref: Path) -> list[dict]:
-    keys = ["impl", "B", "H", "N", "d", "causal", "dtype"]
-    columns = keys + ["backend", "skipped", "reason", "passed", "err_kernel_vs_fp64"]
+    keys = KEYS
+    columns = [k for k in keys if k not in DEFAULTS] + ["backend", "skipped", "reason", "passed",
+                                                          "err_kernel_vs_fp64"]
     a, b = (runs.table(folder, contract.CORRECTNESS, columns) for folder in (run, ref))
     if a is None or b is None:
         return [row(NAME, contract.CORRECTNESS, "table", None, None,
                     verdict=NOT_COMPARABLE, reason="missing in one run")]
+    for frame in (a, b):
+        for column, default in DEFAULTS.items():
+            if column not in frame:
+                frame[column] = default(frame)
     backends = (sorted(set(a["backend"])), sorted(set(b["backend"])))
     if backends[0] != backends[1]:
         return [row(NAME, "every case", "backend", ", ".join(backends[0]), ", ".join(backends[1]),
@@ -40,7 +51,13 @@ def compare(run: Path, ref: Path) -> list[dict]:
 
 
 def judge(a, b, direction: str, keys: list[str]) -> list[dict]:
-    """One pass's cases: each verdict (or skip) equal in both runs."""
+    """One pass's cases: each verdict (or skip) equal in both runs. Each case is one row of each
+    table: a key naming two would pair every row of one with every row of the other."""
+    for frame, which in ((a, "run"), (b, "reference")):
+        repeated = frame[frame.duplicated(keys, keep=False)]
+        if len(repeated):
+            raise runs.RunError(f"{contract.CORRECTNESS} of the {which}: {len(repeated)} rows share their "
+                                f"case ({', '.join(keys)}), first {repeated.iloc[0][keys].to_dict()}")
     rows = only_in(NAME, set(map(tuple, a[keys].values)), set(map(tuple, b[keys].values)))
     for _, r in a.merge(b, on=keys, suffixes=("_run", "_ref")).iterrows():
         label = label_direction(direction) + ", ".join(f"{k}={r[k]}" for k in keys)
