@@ -16,6 +16,8 @@ from minimodel.symbolic import B_c, B_r, N, d, dtype_bytes
 
 RMW, SEPARATE = contract.DQ_READ_MODIFY_WRITE, contract.DQ_SEPARATE_PASS
 BWD, FWD_BWD = contract.BACKWARD, contract.FWD_BWD
+REFERENCE = project.root() / "results" / "reference" / "nvidia-h200"
+DATA = project.root() / "tests" / "data"
 
 
 # ---- stage 1: the closed forms ----------------------------------------------------------------
@@ -124,8 +126,17 @@ def _rule_table(cfg):
                       symbolic_backward.byte_table(*grid)], ignore_index=True)
 
 
+def _forward_only(reference: pd.DataFrame) -> pd.DataFrame:
+    """A committed table's forward rows without `direction` and the backward's own columns (those
+    every forward row leaves empty)."""
+    forward = contract.forward_rows(reference)
+    backward_only = [c for c in reference.columns if forward[c].isna().all()]
+    return forward.drop(columns=["direction", *backward_only])
+
+
 def test_todays_forward_rows_are_the_committed_references_exactly():
-    reference = project.root() / "results" / "reference" / "nvidia-h200" / contract.SYMBOLIC_BYTES
+    """tests/data/pre_backward_symbolic_bytes.csv is symbolic/bytes.csv of the H200 reference run
+    of commit b11c757, made before the backward existed."""
     table = _rule_table(load_config()["symbolic"])
     assert set(table.direction) == set(contract.DIRECTIONS)
     forward = contract.forward_rows(table).drop(columns=["direction", "dq_accumulation"])
@@ -133,22 +144,33 @@ def test_todays_forward_rows_are_the_committed_references_exactly():
     assert (table.direction.iloc[:len(forward)] == contract.FORWARD).all()
     written = io.StringIO()
     forward.to_csv(written, index=False)
-    assert written.getvalue() == reference.read_text()
+    assert written.getvalue() == (DATA / "pre_backward_symbolic_bytes.csv").read_text()
+    # the committed reference's forward rows are today's, but for the columns of the backward
+    committed = pd.read_csv(REFERENCE / contract.SYMBOLIC_BYTES, float_precision="round_trip")
+    assert list(committed.columns) == list(table.columns)
+    committed_forward = io.StringIO()
+    _forward_only(committed).to_csv(committed_forward, index=False)
+    assert committed_forward.getvalue() == written.getvalue()
 
 
 def test_the_forward_cpu_rows_are_the_committed_references_but_for_direction():
-    reference = pd.read_csv(project.root() / "results" / "reference" / "nvidia-h200" / contract.CPU_BYTES)
+    """tests/data/pre_backward_cpu_bytes.csv is cpu/bytes.csv of the H200 reference run of commit
+    b11c757, made before the backward existed."""
     rows = pd.DataFrame([bytecount.measure(s, n, 64, t) for s in ("naive", "flash") for n in (256, 512)
                          for t in ("float32", "float16")])
     assert set(rows.direction) == {contract.FORWARD}
-    # the profiler's columns are this machine's, the rest is counted and must be the same
-    columns = [c for c in reference.columns if not c.startswith(("bytes_profiler", "profiler_"))]
-    assert list(rows.drop(columns="direction").columns) == list(reference.columns)
     keys = ["scheme", "N", "d", "dtype"]
-    merged = rows[columns].merge(reference[columns], on=keys, suffixes=("", "_ref"))
-    assert len(merged) == len(rows)
-    for c in set(columns) - set(keys):
-        assert (merged[c] == merged[c + "_ref"]).all(), c
+    pre_backward = pd.read_csv(DATA / "pre_backward_cpu_bytes.csv")
+    committed = pd.read_csv(REFERENCE / contract.CPU_BYTES)
+    measured = rows.drop(columns="direction")
+    for reference in (pre_backward, _forward_only(committed)):
+        assert list(measured.columns) == list(reference.columns)
+        # the profiler's columns are this machine's, the rest is counted and must be the same
+        columns = [c for c in reference.columns if not c.startswith(("bytes_profiler", "profiler_"))]
+        merged = measured[columns].merge(reference[columns], on=keys, suffixes=("", "_ref"))
+        assert len(merged) == len(rows)
+        for c in set(columns) - set(keys):
+            assert (merged[c] == merged[c + "_ref"]).all(), c
 
 
 def test_a_table_without_direction_is_all_forward():

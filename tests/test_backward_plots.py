@@ -13,7 +13,7 @@ REF = Path(__file__).resolve().parents[1] / "results" / "reference" / "nvidia-h2
 
 def backward_timing() -> pd.DataFrame:
     """The reference's forward timing rows, and the same points as backward rows (tflops halved)."""
-    rows = pd.read_csv(REF / contract.TIMING).assign(direction=contract.FORWARD)
+    rows = contract.forward_rows(pd.read_csv(REF / contract.TIMING))
     return pd.concat([rows, rows.assign(direction=contract.BACKWARD, tflops=rows["tflops"] / 2)],
                      ignore_index=True)
 
@@ -31,7 +31,8 @@ def test_backward_throughput_draws_every_implementation_timed_backward_and_only_
 
 
 def test_backward_throughput_without_backward_rows_says_so():
-    for rows in (pd.read_csv(REF / contract.TIMING),  # a run made before the backward
+    before = contract.forward_rows(pd.read_csv(REF / contract.TIMING)).drop(columns="direction")
+    for rows in (before,  # a run made before the backward: no direction column
                  backward_timing().query("direction == 'forward'")):
         fig, data = backward_plots.backward_tflops_vs_n(rows, "H200")
         assert data.empty
@@ -42,7 +43,7 @@ def test_backward_bytes_draw_the_gpu_dram_reads_beside_the_models_where_measured
     grid = [256, 512, 1024], [64], [(64, 64)], ["float32"]
     sym = pd.concat([symbolic.byte_table(*grid), symbolic_backward.byte_table(*grid)], ignore_index=True)
     cpu = pd.DataFrame(backward_bytes.sweep([256, 512], [64], ["float32"]))
-    gpu = pd.read_csv(REF / contract.GPU_BYTES).assign(direction=contract.FORWARD)
+    gpu = contract.forward_rows(pd.read_csv(REF / contract.GPU_BYTES))
     backward = gpu[gpu["impl"].isin([contract.NAIVE_SCHEME, contract.FLASH_SCHEME])].assign(
         direction=contract.BACKWARD, dram_read_bytes=lambda f: f["dram_read_bytes"] * 3)
     table = pd.concat([gpu, backward], ignore_index=True)

@@ -83,7 +83,7 @@ def test_the_recomputation_pays_from_the_first_n_after_which_the_saved_bytes_tim
 def test_the_backward_timing_is_the_tables_geometric_means(symbolic_table, tmp_path):
     """Synthetic backward rows: the reference's forward timings as the backward's, SDPA flash's
     1.3 × slower at every point and cuDNN's 0.8 ×, no FA4 row."""
-    rows = pd.read_csv(REF / contract.TIMING, float_precision="round_trip")
+    rows = contract.forward_rows(pd.read_csv(REF / contract.TIMING, float_precision="round_trip"))
     point = ["grid", "B", "H", "N", "d", "causal"]
     kernel_ms = rows[rows["impl"] == contract.TRITON][[*point, "ms"]].rename(columns={"ms": "kernel_ms"})
     backward = rows[rows["impl"].isin([contract.TRITON, contract.SDPA_FLASH, contract.SDPA_CUDNN])].merge(
@@ -104,6 +104,11 @@ def test_the_backward_timing_is_the_tables_geometric_means(symbolic_table, tmp_p
     assert f"- sdpa_cudnn: 0.80× over {points} points" in section
     assert "- fa4: not timed in this run" in section
     # the forward's answers read the forward's rows only: as without the backward rows
-    plain = results_readme.collect(ref_paths(symbolic=symbolic_table))
+    forward_only = tmp_path / "forward_timing.csv"
+    rows.to_csv(forward_only, index=False)
+    plain = results_readme.collect(ref_paths(symbolic=symbolic_table, timing_table=forward_only))
     assert numbers["gpu"] == plain["gpu"] and numbers["contenders"] == plain["contenders"]
     assert plain["backward"]["timing"]["why"].startswith("this run timed no backward")
+    # and as with the reference's own backward and forward + backward rows
+    reference = results_readme.collect(ref_paths(symbolic=symbolic_table))
+    assert reference["gpu"] == plain["gpu"] and reference["contenders"] == plain["contenders"]

@@ -10,6 +10,7 @@ import pytest
 from minimodel import contract
 from minimodel.provenance import io, manifest
 from minimodel.report import compare, runs
+from minimodel.report.compare.rows import label_direction
 
 REFERENCE = Path(__file__).resolve().parents[1] / "results" / "reference" / "nvidia-h200"
 
@@ -73,7 +74,8 @@ def test_profiler_bytes_within_their_tolerance_agree(run):
 def test_a_timing_ratio_is_judged_by_its_grids_band(run):
     def slower_kernel(factor, grid):
         def edit(f):
-            rows = (f["impl"] == "triton") & (f["grid"] == grid) & (f["N"] == 4096) & (f["d"] == 64)
+            rows = ((f["impl"] == "triton") & (f["grid"] == grid) & (f["N"] == 4096) & (f["d"] == 64)
+                    & (f["direction"] == contract.FORWARD))
             f.loc[rows, "ms"] *= factor
         return edit
 
@@ -97,10 +99,12 @@ def test_a_contender_timed_in_both_runs_is_compared_by_its_ratio(run, tmp_path):
     other = tmp_path / "other"
     shutil.copytree(run, other)
     table, verdict = compare.compare_runs(run, other)
-    assert verdict["verdict"] == "agree" and "kernel/mine" in set(table["metric"])
+    per_pass = {"kernel/mine"} | {f"kernel/mine ({d})" for d in (contract.BACKWARD, contract.FWD_BWD)}
+    assert verdict["verdict"] == "agree" and per_pass <= set(table["metric"])
 
-    def slower_mine(f):
-        rows = (f["impl"] == "mine") & (f["grid"] == "flashattention") & (f["N"] == 4096) & (f["d"] == 64)
+    def slower_mine(f):  # its forward only: each pass's ratio is judged on its own
+        rows = ((f["impl"] == "mine") & (f["grid"] == "flashattention") & (f["N"] == 4096) & (f["d"] == 64)
+                & (f["direction"] == contract.FORWARD))
         f.loc[rows, "ms"] *= 1.08
 
     edit_csv(other / "gpu/timing/timing.csv", slower_mine)
@@ -116,9 +120,13 @@ def test_a_contender_timed_in_one_run_only_is_said_not_compared(run, tmp_path):
     vouch(timing)
     table, verdict = compare.compare_runs(run, REFERENCE)
     said = table[(table["part"] == "timing") & (table["verdict"] == "not comparable")]
-    points = frame[frame["impl"] == "sdpa_cudnn"]["status"].eq("ok").sum()
-    assert f"{points} points" in set(said["item"]) and verdict["verdict"] == "agree"
-    assert any(r.startswith("only in the run: a grid point or contender") for r in said["reason"])
+    only = said[said["reason"].str.startswith("only in the run: a grid point or contender")]
+    # each pass says its own points: the contender's timed ones (as cuDNN's) in that pass
+    cudnn = contract.with_direction(frame[frame["impl"] == "sdpa_cudnn"])
+    points = {d: cudnn.loc[cudnn["direction"] == d, "status"].eq("ok").sum() for d in contract.DIRECTIONS}
+    assert sorted(only["item"]) == sorted(f"{label_direction(d)}{n} points" for d, n in points.items() if n)
+    assert sum(points.values()) > 0
+    assert verdict["verdict"] == "agree"
 
 
 def test_another_gpu_or_none_is_not_comparable_and_not_a_failure(run):
@@ -312,12 +320,56 @@ def test_each_part_reads_what_it_declares_and_together_what_the_contract_lists(m
 
 
 def test_gpu_bytes_older_seed_column_is_read_as_input_seed(run):
-    """The committed reference's gpu/bytes/bytes.csv names each point's input seed `seed`."""
+    """An older run's gpu/bytes/bytes.csv names each point's input seed `seed`."""
     committed = pd.read_csv(REFERENCE / contract.GPU_BYTES)
-    read = runs.table(REFERENCE, contract.GPU_BYTES, ["input_seed", "status"])
-    assert "seed" not in read.columns and read["input_seed"].equals(committed["seed"])
+    edit_csv(run / contract.GPU_BYTES, lambda f: f.rename(columns={"input_seed": "seed"}, inplace=True))
+    read = runs.table(run, contract.GPU_BYTES, ["input_seed", "status"])
+    assert "seed" not in read.columns and read["input_seed"].equals(committed["input_seed"])
+    assert compare.compare_runs(run, REFERENCE)[1]["verdict"] == "agree"
     edit_csv(run / contract.GPU_BYTES, lambda f: f.insert(0, "input_seed", f["seed"] + 7))  # both: kept
     both = runs.table(run, contract.GPU_BYTES, ["input_seed", "seed"])
-    assert both["input_seed"].equals(committed["seed"] + 7) and both["seed"].equals(committed["seed"])
+    seeds = committed["input_seed"]
+    assert both["input_seed"].equals(seeds + 7) and both["seed"].equals(seeds)
     edit_csv(run / contract.CPU_BYTES, lambda f: f.insert(0, "seed", 0))  # another table's: not renamed
     assert "input_seed" not in runs.table(run, contract.CPU_BYTES, ["seed"]).columns
+
+
+def test_a_grouped_query_case_is_judged_against_its_own_case(run):
+    # the grouped-query cases share N and d with the sweep's others: only H_kv tells them apart
+    def fail_one_grouped(frame):
+        grouped = frame.index[(frame["H_kv"] < frame["H"]) & (frame["impl"] == contract.TRITON)
+                              & (frame["direction"] == contract.FORWARD)]
+        frame.loc[grouped[0], "passed"] = False
+
+    edit_csv(run / "gpu/correctness/correctness.csv", fail_one_grouped)
+    table, verdict = compare.compare_runs(run, REFERENCE)
+    bad = table[table["verdict"] == "disagree"]
+    assert len(bad) == 1 and "H_kv=1" in bad.iloc[0]["item"], bad.to_dict("records")
+
+
+def test_a_reference_from_before_the_grouped_query_cases_reads_as_h_kv_equal_to_h(run, tmp_path):
+    older = tmp_path / "older"
+    shutil.copytree(REFERENCE, older)
+    edit_csv(older / "gpu/correctness/correctness.csv",
+             lambda f: f.drop(f.index[f["H_kv"] < f["H"]], inplace=True) or f.drop(
+                 columns=["H_kv", "layout"], inplace=True))
+    table, verdict = compare.compare_runs(run, older)
+    assert verdict["verdict"] == "agree", verdict["disagreements"]
+    part = table[table["part"] == "correctness"]
+    assert (part["verdict"] == "agree").sum() > 0
+
+
+def test_two_rows_of_one_case_are_refused_not_paired(run):
+    edit_csv(run / "gpu/correctness/correctness.csv",
+             lambda f: f.loc.__setitem__((1, ["impl", "B", "H", "H_kv", "N", "d", "causal", "dtype", "layout",
+                                              "direction"]),
+                                         f.loc[0, ["impl", "B", "H", "H_kv", "N", "d", "causal", "dtype",
+                                                   "layout", "direction"]].values))
+    with pytest.raises(runs.RunError, match="rows share their key"):
+        compare.compare_runs(run, REFERENCE)
+
+
+def test_two_rows_of_one_point_of_an_exact_table_are_refused_not_paired(run):
+    edit_csv(run / "symbolic/bytes.csv", lambda f: f.loc.__setitem__(len(f), f.loc[0].values))
+    with pytest.raises(runs.RunError, match="symbolic/bytes.csv of the run: 2 rows share their key"):
+        compare.compare_runs(run, REFERENCE)

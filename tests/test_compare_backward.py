@@ -3,6 +3,7 @@ without the column is all forward; a pass one run lacks is not comparable, with 
 
 import json
 import shutil
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -11,54 +12,61 @@ from test_compare import REFERENCE, edit_csv, vouch
 from minimodel import contract, symbolic, symbolic_backward
 from minimodel.provenance import io
 from minimodel.report import compare
+from minimodel.report.compare.symbolic import READS as SYMBOLIC_READS
+
+TABLES = (contract.SYMBOLIC_BYTES, contract.CPU_BYTES, contract.CORRECTNESS, contract.TIMING,
+          contract.GPU_BYTES)
+PARTS = dict(zip(("symbolic", "cpu bytes", "correctness", "timing", "gpu bytes"), TABLES, strict=True))
+DATA = Path(__file__).resolve().parent / "data"
 
 
 @pytest.fixture
 def run(tmp_path):
-    """A copy of the committed H200 run (made before the backward), to be edited."""
+    """A copy of the committed H200 run (its forward's rows and the backward's), to be edited."""
     folder = tmp_path / "run"
     shutil.copytree(REFERENCE, folder)
     return folder
 
 
-def with_backward(frame: pd.DataFrame, **backward) -> pd.DataFrame:
-    """The table's rows marked forward, and a copy of them as the backward's rows (`backward` set)."""
-    frame = frame.assign(direction=contract.FORWARD)
-    return pd.concat([frame, frame.assign(direction=contract.BACKWARD, **backward)], ignore_index=True)
+def forward_only(folder: Path) -> Path:
+    """`folder`'s tables as a run without the backward writes them: the forward's rows alone, without
+    `direction` and the backward's own columns (those every forward row leaves empty)."""
+    for name in TABLES:
+        frame = pd.read_csv(folder / name, float_precision="round_trip")
+        forward = contract.forward_rows(frame)
+        backward_only = [c for c in frame.columns if forward[c].isna().all()]
+        forward.drop(columns=["direction", *backward_only]).to_csv(folder / name, index=False)
+        vouch(folder / name)
+    return folder
 
 
-def add_backward(folder, name, **backward):
-    path = folder / name
-    path.write_text(with_backward(pd.read_csv(path), **backward).to_csv(index=False))
-    vouch(path)
-
-
-def test_a_pass_one_run_lacks_is_not_comparable_and_the_forward_is_judged_as_before(run):
-    """A table without `direction` is all forward: the reference (made before the backward)
-    against a run whose tables have the column and backward rows."""
-    _, before = compare.compare_runs(run, REFERENCE)
-    for name in (contract.SYMBOLIC_BYTES, contract.CPU_BYTES, contract.CORRECTNESS, contract.TIMING,
-                 contract.GPU_BYTES):  # the column added as text: every other byte as it was
-        lines = (run / name).read_text().splitlines(keepends=True)
+def test_a_pass_one_run_lacks_is_not_comparable_and_the_forward_is_judged_as_before(tmp_path):
+    """A table without `direction` is all forward: a reference whose tables have neither the column
+    nor backward rows against a run whose tables have the column, then against the committed run."""
+    older = forward_only(shutil.copytree(REFERENCE, tmp_path / "older"))
+    plain = shutil.copytree(older, tmp_path / "plain")
+    _, before = compare.compare_runs(plain, older)
+    for name in TABLES:  # the column added as text: every other byte as it was
+        lines = (plain / name).read_text().splitlines(keepends=True)
         body = "".join(f"{contract.FORWARD},{line}" for line in lines[1:])
-        (run / name).write_text("direction," + lines[0] + body)
-        vouch(run / name)
-    table, verdict = compare.compare_runs(run, REFERENCE)
+        (plain / name).write_text("direction," + lines[0] + body)
+        vouch(plain / name)
+    table, verdict = compare.compare_runs(plain, older)
     assert verdict["verdict"] == "agree" and verdict["parts"] == before["parts"]
     assert not table["item"].str.contains("forward").any()  # the forward's items as before
-    for name in (contract.CPU_BYTES, contract.CORRECTNESS, contract.TIMING, contract.GPU_BYTES):
-        add_backward(run, name, **({"dq_accumulation": contract.DQ_SEPARATE_PASS}
-                                   if name == contract.CPU_BYTES else {}))
-    _, verdict = compare.compare_runs(run, REFERENCE)
+    # the committed run: these forward rows, and the other passes' rows the reference lacks
+    _, verdict = compare.compare_runs(REFERENCE, older)
     assert verdict["verdict"] == "agree"
-    said = ("backward rows only in the run: the reference has none (a run made before the backward, "
-            "or one that did not run them)")
-    for part in ("cpu bytes", "correctness", "timing", "gpu bytes"):
+    for part, name in PARTS.items():
+        passes = set(pd.read_csv(REFERENCE / name)["direction"]) - {contract.FORWARD}
         counts, then = verdict["parts"][part], before["parts"][part]
-        assert counts.get("agree") == then.get("agree"), part
-        assert counts["not comparable"] == then.get("not comparable", 0) + 1, part
-        assert said in verdict["not_comparable"][part], part
-    _, verdict = compare.compare_runs(REFERENCE, run)
+        assert passes and counts.get("agree") == then.get("agree"), part
+        assert counts["not comparable"] == then.get("not comparable", 0) + len(passes), part
+        for direction in passes:
+            said = (f"{direction} rows only in the run: the reference has none (a run made before the "
+                    f"backward, or one that did not run them)")
+            assert said in verdict["not_comparable"][part], (part, direction)
+    _, verdict = compare.compare_runs(older, REFERENCE)
     reasons = verdict["not_comparable"]["timing"]
     assert any(r.startswith("backward rows only in the reference") for r in reasons)
 
@@ -66,9 +74,6 @@ def test_a_pass_one_run_lacks_is_not_comparable_and_the_forward_is_judged_as_bef
 def test_the_backward_rows_are_judged_per_pass(run, tmp_path):
     """Backward rows in both runs: a count that moved, a ratio out of its band, a verdict that
     differs, DRAM bytes out of their tolerance are each a disagreement of the backward's row."""
-    for name in (contract.CPU_BYTES, contract.TIMING, contract.CORRECTNESS, contract.GPU_BYTES):
-        add_backward(run, name, **({"dq_accumulation": contract.DQ_SEPARATE_PASS}
-                                   if name == contract.CPU_BYTES else {}))
     other = tmp_path / "other"
     shutil.copytree(run, other)
     assert compare.compare_runs(run, other)[1]["verdict"] == "agree"
@@ -106,27 +111,37 @@ def test_the_backward_rows_are_judged_per_pass(run, tmp_path):
     assert len(bad[bad["part"] == "gpu bytes"]) == 1 and len(bad[bad["part"] == "cpu bytes"]) == 1
 
 
-def test_a_fresh_symbolic_table_agrees_with_the_reference_and_says_what_it_adds(run):
+def test_a_fresh_symbolic_table_agrees_with_the_reference_and_says_what_it_adds(run, tmp_path):
     """Today's symbolic table (forward, backward, forward + backward rows) made with the reference's
-    parameters: its forward rows agree exactly, its other passes are said not comparable, and a
-    backward row that moved is a disagreement of that pass."""
+    parameters: every row agrees exactly with the committed reference's; against the one made before
+    the backward (tests/data/pre_backward_symbolic_bytes.csv, the H200 reference run of commit
+    b11c757) its forward rows agree exactly and its other passes are said not comparable; a backward
+    row that moved is a disagreement of that pass."""
     cfg = json.loads((REFERENCE / contract.manifest("symbolic")).read_text())["params"]["cfg"]
     grid = cfg["n"], cfg["head_dims"], cfg["tiles"], cfg["dtypes"]
     table = pd.concat([symbolic.byte_table(*grid, schemes=symbolic.SCHEMES),
                        symbolic_backward.byte_table(*grid)], ignore_index=True)
     io.write_csv(run / contract.SYMBOLIC_BYTES, table)
     io.write_csv(run / contract.SYMBOLIC_BACKWARD_FORMULAS, symbolic_backward.formulas_table())
-    owner = run / contract.manifest("symbolic")
-    m = json.loads(owner.read_text())  # the rule today also writes the backward's closed forms
-    m["outputs"].append({**m["outputs"][0], "path": m["outputs"][0]["path"].replace(
-        "bytes.csv", "backward_formulas.csv")})
-    owner.write_text(json.dumps(m))
     for name in (contract.SYMBOLIC_BYTES, contract.SYMBOLIC_BACKWARD_FORMULAS):
         vouch(run / name)
+    texts = len(SYMBOLIC_READS) - 1  # every closed form, the backward's too, and lab 01's table
     rows, verdict = compare.compare_runs(run, REFERENCE)
     part = rows[rows["part"] == "symbolic"]
+    assert verdict["verdict"] == "agree" and set(part["verdict"]) == {"agree"}
+    assert len(part) == len(table) + texts
+    older = shutil.copytree(REFERENCE, tmp_path / "older")  # its symbolic stage before the backward
+    shutil.copy(DATA / "pre_backward_symbolic_bytes.csv", older / contract.SYMBOLIC_BYTES)
+    (older / contract.SYMBOLIC_BACKWARD_FORMULAS).unlink()
+    owner = older / contract.manifest("symbolic")
+    m = json.loads(owner.read_text())
+    m["outputs"] = [o for o in m["outputs"] if not o["path"].endswith(contract.SYMBOLIC_BACKWARD_FORMULAS)]
+    owner.write_text(json.dumps(m))
+    vouch(older / contract.SYMBOLIC_BYTES)
+    rows, verdict = compare.compare_runs(run, older)
+    part = rows[rows["part"] == "symbolic"]
     assert verdict["verdict"] == "agree" and "disagree" not in set(part["verdict"])
-    assert (part["verdict"] == "agree").sum() == len(contract.forward_rows(table)) + 2  # + 2 texts
+    assert (part["verdict"] == "agree").sum() == len(contract.forward_rows(table)) + texts - 1
     reasons = verdict["not_comparable"]["symbolic"]
     assert {r.split(":")[0] for r in reasons} == {  # the backward's closed forms: missing in the reference
         "backward rows only in the run", "fwd+bwd rows only in the run", "missing in one run"}

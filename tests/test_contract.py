@@ -52,23 +52,40 @@ def test_the_committed_reference_reads_in_the_contracts_names():
     symbolic = pd.read_csv(REFERENCE / contract.SYMBOLIC_BYTES)
     assert set(symbolic["convention"]) == set(contract.CONVENTIONS)
     correctness = pd.read_csv(REFERENCE / contract.CORRECTNESS)
-    assert set(correctness["group"]) == {contract.LAB_CASES, contract.AWKWARD_CASES, contract.HEAD_DIM_CASES}
+    assert set(correctness["group"]) == {contract.LAB_CASES, contract.AWKWARD_CASES, contract.HEAD_DIM_CASES,
+                                         contract.GQA_CASES}
+    # the grouped-query group is the cases whose K and V have fewer heads than Q, and only those
+    assert (correctness["group"] == contract.GQA_CASES).equals(correctness["H_kv"] < correctness["H"])
     assert correctness["impl"].notna().all()  # every case names its implementation
     gpu_bytes = pd.read_csv(REFERENCE / contract.GPU_BYTES)
     assert {"model_lab_bytes", "model_consistent_bytes"} <= set(gpu_bytes.columns)
     assert set(gpu_bytes["status"]) == {contract.MEASURED}
 
 
-def test_the_committed_reference_says_the_old_word_only_for_gpu_bytes_input_seed():
-    """Its one older name, gpu/bytes/bytes.csv's `seed` column (today's input_seed), is read in
-    today's name by report.runs.RENAMED_COLUMNS; no other table, summary or text says the old word."""
+def _old_word_lines(folder: Path) -> list[tuple[str, int]]:
+    """(file, line) wherever a table, summary or text of a run says the old word on its own."""
     word = re.compile(rf"(?<![A-Za-z_]){OLD}(?![A-Za-z])")  # not random_seed nor input_seed
     hits = []
-    for path in sorted(REFERENCE.rglob("*")):
+    for path in sorted(folder.rglob("*")):
         if path.suffix in (".csv", ".json", ".txt") and path.name != contract.MANIFEST \
-                and contract.LOGS not in path.parts:
+                and contract.LOGS not in path.relative_to(folder).parts:
             lines = path.read_text().splitlines()
-            hits += [(path.relative_to(REFERENCE).as_posix(), i) for i, line in enumerate(lines)
+            hits += [(path.relative_to(folder).as_posix(), i) for i, line in enumerate(lines)
                      if word.search(line)]
-    assert hits == [(contract.GPU_BYTES, 0)]  # the header only
-    assert OLD in pd.read_csv(REFERENCE / contract.GPU_BYTES).columns
+    return hits
+
+
+def test_the_committed_reference_says_the_old_word_nowhere(tmp_path):
+    """No table, summary or text of the committed reference says the old word; an older run's one
+    older name, gpu/bytes/bytes.csv's `seed` column (today's input_seed), is read in today's name
+    by report.runs.RENAMED_COLUMNS."""
+    from minimodel.report import runs
+
+    assert _old_word_lines(REFERENCE) == []
+    committed = pd.read_csv(REFERENCE / contract.GPU_BYTES)
+    older = tmp_path / contract.GPU_BYTES
+    older.parent.mkdir(parents=True)
+    committed.rename(columns={"input_seed": OLD}).to_csv(older, index=False)
+    assert _old_word_lines(tmp_path) == [(contract.GPU_BYTES, 0)]  # the header only
+    read = runs.table(tmp_path, contract.GPU_BYTES, ["input_seed"])
+    assert OLD not in read.columns and read["input_seed"].equals(committed["input_seed"])

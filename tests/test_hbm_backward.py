@@ -41,9 +41,10 @@ def test_the_forwards_rows_are_those_of_the_committed_reference():
     ref = pd.read_csv(REF / contract.GPU_BYTES, float_precision="round_trip")
     contenders = [Contender(name, "m:f") for name in params["cfg"]["contenders"]]
     planned = pd.DataFrame(hbm.planned_rows(params["cfg"], params["l2_bytes"], hbm.NO_CUDA, contenders))
-    planned["seed"] = params["random_seed"] + planned.index
-    forward = planned[planned["direction"] == contract.FORWARD].reset_index(drop=True)
-    columns = [*POINT, "impl", "dtype", "device_bytes", "seed"]
+    planned["input_seed"] = params["random_seed"] + planned.index
+    forward = contract.forward_rows(planned).reset_index(drop=True)
+    ref = contract.forward_rows(ref).reset_index(drop=True)
+    columns = [*POINT, "impl", "dtype", "device_bytes", "input_seed"]
     pd.testing.assert_frame_equal(forward[columns], ref[columns], check_dtype=False)
     naive = forward["impl"] == "naive"
     model = ["model_read_bytes", "model_write_bytes", "model_lab_bytes", "model_consistent_bytes",

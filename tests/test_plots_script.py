@@ -52,24 +52,29 @@ def test_a_figure_the_script_has_no_arguments_for_is_refused(tmp_path, monkeypat
 
 
 def test_the_forward_figures_are_byte_identical_with_backward_rows_beside(tmp_path, monkeypatch):
-    """The tables with a `direction` column and backward rows added (copies of the forward's, so
-    that a figure reading them would change) draw the forward's figures byte for byte as before."""
+    """The reference's forward rows as a run made before the backward wrote them (no `direction`
+    column), then with a `direction` column and backward rows added (copies of the forward's, so
+    that a figure reading them would change), then the reference as committed (its own backward and
+    forward + backward rows): each draws the forward's figures byte for byte the same."""
     import pandas as pd
 
-    (tmp_path / "before").mkdir()
-    _run_script(tmp_path / "before", monkeypatch)
-    tables = {}
+    before, after = {}, {}
     for name in (contract.CPU_BYTES, contract.SYMBOLIC_BYTES, contract.CORRECTNESS, contract.TIMING,
                  contract.GPU_BYTES):
-        frame = pd.read_csv(REF / name, float_precision="round_trip").assign(direction=contract.FORWARD)
+        frame = contract.forward_rows(pd.read_csv(REF / name, float_precision="round_trip"))
+        before[name] = tmp_path / f"before_{name.replace('/', '_')}"
+        frame.drop(columns="direction").to_csv(before[name], index=False)
+        frame = frame.assign(direction=contract.FORWARD)
         twice = pd.concat([frame, frame.assign(direction=contract.BACKWARD, tflops=frame.get("tflops", 0) * 2)
                            if name == contract.TIMING else frame.assign(direction=contract.BACKWARD)])
-        tables[name] = tmp_path / name.replace("/", "_")
-        twice.to_csv(tables[name], index=False)
-    (tmp_path / "after").mkdir()
-    _run_script(tmp_path / "after", monkeypatch, tables=tables)
+        after[name] = tmp_path / f"after_{name.replace('/', '_')}"
+        twice.to_csv(after[name], index=False)
+    for side, tables in (("before", before), ("after", after), ("reference", None)):
+        (tmp_path / side).mkdir()
+        _run_script(tmp_path / side, monkeypatch, tables=tables)
     for name in contract.FIGURES:
         if not name.startswith("backward_"):
-            before, after = (tmp_path / side / f"{name}.png" for side in ("before", "after"))
-            assert before.read_bytes() == after.read_bytes(), name
+            drawn = {side: (tmp_path / side / f"{name}.png").read_bytes()
+                     for side in ("before", "after", "reference")}
+            assert drawn["before"] == drawn["after"] == drawn["reference"], name
     assert (tmp_path / "after" / "backward_tflops_vs_n.png").stat().st_size > 0

@@ -37,7 +37,7 @@ def test_readme_numbers_equal_the_results():
     text = results_readme.render(TEMPLATE, numbers)
     corr = json.loads((REF / "gpu" / "correctness" / "correctness.json").read_text())
     assert f"{corr['max_err_kernel_vs_fp64']:.2e}" in text
-    rows = pd.read_csv(REF / "gpu" / "timing" / "timing.csv")
+    rows = contract.forward_rows(pd.read_csv(REF / "gpu" / "timing" / "timing.csv"))  # the forward's answers
     lab = rows[(rows["grid"] == "lab") & (rows["impl"] == "naive")]
     for value in lab["triton_speedup_over_this"]:
         assert f"{value:,.2f}×" in text
@@ -75,7 +75,7 @@ def test_readme_without_gpu_says_so(tmp_path):
 def test_readme_gpu_bytes_are_the_tables():
     numbers = results_readme.collect(ref_paths())
     text = results_readme.render(TEMPLATE, numbers)
-    table = pd.read_csv(REF / "gpu" / "bytes" / "bytes.csv")
+    table = contract.forward_rows(pd.read_csv(REF / "gpu" / "bytes" / "bytes.csv"))  # lab 01's: the forward
     point = table[(table["N"] == 4096) & (table["d"] == 64) & ~table["causal"]]
     ours = point["impl"].isin(["naive", "flash"])
     assert ours.sum() == 4 and (point["status"] == "measured").all()
@@ -86,6 +86,10 @@ def test_readme_gpu_bytes_are_the_tables():
         assert f"| {r['H']} | {name}" in text and " | ".join(cells) in text
     low, high = numbers["gpu_bytes"]["naive_many_read_over_model"]
     assert f"{low:,.2f}–{high:,.2f}× the model's" in text
+    many = table[(table["regime"] == "many heads") & (table["impl"] == "naive") & (table["d"] == 64)
+                 & (table["status"] == "measured") & ~table["causal"]]
+    ratio = many["dram_read_bytes"] / many["model_read_bytes"]  # the forward's rows, every N
+    assert (low, high) == (ratio.min(), ratio.max())
 
 
 def test_readme_gpu_bytes_of_a_contender_have_no_model_and_a_line_of_their_own(tmp_path):
@@ -97,7 +101,8 @@ def test_readme_gpu_bytes_of_a_contender_have_no_model_and_a_line_of_their_own(t
     table.to_csv(tmp_path / "bytes.csv", index=False)
     numbers = results_readme.collect(ref_paths(gpu_bytes=tmp_path / "bytes.csv"))
     text = results_readme.render(TEMPLATE, numbers)
-    r = mine[(mine["N"] == 4096) & (mine["d"] == 64) & ~mine["causal"].astype(bool)].iloc[-1]
+    forward = contract.forward_rows(mine)  # the README's DRAM table is the forward's
+    r = forward[(forward["N"] == 4096) & (forward["d"] == 64) & ~forward["causal"].astype(bool)].iloc[-1]
     assert f"| {r['H']} | mine (contender) | {r['dram_read_bytes'] / 2**20:,.1f} MiB |" in text
     assert "| — | — | — | — |" in text  # its model cells
     [c] = [c for c in numbers["gpu_bytes"]["contenders"] if c["name"] == "mine"]

@@ -16,6 +16,7 @@ from minimodel.report.compare.rows import (
     only_in,
     per_direction,
     row,
+    unique,
 )
 
 NAME = "correctness"
@@ -51,14 +52,10 @@ def compare(run: Path, ref: Path) -> list[dict]:
 
 
 def judge(a, b, direction: str, keys: list[str]) -> list[dict]:
-    """One pass's cases: each verdict (or skip) equal in both runs. Each case is one row of each
-    table: a key naming two would pair every row of one with every row of the other."""
-    for frame, which in ((a, "run"), (b, "reference")):
-        repeated = frame[frame.duplicated(keys, keep=False)]
-        if len(repeated):
-            raise runs.RunError(f"{contract.CORRECTNESS} of the {which}: {len(repeated)} rows share their "
-                                f"case ({', '.join(keys)}), first {repeated.iloc[0][keys].to_dict()}")
-    rows = only_in(NAME, set(map(tuple, a[keys].values)), set(map(tuple, b[keys].values)))
+    """One pass's cases: each verdict (or skip) equal in both runs."""
+    unique({"run": a, "reference": b}, keys, contract.CORRECTNESS)
+    rows = only_in(NAME, set(map(tuple, a[keys].values)), set(map(tuple, b[keys].values)),
+                   prefix=label_direction(direction))
     for _, r in a.merge(b, on=keys, suffixes=("_run", "_ref")).iterrows():
         label = label_direction(direction) + ", ".join(f"{k}={r[k]}" for k in keys)
         if r["skipped_run"] or r["skipped_ref"]:

@@ -32,11 +32,22 @@ def missing(part: str, name: str, run: pd.DataFrame | None) -> list[dict]:
                 reason=f"{name} missing in the {'run' if run is None else 'reference'}")]
 
 
-def only_in(part: str, run_keys: set, ref_keys: set, why: str = "the two configs have different grids"):
-    """A row per side holding points the other lacks, counted."""
-    return [row(part, f"{len(keys)} points", "presence", None, None, verdict=NOT_COMPARABLE,
+def only_in(part: str, run_keys: set, ref_keys: set, why: str = "the two configs have different grids",
+            prefix: str = ""):
+    """A row per side holding points the other lacks, counted (`prefix` before the item: the pass)."""
+    return [row(part, f"{prefix}{len(keys)} points", "presence", None, None, verdict=NOT_COMPARABLE,
                 reason=f"only in the {side}: {why}")
             for side, keys in (("run", run_keys - ref_keys), ("reference", ref_keys - run_keys)) if keys]
+
+
+def unique(frames: dict[str, pd.DataFrame], keys: list[str], name: str) -> None:
+    """Refuse a table in which two rows share a key (`frames`: run and reference by name): a key
+    naming two rows would pair every row of one run with every row of the other."""
+    for which, frame in frames.items():
+        repeated = frame[frame.duplicated(keys, keep=False)]
+        if len(repeated):
+            raise runs.RunError(f"{name} of the {which}: {len(repeated)} rows share their key "
+                                f"({', '.join(keys)}), first {repeated.iloc[0][keys].to_dict()}")
 
 
 def exact(part: str, run: pd.DataFrame | None, ref: pd.DataFrame | None, keys: list[str],
@@ -44,9 +55,10 @@ def exact(part: str, run: pd.DataFrame | None, ref: pd.DataFrame | None, keys: l
     """One row per point of a table that must be identical in both runs (`prefix` before each item)."""
     if run is None or ref is None:
         return missing(part, name, run)
+    unique({"run": run, "reference": ref}, keys, name)
     run_idx, ref_idx = run.set_index(keys), ref.set_index(keys)
     common = run_idx.index.intersection(ref_idx.index)
-    rows = only_in(part, set(run_idx.index), set(ref_idx.index))
+    rows = only_in(part, set(run_idx.index), set(ref_idx.index), prefix=prefix)
     for key in common:
         a, b = run_idx.loc[key, metrics], ref_idx.loc[key, metrics]
         diffs = {m: relative(float(a[m]), float(b[m])) for m in metrics

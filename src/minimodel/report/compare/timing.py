@@ -22,6 +22,7 @@ from minimodel.report.compare.rows import (
     per_direction,
     relative,
     row,
+    unique,
 )
 
 NAME = "timing"
@@ -83,8 +84,10 @@ def compare(run: Path, ref: Path) -> list[dict]:
 
 def judge(a: pd.DataFrame, b: pd.DataFrame, direction: str, point: list[str]) -> list[dict]:
     """One pass's ratios, each within its grid's band."""
+    unique({"run": a, "reference": b}, point, contract.TIMING)
     keys = [set(map(tuple, t[point].itertuples(index=False))) for t in (a, b)]
-    rows = only_in(NAME, *keys, "a grid point or contender the other lacks, or a point not timed there")
+    rows = only_in(NAME, *keys, "a grid point or contender the other lacks, or a point not timed there",
+                   prefix=label_direction(direction))
     for _, r in a.merge(b, on=point, suffixes=("_run", "_ref")).iterrows():
         band = timing_band(r["grid"], int(r["N"]))
         diff = relative(r["ratio_run"], r["ratio_ref"])
