@@ -88,3 +88,14 @@ def test_the_gluon_kernel_compiles_for_hopper_at_every_head_dim_it_is_built_for(
     assert "error" not in frame or frame["error"].isna().all()
     assert (frame["spill_stack_bytes"] == 0).all() and frame["fits_shared"].all()
     assert frame["GLUON"].all() and (frame["hgmma"] > 0).all()
+
+
+def test_the_gluon_kernel_with_three_consumers_compiles_for_hopper(tmp_path):
+    # three warpgroups of 64 query rows at 160 registers: 64-key tiles fit, 128-key tiles spill
+    # (notes/kernel.md, "Three consumer warpgroups at d = 64")
+    shape = ("--d", "64", "--n", "4096", "--gluon", "--consumers", "3")
+    fits = run_report(tmp_path, *shape, "--config", "192", "64", "4", "2")
+    assert (fits["CONSUMERS"] == 3).all() and (fits["spill_stack_bytes"] == 0).all()
+    assert fits["fits_shared"].all() and (fits["hgmma"] > 0).all()
+    spills = run_report(tmp_path, *shape, "--config", "192", "128", "4", "2")
+    assert (spills["spill_stack_bytes"] > 0).all()
