@@ -73,13 +73,14 @@ def _sdpa(name):
 @functools.cache
 def _flex():
     import torch
+    import torch._functorch.config as functorch_config
     from torch.nn.attention.flex_attention import flex_attention
 
     torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, FLEX_RECOMPILE_LIMIT)
     # the backward's timing replays one forward's graph (retain_graph=True), which a compiled
     # backward that donates its saved buffers refuses: on the H200, 26 of flex's 28 backward points
     # failed so (notes/backward.md)
-    torch._functorch.config.donated_buffer = False
+    functorch_config.donated_buffer = False
     return torch.compile(flex_attention)
 
 
