@@ -60,3 +60,13 @@ def grad_errors(got, exact, lowp) -> dict:
         "has_nan": has_nan, "passed": (not has_nan) and passed,
     })
     return row
+
+
+def failure_reason(row: dict) -> str:
+    """Why a `grad_errors` row fails the rule, in one line ("" when it passes)."""
+    if row["has_nan"]:
+        return "a gradient holds NaN"
+    if not row["passed"]:
+        return (f"{row['worst']}: error {row['err_kernel_vs_fp64']:.3g} above the tolerance "
+                f"{row['tolerance']:.3g}")
+    return ""

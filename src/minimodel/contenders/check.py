@@ -20,7 +20,7 @@ from minimodel.attention_ref import reference_attn
 from minimodel.contenders.builtin import no_backward_reason, not_run_reason
 from minimodel.contenders.run import SKIPPED, Case, Child, backward_inputs, inputs
 from minimodel.contenders.spec import Contender
-from minimodel.correctness_rule import grad_errors, reference_grads
+from minimodel.correctness_rule import failure_reason, grad_errors, reference_grads
 
 
 def _row(contender: Contender, case: Case, direction: str = contract.FORWARD, **values) -> dict:
@@ -64,14 +64,9 @@ def check_backward_case(child: Child, case: Case) -> dict:
     if status != "ok":
         return _row(child.contender, case, contract.BACKWARD, skipped=False, reason=got, has_nan=None,
                     err_kernel_vs_fp64=None, passed=False)
-    row = _row(child.contender, case, contract.BACKWARD, skipped=False, reason="",
-               **grad_errors(got, exact, lowp))
-    if row["has_nan"]:
-        row["reason"] = "a gradient holds NaN"
-    elif not row["passed"]:
-        row["reason"] = (f"{row['worst']}: error {row['err_kernel_vs_fp64']:.3g} above the tolerance "
-                         f"{row['tolerance']:.3g}")
-    return row
+    errors = grad_errors(got, exact, lowp)
+    return _row(child.contender, case, contract.BACKWARD, skipped=False, reason=failure_reason(errors),
+                **errors)
 
 
 def sweep(contender: Contender, cases: list[Case], search, tolerance, interpreted: bool,

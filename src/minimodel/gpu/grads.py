@@ -23,7 +23,7 @@ import torch
 from tqdm import tqdm
 
 from minimodel import contract
-from minimodel.correctness_rule import grad_errors, reference_grads
+from minimodel.correctness_rule import failure_reason, grad_errors, reference_grads
 from minimodel.gpu.correctness import backward_cases
 from minimodel.kernel.backward import BwdConfig, default_bwd_config, flash_attn_backward
 from minimodel.kernel.flash import flash_attn_forward, launch_config
@@ -61,7 +61,7 @@ def check_backward_case(B: int, H: int, N: int, d: int, causal: bool, dtype: str
     cfg = config or default_bwd_config(q, causal)
     row = {"B": B, "H": H, "H_kv": H_kv, "N": N, "d": d, "causal": causal, "dtype": dtype, "layout": layout}
     row.update(grad_errors(got, exact, lowp))
-    row.update({"skipped": False, "reason": "", "path": "tl",
+    row.update({"skipped": False, "reason": failure_reason(row), "path": "tl",
                 "forward_path": launch_config(q, k, v, causal).path, **cfg.as_dict()})
     return row
 
