@@ -98,37 +98,34 @@ def grids_line(rows: pd.DataFrame) -> str:
             "each causal and not.")
 
 
-def _count(rows: pd.DataFrame) -> str:
-    """`passed of run` cases, and how many were skipped (a case an implementation does not take)."""
-    ran = rows[~rows["skipped"].astype(bool)]
-    skipped = len(rows) - len(ran)
-    passed = int(ran["passed"].astype(bool).sum())
-    return f"{passed} of {len(ran)}" + (f" ({skipped} skipped)" if skipped else "")
+def _count(passed: int, ran: int, skipped: int) -> str:
+    """`passed of ran` cases, and how many were skipped (a case an implementation does not take)."""
+    return f"{passed} of {ran}" + (f" ({skipped} skipped)" if skipped else "")
 
 
 def correctness_rows(cases: pd.DataFrame, timing_rows: pd.DataFrame) -> list[tuple[str, str]]:
     """The kernel's cases passed, and each contender's (the results README's counts): the forward's,
     then the gradients' where the run checked them."""
+    cases = contract.with_direction(cases)
     rows = []
     for direction, kernel_is, contenders_are in ((contract.FORWARD, "the kernel", "contenders"),
                                                  (contract.BACKWARD, "the kernel's gradients",
                                                   "contenders' gradients")):
-        this = (contract.forward_rows(cases) if direction == contract.FORWARD
-                else cases[cases.get("direction", pd.Series(index=cases.index, dtype=str)) == direction])
+        this = cases[cases["direction"] == direction]
         if this.empty:
             continue
         kernel = this[this["impl"] == contract.TRITON] if "impl" in this else this
         ran = kernel[~kernel["skipped"].astype(bool)]
         kinds = [*dict.fromkeys(ran["dtype"]), *("causal" if c else "not causal"
                                                  for c in sorted(set(ran["causal"].astype(bool))))]
-        rows.append((f"correctness: {kernel_is} against float64",
-                     f"{_count(kernel)} cases pass ({', '.join(kinds)})"))
+        count = _count(int(ran["passed"].astype(bool).sum()), len(ran), len(kernel) - len(ran))
+        rows.append((f"correctness: {kernel_is} against float64", f"{count} cases pass ({', '.join(kinds)})"))
         others = [c for c in results_readme.contenders(this, timing_rows)
                   if c["passed"] + c["failed"]]  # timed, not in the correctness sweep, or all skipped: none
         if others:
-            counts = (_count(this[this["impl"] == c["name"]]) for c in others)
-            rows.append((f"correctness: {contenders_are}, the same rule",
-                         ", ".join(f"`{c['name']}` {n}" for c, n in zip(others, counts, strict=True))))
+            rows.append((f"correctness: {contenders_are}, the same rule", ", ".join(
+                f"`{c['name']}` {_count(c['passed'], c['passed'] + c['failed'], c['skipped'])}"
+                for c in others)))
     return rows
 
 
