@@ -425,27 +425,31 @@ def test_a_repeated_call_is_refused_what_the_first_was_refused(gen):
         flash_attn_forward(q.detach().cpu().numpy(), k, v, causal=True)
 
 
-@pytest.mark.parametrize("tma", [False, True])
-def test_the_direct_launch_passes_a_compiled_kernel_what_it_takes(gen, tma):
+@pytest.mark.parametrize("path", ["tl", "tl, TMA", "gluon"])
+def test_the_direct_launch_passes_a_compiled_kernel_what_it_takes(gen, path):
     # a compiled kernel's runner takes a three-dimensional grid and every argument, constexprs
     # included, in the kernel's order (what Triton's JIT binds by name)
+    from minimodel.kernel import hopper  # no interpreter needed to build its arguments
+    from minimodel.kernel.config import gluon_config
+
     seen = []
 
     class Compiled:
         def __getitem__(self, grid):
             return lambda *args: seen.append((grid, args))
 
-    q, k, v = (torch.randn(1, 2, 70, 32, generator=gen).half().to(DEVICE) for _ in range(3))
+    q, k, v = (torch.randn(1, 2, 70, 64, generator=gen).half().to(DEVICE) for _ in range(3))
     o = torch.empty_like(q)
-    cfg = FwdConfig(64, 64, 4, 1, TMA=tma)
+    cfg = gluon_config(64, True) if path == "gluon" else FwdConfig(64, 64, 4, 1, TMA=path == "tl, TMA")
     flash._launch(q, k, v, o, o, 0.25, cfg, True, False, Compiled())
-    kernel, grid, args, _ = flash.arguments(q, k, v, o, o, 0.25, cfg, True, False)
+    make = hopper.arguments if path == "gluon" else flash.arguments
+    kernel, grid, args, _ = make(q, k, v, o, o, 0.25, cfg, True, False)
     [(launched_grid, launched)] = seen
     assert list(args) == kernel.arg_names
     assert len(launched_grid) == 3 and launched_grid == grid
     assert len(launched) == len(args)
     for name, value, direct in zip(args, args.values(), launched, strict=True):
-        if tma and name.startswith("desc_"):  # what the launcher reads of a descriptor
+        if "desc" in name:  # what the launcher reads of a descriptor
             assert (direct.base, direct.shape, direct.strides, direct.padding) == (
                 value.base, value.shape, value.strides, value.padding), name
         else:

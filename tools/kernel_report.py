@@ -93,11 +93,8 @@ def _launch(config, shape: tuple[int, int, int, int], causal: bool):
     strides and dtype are read)."""
     _, flash, hopper = kernel_modules()
     t = torch.empty(shape, dtype=torch.float16)
-    if config.GLUON:
-        kernel = hopper._flash_fwd_hopper
-        _, args, options = hopper.arguments(t, t, t, t, t, 0.125, config, causal, False)
-    else:
-        kernel, _, args, options = flash.arguments(t, t, t, t, t, 0.125, config, causal, False)
+    make = hopper.arguments if config.GLUON else flash.arguments
+    kernel, _, args, options = make(t, t, t, t, t, 0.125, config, causal, False)
     return kernel, _as_types(args), options
 
 

@@ -313,8 +313,8 @@ def arguments(Q, K, V, O, LSE, qk_scale: float, cfg: FwdConfig, causal: bool, st
 
 
 class _Launch(NamedTuple):
-    """How a call ran: its configuration, and the tl kernel Triton compiled for it (None on the
-    Gluon path, which keeps its own, and under the interpreter, which compiles nothing)."""
+    """How a call ran: its configuration, and the kernel Triton compiled for it (None under the
+    interpreter, which compiles nothing)."""
 
     cfg: FwdConfig
     compiled: object
@@ -338,15 +338,15 @@ def _launch_key(Q, K, V, causal, return_lse, config) -> tuple:
 
 def _launch(Q, K, V, O, LSE, qk_scale: float, cfg: FwdConfig, causal: bool, store_lse: bool,
             compiled=None):
-    """Run the kernel for `cfg`; returns the tl kernel Triton compiled (None on the Gluon path)."""
-    if cfg.GLUON:
-        _hopper().launch(Q, K, V, O, LSE, qk_scale, cfg, causal, store_lse)
-        return None
+    """Run the kernel for `cfg` (the tl one, or the Gluon one for Hopper): through Triton's JIT,
+    which returns the kernel it compiled (None under the interpreter), or `compiled` launched
+    directly."""
+    make = _hopper().arguments if cfg.GLUON else arguments
     if compiled is not None:
-        _, grid, args, _ = arguments(Q, K, V, O, LSE, qk_scale, cfg, causal, store_lse, full=False)
+        _, grid, args, _ = make(Q, K, V, O, LSE, qk_scale, cfg, causal, store_lse, full=False)
         compiled[grid](*args.values())
         return compiled
-    kernel, grid, args, options = arguments(Q, K, V, O, LSE, qk_scale, cfg, causal, store_lse)
+    kernel, grid, args, options = make(Q, K, V, O, LSE, qk_scale, cfg, causal, store_lse)
     compiled = kernel[grid](**args, **options)
     return None if INTERPRETED else compiled
 

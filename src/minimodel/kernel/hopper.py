@@ -213,7 +213,7 @@ def _consume(smem, bars, o_desc, lse_ptr, b, h, pid_m, pid_bh, N, qk_scale, WG: 
 
 
 # H, N and GROUP are not specialized on their values, so that one compiled kernel serves every
-# call with the same constexprs and dtype, and `launch` may reuse it without Triton's binder
+# call with the same constexprs and dtype
 @gluon.jit(do_not_specialize=["H", "N", "GROUP"])
 def _flash_fwd_hopper(q_desc, k_desc, v_desc, o_desc, lse_ptr, qk_scale, H, N, GROUP,
                       HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
@@ -329,8 +329,8 @@ def _descriptor(t: torch.Tensor, rows: int, full: bool = True):
 
 
 def arguments(Q, K, V, O, LSE, qk_scale: float, cfg, causal: bool, store_lse: bool, full: bool = True):
-    """(grid, kernel arguments in the kernel's order, launch options) of one call: what `launch`
-    passes, and what a compile for sm_90 without a GPU specializes on."""
+    """(kernel, grid, arguments in the kernel's order, launch options) of one call: what
+    `flash_attn_forward` launches, and what a compile for sm_90 without a GPU specializes on."""
     B, H, N, d = Q.shape
     rows = cfg.BLOCK_M // cfg.CONSUMERS
     args = dict(
@@ -341,27 +341,4 @@ def arguments(Q, K, V, O, LSE, qk_scale: float, cfg, causal: bool, store_lse: bo
         IS_CAUSAL=bool(causal), PINGPONG=cfg.PINGPONG, STORE_LSE=bool(store_lse),
         CONSUMER_REGS=CONSUMER_REGS[cfg.CONSUMERS],
     )
-    return (triton.cdiv(N, cfg.BLOCK_M) * B * H, 1, 1), args, {"num_warps": 4}
-
-
-# compiled kernels by what their specialization depends on: the device, the constexprs (the
-# config, d, causal, whether LSE is stored) and the dtype; every pointer is a fresh allocation
-# or a TMA-checked input, 16-byte aligned, as Triton assumed when it compiled
-_COMPILED: dict = {}
-
-
-def launch(Q, K, V, O, LSE, qk_scale: float, cfg, causal: bool, store_lse: bool) -> None:
-    """Run the kernel for `cfg` (a GLUON FwdConfig) on inputs `supports` accepted; O contiguous.
-
-    The first call of a specialization goes through Triton's JIT (which compiles it); later ones
-    launch the compiled kernel directly: Triton 3.6 spends most of a call's host time binding and
-    checking arguments (notes/kernel.md).
-    """
-    key = (Q.device.index, Q.dtype, cfg, bool(causal), bool(store_lse), Q.shape[-1])
-    kernel = _COMPILED.get(key)
-    if kernel is None:
-        grid, args, options = arguments(Q, K, V, O, LSE, qk_scale, cfg, causal, store_lse)
-        _COMPILED[key] = _flash_fwd_hopper[grid](**args, **options)
-        return
-    grid, args, _ = arguments(Q, K, V, O, LSE, qk_scale, cfg, causal, store_lse, full=False)
-    kernel[grid](*args.values())
+    return _flash_fwd_hopper, (triton.cdiv(N, cfg.BLOCK_M) * B * H, 1, 1), args, {"num_warps": 4}
