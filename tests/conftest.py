@@ -1,4 +1,5 @@
-"""Test set-up: the device the kernel tests run on, and a copy of the project for workflow tests.
+"""Test set-up: the device the kernel tests run on, a copy of the committed reference run for the
+comparison's tests, and a copy of the project for workflow tests.
 
 Without CUDA the kernel runs under Triton's CPU interpreter, switched on here (`minimodel.entry`)
 before any test module imports the kernel. The development tools in tools/ are importable by name
@@ -31,6 +32,15 @@ def gen():
 
 
 ROOT = Path(__file__).resolve().parents[1]
+REFERENCE = ROOT / "results" / "reference" / "nvidia-h200"
+
+
+@pytest.fixture
+def run(tmp_path):
+    """A copy of the committed H200 run, to be edited as another run would differ."""
+    folder = tmp_path / "run"
+    shutil.copytree(REFERENCE, folder)
+    return folder
 
 
 def copy_project(root: Path, *extra_configs: tuple[str, str]) -> Path:

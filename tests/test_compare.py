@@ -6,21 +6,12 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from conftest import REFERENCE
 
 from minimodel import contract
 from minimodel.provenance import io, manifest
 from minimodel.report import compare, runs
 from minimodel.report.compare.rows import label_direction
-
-REFERENCE = Path(__file__).resolve().parents[1] / "results" / "reference" / "nvidia-h200"
-
-
-@pytest.fixture
-def run(tmp_path):
-    """A copy of the committed H200 run, to be edited as another run would differ."""
-    folder = tmp_path / "run"
-    shutil.copytree(REFERENCE, folder)
-    return folder
 
 
 def vouch(path: Path) -> None:

@@ -6,8 +6,8 @@ import shutil
 from pathlib import Path
 
 import pandas as pd
-import pytest
-from test_compare import REFERENCE, edit_csv, vouch
+from conftest import REFERENCE
+from test_compare import edit_csv, vouch
 
 from minimodel import contract, symbolic, symbolic_backward
 from minimodel.provenance import io
@@ -20,12 +20,6 @@ PARTS = dict(zip(("symbolic", "cpu bytes", "correctness", "timing", "gpu bytes")
 DATA = Path(__file__).resolve().parent / "data"
 
 
-@pytest.fixture
-def run(tmp_path):
-    """A copy of the committed H200 run (its forward's rows and the backward's), to be edited."""
-    folder = tmp_path / "run"
-    shutil.copytree(REFERENCE, folder)
-    return folder
 
 
 def forward_only(folder: Path) -> Path:
