@@ -19,6 +19,7 @@ from minimodel.report.compare.rows import (
     per_direction,
     relative,
     row,
+    unique,
 )
 
 NAME = "gpu bytes"
@@ -47,8 +48,9 @@ def compare(run: Path, ref: Path) -> list[dict]:
 
 def judge(a, b, direction: str, point: list[str]) -> list[dict]:
     """One pass's measured points: DRAM reads and L2 stores within GPU_BYTES_TOLERANCE."""
+    unique({"run": a, "reference": b}, point, contract.GPU_BYTES)
     a, b = a.set_index(point), b.set_index(point)
-    rows = only_in(NAME, set(a.index), set(b.index))
+    rows = only_in(NAME, set(a.index), set(b.index), prefix=label_direction(direction))
     for key in a.index.intersection(b.index):
         label = (f"{label_direction(direction)}{key[0]} (1, {key[2]}, {key[3]}, {key[4]}) "
                  f"{'causal' if key[5] else 'full'} {key[6]}")
