@@ -414,6 +414,24 @@ def test_a_repeated_call_skips_the_checks_and_the_policy_and_gives_the_same_outp
     torch.testing.assert_close(out, first, rtol=0, atol=0)
 
 
+@requires_hopper
+@pytest.mark.gpu
+@pytest.mark.parametrize("causal", [False, True])
+def test_a_repeated_gluon_call_is_launched_directly_and_gives_the_same_output(gen, monkeypatch, causal):
+    q, k, v = (torch.randn(2, 4, 333, 128, generator=gen).half().cuda() for _ in range(3))
+    assert flash.launch_config(q, k, v, causal, None).path == "gluon"
+    first = flash_attn_forward(q, k, v, causal=causal)
+    policy_calls = []
+    real = flash.launch_config
+    monkeypatch.setattr(flash, "launch_config", lambda *a, **kw: policy_calls.append(a) or real(*a, **kw))
+    again = flash_attn_forward(q.clone(), k.clone(), v.clone(), causal=causal)
+    assert policy_calls == []
+    torch.testing.assert_close(again, first, rtol=0, atol=0)
+    exact = reference_attn(q, k, v, causal=causal, upcast=True)
+    torch_err = (reference_attn(q, k, v, causal=causal).double() - exact).abs().max().item()
+    assert (again.double() - exact).abs().max().item() <= correctness.tolerance(torch_err)
+
+
 def test_a_repeated_call_is_refused_what_the_first_was_refused(gen):
     q, k, v = (torch.randn(1, 2, 40, 32, generator=gen).half().to(DEVICE) for _ in range(3))
     flash_attn_forward(q, k, v, causal=True)
