@@ -418,13 +418,16 @@ def test_a_repeated_call_skips_the_checks_and_the_policy_and_gives_the_same_outp
 @pytest.mark.gpu
 @pytest.mark.parametrize("causal", [False, True])
 def test_a_repeated_gluon_call_is_launched_directly_and_gives_the_same_output(gen, monkeypatch, causal):
+    from minimodel.kernel.config import gluon_config
+
     q, k, v = (torch.randn(2, 4, 333, 128, generator=gen).half().cuda() for _ in range(3))
-    assert flash.launch_config(q, k, v, causal, None).path == "gluon"
-    first = flash_attn_forward(q, k, v, causal=causal)
+    cfg = gluon_config(128, causal)
+    assert flash.launch_config(q, k, v, causal, cfg).path == "gluon"
+    first = flash_attn_forward(q, k, v, causal=causal, config=cfg)
     policy_calls = []
     real = flash.launch_config
     monkeypatch.setattr(flash, "launch_config", lambda *a, **kw: policy_calls.append(a) or real(*a, **kw))
-    again = flash_attn_forward(q.clone(), k.clone(), v.clone(), causal=causal)
+    again = flash_attn_forward(q.clone(), k.clone(), v.clone(), causal=causal, config=cfg)
     assert policy_calls == []
     torch.testing.assert_close(again, first, rtol=0, atol=0)
     exact = reference_attn(q, k, v, causal=causal, upcast=True)
