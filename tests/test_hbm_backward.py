@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import requires_gpu
+from conftest import DEVICE, requires_gpu
 
 from minimodel import contract, symbolic_backward
 from minimodel.contenders.spec import Contender
@@ -105,22 +105,28 @@ def test_the_backwards_dram_bytes_on_the_gpu(tmp_path):
 
 @pytest.mark.parametrize("causal", [False, True])
 def test_the_profiled_calls_are_the_backward_alone_and_give_dq(causal):
-    """The calls the probe profiles, on the CPU (the kernel under Triton's interpreter): each
-    returns dQ, naive's from autograd with the forward run before the call, flash's from the
-    Triton backward; a second call gives the same dQ (naive's graph, P in it, kept)."""
+    """The calls the probe profiles, on the GPU where there is one, else on the CPU with the kernel
+    under Triton's interpreter: each returns dQ, naive's from autograd with the forward run before
+    the call, flash's from the Triton backward; a second call gives the same dQ (naive's graph, P in
+    it, kept)."""
     import torch
 
     gen = torch.Generator().manual_seed(0)
-    q, k, v = (torch.randn(1, 2, 64, 64, generator=gen).half() for _ in range(3))
+    q, k, v = (torch.randn(1, 2, 64, 64, generator=gen).half().to(DEVICE) for _ in range(3))
+
+    def do_generator():
+        return torch.Generator(device=DEVICE).manual_seed(1)
+
     row = {"impl": "naive", "causal": causal, "direction": contract.BACKWARD}
-    naive = hbm_backward.call(row, q, k, v, torch.Generator().manual_seed(1))
-    flash = hbm_backward.call({**row, "impl": "flash"}, q, k, v, torch.Generator().manual_seed(1))
+    naive = hbm_backward.call(row, q, k, v, do_generator())
+    flash = hbm_backward.call({**row, "impl": "flash"}, q, k, v, do_generator())
     first = naive()
     assert torch.equal(naive(), first) and first.shape == q.shape and first.dtype == q.dtype
-    do = torch.randn(q.shape, generator=torch.Generator().manual_seed(1)).half()
+    do = torch.randn(q.shape, device=DEVICE, dtype=q.dtype, generator=do_generator())
     leaves = [t.double().requires_grad_() for t in (q, k, v)]
-    mask = torch.ones(64, 64, dtype=torch.bool).triu(1) if causal else torch.zeros(64, 64, dtype=torch.bool)
-    s = (leaves[0] @ leaves[1].transpose(-1, -2) / 8).masked_fill(mask, float("-inf"))
+    mask = torch.ones(64, 64, dtype=torch.bool, device=DEVICE).triu(1)
+    s = (leaves[0] @ leaves[1].transpose(-1, -2) / 8)
+    s = s.masked_fill(mask, float("-inf")) if causal else s
     (torch.softmax(s, -1) @ leaves[2]).backward(do.double())
     exact = leaves[0].grad
     assert (first.double() - exact).abs().max() < 2e-2
