@@ -26,6 +26,9 @@ CORRECTNESS = "gpu/correctness/correctness.csv"
 CORRECTNESS_SUMMARY = "gpu/correctness/correctness.json"
 TIMING = "gpu/timing/timing.csv"
 TIMING_SUMMARY = "gpu/timing/timing.json"
+# every timing sample: timing.csv's key columns (direction, grid, B, H, N, d, causal, impl), `sample`
+# (0 … k-1, the round it was taken in) and `ms`; timing.csv's `ms` is their median, `samples` their k
+TIMING_SAMPLES = "gpu/timing/samples.csv"
 GPU_BYTES = "gpu/bytes/bytes.csv"
 GPU_KERNELS = "gpu/bytes/kernels.csv"
 GPU_BYTES_SUMMARY = "gpu/bytes/bytes.json"
@@ -131,6 +134,12 @@ OK = "ok"
 MEASURED = "measured"
 NOT_MEASURED = "not measured"
 SKIPPED = "skipped"
+# The first word(s) of a timing or correctness row's status when the implementation did not give a
+# time or an answer (each followed by ": why", but for OUT_OF_MEMORY and FAILED_CHECK).
+FAILED = "failed"
+FAILED_CHECK = "failed its correctness check"
+OUT_OF_MEMORY = "out of memory"
+UNSUPPORTED = "unsupported"
 NO_GPU_TIMING = "no CUDA device on this machine: GPU timing was not possible"
 
 # ---- the lab's constants ---------------------------------------------------------------------
