@@ -8,7 +8,7 @@ import torch
 import minimodel.entry  # noqa: F401 (first: compiled or interpreted is decided on import)
 from minimodel import contract
 from minimodel.contenders import registry
-from minimodel.gpu import timing
+from minimodel.gpu import timing, timing_rows
 from minimodel.provenance import machine
 from minimodel.provenance.io import write_csv, write_json
 from minimodel.provenance.manifest import stage
@@ -23,9 +23,10 @@ with stage(snakemake) as st:
                             contenders=registry.selected(snakemake.config, "timing"))
         result["random_seed"] = snakemake.params.random_seed
         rows = result.pop("rows")
+        samples = result.pop("samples")
         st.extra.update(backend="cuda", device=result["device"])
     else:
-        rows = timing.no_gpu_rows(cfg)
+        rows, samples = timing.no_gpu_rows(cfg), []
         result = {"device": None, "status": contract.NO_GPU_TIMING,
                   "lab01_prediction_from_cpu_ceilings": cpu_prediction}
         st.extra.update(backend="none", status=contract.NO_GPU_TIMING)
@@ -33,4 +34,5 @@ with stage(snakemake) as st:
         print(f"gpu_timing: no CUDA device; {snakemake.output.table} lists the {len(rows)} planned "
               "points as not run", file=st.progress)
     write_csv(snakemake.output.table, pd.DataFrame(rows))
+    write_csv(snakemake.output.samples, pd.DataFrame(samples, columns=[*timing_rows.KEY, "sample", "ms"]))
     write_json(snakemake.output.summary, result)

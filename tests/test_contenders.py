@@ -97,7 +97,8 @@ def test_a_bad_entry_is_one_line_naming_the_contender(entry, words):
 
 
 def test_a_contender_is_timed_on_the_grids_it_names_only():
-    from minimodel.gpu import timing
+    from minimodel.gpu.grids import Point
+    from minimodel.gpu.implementations import Remote
 
     class NotCalled:
         contender = parse("fa_only", {"fn": "m:f", "grids": ["flashattention"]})
@@ -105,9 +106,8 @@ def test_a_contender_is_timed_on_the_grids_it_names_only():
         def call(self, *args):
             raise AssertionError("a point off its grids was run")
 
-    row = {"grid": "lab", "B": 2, "H": 4, "N": 64, "d": 64, "causal": False, "impl": "fa_only"}
-    out = timing.time_contender(NotCalled(), row, None, float("nan"), 0, 1, 1)
-    assert out["status"] == "skipped: fa_only is timed on the flashattention grid only"
+    reason = Remote(NotCalled()).runs_at(Point("lab", 2, 4, 64, 64, False), "forward")
+    assert reason == "fa_only is timed on the flashattention grid only"
 
 
 def test_the_module_is_found_under_examples_and_hashed_by_its_bytes():

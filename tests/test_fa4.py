@@ -17,8 +17,10 @@ from minimodel.contenders import builtin
 from minimodel.contenders.check import sweep
 from minimodel.contenders.run import Case
 from minimodel.contenders.spec import Contender, ContenderError, parse
-from minimodel.gpu import timing, timing_rows
+from minimodel.contenders.timed import TimingCase
+from minimodel.gpu import timing_rows
 from minimodel.gpu.correctness import tolerance
+from minimodel.gpu.implementations import Remote
 
 STAND_IN = textwrap.dedent('''
     import torch
@@ -113,8 +115,9 @@ class _DecliningChild:
 def test_a_declined_timing_point_is_a_skipped_row():
     point = {"grid": contract.LAB_GRID, "B": 1, "H": 1, "N": 64, "d": 64, "causal": False}
     row = timing_rows.empty_row(point, "declining", 1.0)
-    out = timing.time_contender(_DecliningChild(), row, None, float("nan"), 0, 1, 1)
-    assert out["status"] == f"{contract.SKIPPED}: no kernel for this shape" and out["ms"] is None
+    with timing_rows.failures_in_status(row):
+        Remote(_DecliningChild()).prepare(TimingCase(1, 1, 64, 64, False, 0, 1, 1), "forward", None)
+    assert row["status"] == f"{contract.SKIPPED}: no kernel for this shape" and row["ms"] is None
 
 
 SEQUENCE_FIRST = textwrap.dedent('''

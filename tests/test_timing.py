@@ -1,24 +1,31 @@
 """GPU timing: the FLOP convention, the ratios and the honest no-GPU table (GPU parts skip)."""
 
 
+import statistics
+
 import pandas as pd
 import pytest
 import torch
 from conftest import DEVICE, HAS_CUDA, snakemake_until
 
 from minimodel import contract
-from minimodel.gpu import grids, timing, timing_backward
+from minimodel.contenders import parse
+from minimodel.contenders.timed import TimingCase
+from minimodel.gpu import grids, timing, timing_point, timing_rows
+from minimodel.gpu.grids import Point
+from minimodel.gpu.implementations import Local, Prepared, Remote
+from minimodel.symbolic import attention_flops
 
 
 def test_attention_flops_halves_for_causal():
-    assert timing.attention_flops(2, 4, 1024, 64, False) == 4 * 2 * 4 * 1024**2 * 64
-    assert timing.attention_flops(2, 4, 1024, 64, True) == 2 * 2 * 4 * 1024**2 * 64
+    assert attention_flops(2, 4, 1024, 64, False) == 4 * 2 * 4 * 1024**2 * 64
+    assert attention_flops(2, 4, 1024, 64, True) == 2 * 2 * 4 * 1024**2 * 64
 
 
 def test_ratios_are_relative_to_the_kernel_per_point():
     rows = [{"grid": "lab", "B": 1, "H": 1, "N": 64, "d": 64, "causal": c, "impl": i, "ms": ms}
             for c in (False, True) for i, ms in (("triton", 1.0 + c), ("naive", 5.0), ("sdpa_cudnn", None))]
-    timing.add_ratios(rows)
+    timing_rows.add_ratios(rows)
     by = {(r["causal"], r["impl"]): r["triton_speedup_over_this"] for r in rows}
     assert by[(False, "naive")] == 5.0 and by[(True, "naive")] == 2.5
     assert by[(False, "triton")] == 1.0 and by[(False, "sdpa_cudnn")] is None
@@ -45,17 +52,17 @@ def test_ratios_are_taken_within_a_direction():
             for dr, impls in (("forward", (("triton", 1.0), ("naive", 4.0))),
                               ("backward", (("triton", 2.0), ("naive", 4.0))), ("fwd+bwd", (("naive", 9.0),)))
             for i, ms in impls]
-    timing.add_ratios(rows)
+    timing_rows.add_ratios(rows)
     by = {(r["direction"], r["impl"]): r["triton_speedup_over_this"] for r in rows}
     assert by[("forward", "naive")] == 4.0 and by[("backward", "naive")] == 2.0
     assert by[("fwd+bwd", "naive")] is None  # no kernel row in that direction
 
 
 def test_backward_flops_follow_flashattentions_convention():
-    assert timing_backward.symbolic_backward.attention_flops(2, 4, 1024, 64, False, "backward") == (
-        2.5 * timing.attention_flops(2, 4, 1024, 64, False))
-    assert timing_backward.symbolic_backward.attention_flops(2, 4, 1024, 64, True, "fwd+bwd") == (
-        3.5 * timing.attention_flops(2, 4, 1024, 64, True))
+    point = Point("lab", 2, 4, 1024, 64, True)
+    assert timing_point.flops(point, "backward") == 2.5 * attention_flops(2, 4, 1024, 64, True)
+    assert timing_point.flops(point, "fwd+bwd") == 3.5 * attention_flops(2, 4, 1024, 64, True)
+    assert timing_point.flops(point, "forward") == attention_flops(2, 4, 1024, 64, True)
 
 
 @pytest.mark.parametrize("direction", ["backward", "fwd+bwd"])
@@ -64,32 +71,113 @@ def test_the_timed_backward_calls_pass_the_one_head_check(gen, name, direction):
     """What the timing stage times in each backward direction, checked as it checks it (on the CPU
     under the interpreter here), and a wrong gradient fails that check."""
     q, k, v, do = (torch.randn(1, 2, 70, 64, generator=gen).half().to(DEVICE) for _ in range(4))
-    fn = timing_backward.implementations(True)[name]
-    call = timing_backward.make_call(name, fn, q, k, v, do, True, direction)
-    exact, lowp = timing_backward.one_head_grads(q, k, v, do, True)
-    got = call()
+    make, like, extra = Local(name)._make(direction, (q, k, v, do), True)
+    assert like is q and (extra.get("path") == "tl") == (name == "triton" and direction == "backward")
+    reference = timing_point.backward_reference(q, k, v, do, True)
+    got = make()()
     assert [g.shape for g in got] == [q.shape, k.shape, v.shape]
-    result = {"heads": tuple(g[:1, :1] for g in got), "has_nan": False}
-    row = timing_backward.check({"status": "ok"}, result, exact, lowp)
+    measured = {"heads": tuple(g[:1, :1] for g in got), "has_nan": False}
+    row = {"status": "ok"}
+    timing_point.check(row, measured, reference, direction)
     assert row["checked"] and row["status"] == "ok" and 0 < row["err_vs_fp64"] < 1e-2
-    result["heads"] = (result["heads"][0] * 1.02, *result["heads"][1:])
-    row = timing_backward.check({"status": "ok"}, result, exact, lowp)
-    assert not row["checked"] and row["status"] == "failed its correctness check"
+    measured["heads"] = (measured["heads"][0] * 1.02, *measured["heads"][1:])
+    timing_point.check(row, measured, reference, direction)
+    assert not row["checked"] and row["status"] == contract.FAILED_CHECK
 
 
-def test_a_contender_without_a_backward_is_a_skipped_backward_row():
-    from minimodel.contenders import parse
+def test_the_forward_check_catches_a_wrong_head_and_a_nan(gen):
+    q, k, v = (torch.randn(1, 1, 64, 64, generator=gen).half() for _ in range(3))
+    reference = timing_point.forward_reference(q, k, v, False)
+    good = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float()).half()
+    row = {"status": "ok"}
+    timing_point.check(row, {"heads": (good,), "has_nan": False}, reference, "forward")
+    assert row["checked"] and row["status"] == "ok"
+    timing_point.check(row, {"heads": (good,), "has_nan": True}, reference, "forward")
+    assert not row["checked"] and row["status"] == contract.FAILED_CHECK
+    row = {"status": "ok"}
+    timing_point.check(row, {"heads": (good * 1.05,), "has_nan": False}, reference, "forward")
+    assert not row["checked"]
 
-    class NotCalled:
-        contender = parse("fwd_only", {"fn": "m:f"})
 
-        def call(self, *args):
-            raise AssertionError("a contender without a backward was run")
+class NotCalled:
+    def __init__(self, contender):
+        self.contender = contender
 
-    row = {"grid": "lab", "B": 2, "H": 4, "N": 64, "d": 64, "causal": False, "impl": "fwd_only",
-           "direction": "backward"}
-    out = timing_backward.time_contender(NotCalled(), row, None, None, 0, 1, 1)
-    assert out["status"] == "skipped: fwd_only has no backward (backward: true in its entry gives it one)"
+    def call(self, *args):
+        raise AssertionError("a point it does not run was run")
+
+
+@pytest.mark.parametrize(("entry", "point", "direction", "reason"), [
+    ({"fn": "m:f"}, Point("lab", 2, 4, 64, 64, False), "backward",
+     "fwd_only has no backward (backward: true in its entry gives it one)"),
+    ({"fn": "m:f", "grids": ["flashattention"]}, Point("lab", 2, 4, 64, 64, False), "forward",
+     "fwd_only is timed on the flashattention grid only"),
+    ({"fn": "m:f", "head_dims": [128]}, Point("flashattention", 8, 32, 2048, 64, True), "forward",
+     "fwd_only takes head dims 128, not 64"),
+    ({"fn": "m:f", "devices": ["cpu"]}, Point("lab", 2, 4, 64, 64, False), "forward",
+     "fwd_only runs on cpu, not cuda"),
+    ({"fn": "m:f", "backward": True}, Point("lab", 2, 4, 64, 64, True), "fwd+bwd", None),
+])
+def test_what_runs_at_a_point_is_said_in_one_place(entry, point, direction, reason):
+    impl = Remote(NotCalled(parse("fwd_only", entry)))
+    assert impl.runs_at(point, direction) == reason
+
+
+def test_the_implementations_always_timed_run_everywhere_on_the_gpu():
+    for name in contract.IMPLEMENTATIONS:
+        for direction in contract.DIRECTIONS:
+            assert Local(name).runs_at(Point("flashattention", 1, 16, 16384, 128, True), direction) is None
+
+
+class _Answers:
+    """A contender's child answering (status, result) from a list, recording what it was asked."""
+
+    def __init__(self, *answers):
+        self.contender, self.answers, self.asked = parse("c", {"fn": "m:f"}), list(answers), []
+
+    def call(self, task, payload):
+        self.asked.append(task)
+        return self.answers.pop(0)
+
+
+@pytest.mark.parametrize(("answer", "status"), [
+    (("skipped", "no kernel for this shape"), "skipped: no kernel for this shape"),
+    (("error", "ValueError: bad (mine.py:3)"), "failed: ValueError: bad (mine.py:3)"),
+])
+def test_a_declined_or_failed_preparation_is_the_rows_status(answer, status):
+    row = timing_rows.empty_row({"grid": "lab", "B": 1, "H": 1, "N": 64, "d": 64, "causal": False}, "c", 1.0)
+    with timing_rows.failures_in_status(row):
+        Remote(_Answers(answer)).prepare(TimingCase(1, 1, 64, 64, False, 0, 1, 1), "forward", None)
+    assert row["status"] == status and row["ms"] is None and row["samples"] is None
+
+
+class _Counting:
+    """A prepared implementation whose samples count the rounds, recording the order they came in."""
+
+    def __init__(self, name, log, fail_at=None):
+        self.name, self.log, self.fail_at, self.released = name, log, fail_at, False
+
+    def sample(self):
+        self.log.append(self.name)
+        if self.fail_at is not None and len([n for n in self.log if n == self.name]) > self.fail_at:
+            raise timing_rows.Failed("its process died")
+        return float(len(self.log))
+
+    def release(self):
+        self.released = True
+
+
+def test_rounds_interleave_in_rotated_order_and_a_failed_sample_ends_only_its_own():
+    log = []
+    fakes = {name: _Counting(name, log, fail_at=2 if name == "b" else None) for name in "abc"}
+    rows = {name: {"status": "ok", "ms": 1.0} for name in fakes}
+    prepared = {name: (rows[name], Prepared({}, fake.sample, fake.release)) for name, fake in fakes.items()}
+    failures = {name: (lambda row=rows[name]: timing_rows.failures_in_status(row)) for name in fakes}
+    taken = timing_point.rounds(prepared, 4, failures)
+    assert log == ["a", "b", "c", "b", "c", "a", "c", "a", "b", "a", "c"]  # round 4 has no b
+    assert sorted(taken) == ["a", "c"] and all(len(v) == 4 for v in taken.values())
+    assert rows["b"]["status"] == "failed: its process died" and rows["b"]["ms"] is None
+    assert fakes["b"].released and not fakes["a"].released
 
 
 def test_the_grids_follow_the_config():
@@ -105,38 +193,47 @@ def test_the_grids_follow_the_config():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-def test_time_point_checks_and_times_every_implementation():
-    ceilings = {"peak_flops_per_s": 1e15}
-    rows = timing.time_point("lab", 1, 2, 256, 64, True, ["triton", "naive", "sdpa_flash"],
-                             5, 20, ceilings, random_seed=0)
+@pytest.mark.parametrize("direction", ["forward", "backward", "fwd+bwd"])
+def test_a_pass_checks_and_samples_every_implementation_and_a_contender(direction):
+    """One lab point in each pass: the implementations always timed, FlexAttention (compiled, with
+    a backward) and triton_tl (none) in their child processes; every sample in the long table."""
+    from minimodel.contenders import registry
+    from minimodel.contenders.builtin import BUILTINS
+    from minimodel.contenders.run import Child
+    from minimodel.gpu.implementations import implementations
+
+    point = Point("lab", 1, 2, 256, 64, True)
+    case = TimingCase(1, 2, 256, 64, True, 0, 5, 20, 4, host_cost=direction == "forward")
+    with (Child(BUILTINS["flex"], registry.SEARCH) as flex,
+          Child(BUILTINS["triton_tl"], registry.SEARCH) as tl):
+        rows, samples = timing_point.time_pass(point, direction, implementations([flex, tl]), case, 3,
+                                               {"peak_flops_per_s": 1e15})
+    assert [r["impl"] for r in rows] == [*contract.IMPLEMENTATIONS, "flex", "triton_tl"]
     for r in rows:
-        assert r["status"] == "ok" and r["checked"] and r["ms"] > 0 and r["eager_ms"] > 0
-        assert r["timing"] == "cuda_graph"
+        if r["impl"] == "triton_tl" and direction != "forward":
+            assert r["status"].startswith("skipped: triton_tl has no backward")
+            continue
+        assert r["status"] == "ok" and r["checked"] and r["timing"] == "cuda_graph", r
+        assert r["ms"] > 0 and r["eager_ms"] > 0 and r["samples"] == 3 and r["tflops"] > 0
+        mine = [s["ms"] for s in samples if s["impl"] == r["impl"]]
+        assert len(mine) == 3 and sorted(mine)[1] == r["ms"]
+        assert (r["host_ms"] is not None) == (direction == "forward")
+    assert {s["direction"] for s in samples} == {direction}
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-def test_backward_time_point_checks_and_times_every_implementation_and_a_contender():
-    """One backward point per implementation always timed, and a contender with a backward in its
-    child process (FlexAttention's, compiled), in both backward directions."""
-    from minimodel.contenders import registry
-    from minimodel.contenders.builtin import BUILTINS
-    from minimodel.contenders.run import Child
+def test_a_sampler_reads_the_time_of_a_known_amount_of_work():
+    """A matmul's samples agree with each other and with do_bench_cudagraph's reading of it."""
+    from minimodel.timers import Sampler, bench_graph_ms
 
-    ceilings = {"peak_flops_per_s": 1e15}
-    with (Child(BUILTINS["flex"], registry.SEARCH) as child,
-          Child(BUILTINS["triton_tl"], registry.SEARCH) as tl):
-        rows = timing_backward.time_point("lab", 1, 2, 256, 64, True,
-                                          ["triton", "naive", "sdpa_flash", "sdpa_efficient", "sdpa_cudnn"],
-                                          5, 20, ceilings, random_seed=0, contenders=[child, tl])
-    assert [r["direction"] for r in rows] == ["backward"] * 7 + ["fwd+bwd"] * 7
-    for r in rows:
-        if r["impl"] == "triton_tl":
-            assert r["status"].startswith("skipped: triton_tl has no backward")
-            continue
-        assert r["status"] == "ok" and r["checked"] and r["ms"] > 0 and r["eager_ms"] > 0, r
-        assert r["timing"] == "cuda_graph", r
-        assert r["tflops"] > 0
+    a = torch.randn(4096, 4096, device="cuda", dtype=torch.float16)
+    sampler = Sampler(lambda: lambda: a @ a, 20, 5, 20)
+    samples = [sampler.sample() for _ in range(5)]
+    reading = bench_graph_ms(lambda: a @ a, 50)
+    assert sampler.timing == "cuda_graph" and sampler.eager_ms > 0
+    assert max(samples) / min(samples) < 1.1 and 0.8 < statistics.median(samples) / reading < 1.25
+    sampler.release()
 
 
 @pytest.mark.workflow
@@ -161,9 +258,13 @@ def test_flashattentions_backward_is_timed_in_its_child(name):
     from minimodel.contenders.builtin import BUILTINS, unavailable
     from minimodel.contenders.run import Child
 
+    point = Point("flashattention", 4, 16, 4096, 128, True)
+    rows = []
     with Child(BUILTINS[name], registry.SEARCH) as child:
-        rows = timing_backward.time_point("flashattention", 4, 16, 4096, 128, True, ["triton"], 5, 20,
-                                          {"peak_flops_per_s": 1e15}, random_seed=0, contenders=[child])
+        for direction in ("backward", "fwd+bwd"):
+            rows += timing_point.time_pass(point, direction, [Local("triton"), Remote(child)],
+                                           TimingCase(4, 16, 4096, 128, True, 0, 5, 20, 10), 2,
+                                           {"peak_flops_per_s": 1e15})[0]
     theirs = [r for r in rows if r["impl"] == name]
     assert [r["direction"] for r in theirs] == ["backward", "fwd+bwd"]
     if unavailable(name):
@@ -171,5 +272,5 @@ def test_flashattentions_backward_is_timed_in_its_child(name):
         pytest.skip(unavailable(name))
     for r in rows:
         assert r["status"] == "ok" and r["checked"] and r["ms"] > 0 and r["timing"] == "cuda_graph", r
-    timing.add_ratios(rows)
+    timing_rows.add_ratios(rows)
     assert all(r["triton_speedup_over_this"] > 0 for r in theirs)

@@ -6,11 +6,15 @@ processes (below both, so that the contenders never reach up into the GPU stage 
 - `bench_graph_ms`: GPU time, the median over replays of a CUDA graph of back-to-back calls
   (`triton.testing.do_bench_cudagraph`);
 - `host_ms`: the host's cost of one call, the wall time of back-to-back calls over their number;
-- `graph_ms` and `measure`: a backward through autograd (`autograd_call`), whose graph must be
-  captured on the stream its forward ran on.
+- `Sampler`: what the timing stage takes: a call prepared once (its eager time, its host cost,
+  a CUDA graph of back-to-back calls), then sampled k times, interleaved with the other
+  implementations at the point; a backward through autograd too (`autograd_call`), whose graph
+  is captured on the stream its forward ran on;
+- `first_heads`: one checked call on a poisoned allocator, the first heads of what it returns.
 """
 
 import logging
+import statistics
 import time
 
 import torch
@@ -29,7 +33,8 @@ def bench_ms(fn, warmup_ms: float, rep_ms: float) -> float:
 
 
 def bench_graph_ms(fn, rep_ms: float) -> float:
-    """GPU time: median ms per call over replays of a CUDA graph of about rep_ms of calls."""
+    """GPU time: median ms per call over replays of a CUDA graph of about rep_ms of calls (the
+    development tools' single reading; the timing stage takes samples with `Sampler`)."""
     return float(triton.testing.do_bench_cudagraph(fn, rep=rep_ms, return_mode="median"))
 
 
@@ -50,35 +55,84 @@ def host_ms(fn, calls: int = HOST_CALLS, repeats: int = 5) -> float:
     return float(sorted(readings)[len(readings) // 2])
 
 
-def graph_ms(make, rep_ms: float, batches: int = 10) -> float:
-    """Median ms of one call in CUDA-graph replays of about rep_ms. `make()` builds the call on the
-    capturing stream (a forward through autograd too: autograd runs a backward on its forward's
-    stream, which must be the one captured)."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        fn = make()
-        for _ in range(3):  # compiles, and warms the allocator up before the capture
-            fn()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, stream=stream):
-            fn()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    graph.replay()
-    end.record()
-    end.synchronize()
-    replays = max(1, int(rep_ms / batches / max(start.elapsed_time(end), 1e-3)))
-    times = []
-    for _ in range(batches):
-        start.record()
-        for _ in range(replays):
-            graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / replays)
-    return sorted(times)[len(times) // 2]
+class Sampler:
+    """One call prepared once at a point, then sampled as often as the stage asks (`sample`).
+
+    `make()` builds the call; it is called on the stream the call will run on (a forward through
+    autograd too: autograd runs a backward on its forward's stream, which must be the one
+    captured). Preparing takes the eager time (`eager_ms`, `bench_ms` of a call built on the
+    current stream), the host's cost with `host_cost` (`host_ms`), then captures a CUDA graph of
+    back-to-back calls on a stream of its own, as many as take about `sample_ms / REPLAYS` (without
+    `rep_ms`, no eager time is taken). A
+    sample is the median time per call over REPLAYS replays of that graph: GPU time, with no
+    host time and no launch gap between calls in it. A call that cannot be captured is sampled
+    eagerly (`timing` = "eager": `bench_ms` over `sample_ms`).
+    """
+
+    REPLAYS = 5
+    MAX_CALLS = 10_000  # calls in one graph: a 1 µs call and a 40 ms sample stay well under it
+
+    def __init__(self, make, sample_ms: float, warmup_ms: float | None = None, rep_ms: float | None = None,
+                 host_cost: bool = False):
+        self.eager_ms = self.host_ms = None
+        if rep_ms is not None:  # the eager time, and the host's cost, of a call of its own
+            call = make()
+            self.eager_ms = bench_ms(call, warmup_ms, rep_ms)
+            self.host_ms = host_ms(call) if host_cost else None
+            del call  # a backward's saved forward: the graph's own is built next
+        self.sample_ms, self.graph, self.call = sample_ms, None, None
+        try:
+            self._capture(make)
+            self.timing = "cuda_graph"
+        except RuntimeError as err:  # not capturable: sampled eagerly
+            first = str(err).splitlines()[0][:160] if str(err) else type(err).__name__
+            log.warning("not capturable in a CUDA graph (%s): sampled eagerly", first)
+            self.graph, self.call, self.timing = None, make(), "eager"
+
+    def _capture(self, make) -> None:
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        with torch.cuda.stream(stream):
+            fn = make()
+            for _ in range(3):  # compiles, and warms the allocator up before the capture
+                fn()
+            start.record(stream)
+            for _ in range(3):
+                fn()
+            end.record(stream)
+            end.synchronize()
+            one = max(start.elapsed_time(end) / 3, 1e-4)
+            self.calls = max(1, min(self.MAX_CALLS, round(self.sample_ms / self.REPLAYS / one)))
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, stream=stream):
+                for _ in range(self.calls):
+                    fn()
+        torch.cuda.synchronize()
+        self.graph, self.call = graph, fn  # the call holds what the graph reads (a saved forward)
+
+    def sample(self) -> float:
+        """One sample: ms per call, the median over REPLAYS replays of the graph."""
+        if self.graph is None:
+            return bench_ms(self.call, 0, self.sample_ms)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        times = []
+        for _ in range(self.REPLAYS):
+            start.record()
+            self.graph.replay()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end) / self.calls)
+        return float(statistics.median(times))
+
+    def release(self) -> None:
+        """Free the graph and what it holds."""
+        self.graph = self.call = None
+
+
+def graph_ms(make, rep_ms: float) -> float:
+    """One sample of about `rep_ms` of `make()`'s call in CUDA-graph replays (the development tools')."""
+    return Sampler(make, rep_ms).sample()
 
 
 def autograd_call(fn, leaves, do, direction: str):
@@ -92,22 +146,14 @@ def autograd_call(fn, leaves, do, direction: str):
     raise ValueError(f"direction {direction!r}; accepted: {contract.BACKWARD}, {contract.FWD_BWD}")
 
 
-def measure(make, like: torch.Tensor, warmup_ms: float, rep_ms: float, bnhd: bool = False) -> dict:
-    """One checked call of `make()`'s call (its gradients' first heads come back, in (B, H, N, d)),
-    then eager and CUDA-graph times. bnhd: the gradients are (B, N, H, d)."""
-    call = make()
+def first_heads(call, like: torch.Tensor, bnhd: bool = False) -> tuple[tuple[torch.Tensor, ...], bool]:
+    """One checked call of `call` on a poisoned allocator: the first head of each tensor it returns
+    (in (B, H, N, d); bnhd: they are (B, N, H, d)), on the CPU, and whether any holds NaN."""
     poison = torch.full_like(like, float("nan"))
-    del poison  # its block goes back to the cache, NaN-filled, for a gradient to reuse
+    del poison  # its block goes back to the cache, NaN-filled, for an output to reuse
     got = call()
+    got = (got,) if isinstance(got, torch.Tensor) else tuple(got)
     torch.cuda.synchronize()
     heads = tuple((g[:1, :, :1].transpose(1, 2) if bnhd else g[:1, :1]).detach().cpu() for g in got)
     has_nan = any(bool(torch.isnan(g).any()) for g in got)
-    del got
-    eager = bench_ms(call, warmup_ms, rep_ms)
-    del call  # its saved forward: the graph's own is built next
-    try:
-        ms, how = graph_ms(make, rep_ms), "cuda_graph"
-    except RuntimeError as err:  # not capturable: the eager time is all there is
-        log.warning("not capturable in a CUDA graph (%s): eager time kept", str(err).splitlines()[0][:160])
-        ms, how = eager, "eager"
-    return {"heads": heads, "has_nan": has_nan, "ms": ms, "eager_ms": eager, "timing": how}
+    return heads, has_nan

@@ -63,6 +63,7 @@ rule gpu_timing:
             category="Tables",
         ),
         summary=out(C.TIMING_SUMMARY),
+        samples=out(C.TIMING_SAMPLES),
         manifest=manifest_of("gpu_timing"),
     log:
         logfile("gpu_timing"),

@@ -32,10 +32,12 @@ from pathlib import Path
 
 import torch
 
-from minimodel.contenders.spec import Contender, SequenceFirst, load, prepared
+from minimodel import contract
+from minimodel.contenders import timed
+from minimodel.contenders.spec import Contender, load, prepared
+from minimodel.contenders.timed import ContenderOutputError, validated
 from minimodel.provenance.project import RULE_LOG_ENV, SRC
 from minimodel.subprocesses import die_with_parent
-from minimodel.timers import autograd_call, bench_graph_ms, bench_ms, host_ms, measure
 
 
 @dataclass(frozen=True)
@@ -77,40 +79,6 @@ def _draw(case: Case, count: int) -> tuple[torch.Tensor, ...]:
     return (rand(case.H), rand(case.H_kv), rand(case.H_kv), rand(case.H))[:count]
 
 
-@dataclass(frozen=True)
-class TimingCase:
-    """One timing point on the GPU: fp16 inputs drawn on the device from `seed`."""
-
-    B: int
-    H: int
-    N: int
-    d: int
-    causal: bool
-    seed: int
-    warmup_ms: float
-    rep_ms: float
-    host_cost: bool = False  # also read the host's cost per call (`timers.host_ms`)
-
-
-def timing_inputs(case: TimingCase, count: int = 3) -> tuple[torch.Tensor, ...]:
-    """Q, K, V of a timing point, the same in every process (the timing stage draws these too);
-    with count=4 the output gradient dO too, drawn after them."""
-    gen = torch.Generator(device="cuda").manual_seed(case.seed)
-    return tuple(torch.randn(case.B, case.H, case.N, case.d, device="cuda", dtype=torch.float16,
-                             generator=gen) for _ in range(count))
-
-
-def _validated(out, q: torch.Tensor) -> torch.Tensor:
-    if not isinstance(out, torch.Tensor):
-        raise TypeError(f"returned {type(out).__name__}, not a tensor")
-    if tuple(out.shape) != tuple(q.shape):
-        raise TypeError(f"returned shape {tuple(out.shape)}; expected q's shape {tuple(q.shape)}")
-    if out.dtype != q.dtype:
-        raise TypeError(f"returned dtype {str(out.dtype).removeprefix('torch.')}; expected q's dtype "
-                        f"{str(q.dtype).removeprefix('torch.')}")
-    return out
-
-
 def checked_output(fn, case: Case) -> torch.Tensor:
     """The contender's output for a case, on the CPU; a wrong shape or dtype raises, naming both.
 
@@ -122,32 +90,10 @@ def checked_output(fn, case: Case) -> torch.Tensor:
     if case.device == "cuda":
         poison = torch.full_like(q, float("nan"))
         del poison
-    out = _validated(fn(*args, causal=case.causal), q)
+    out = validated(fn(*args, causal=case.causal), q)
     if case.device == "cuda":
         torch.cuda.synchronize()
     return out.detach().cpu()
-
-
-def timed(fn, case: TimingCase) -> dict:
-    """One checked call (its first head comes back for the float64 check), then eager and
-    CUDA-graph times (and the host's cost, with `host_cost`), as the timing stage takes them for
-    its own implementations."""
-    q, k, v = timing_inputs(case)
-    args = prepared(fn, q, k, v)  # its layout, before anything is timed
-    poison = torch.full_like(q, float("nan"))
-    del poison
-    out = _validated(fn(*args, causal=case.causal), q)
-    torch.cuda.synchronize()
-    head, has_nan = out[:1, :1].detach().cpu(), bool(torch.isnan(out).any())
-    del out
-    call = lambda: fn(*args, causal=case.causal)
-    eager = bench_ms(call, case.warmup_ms, case.rep_ms)
-    host = host_ms(call) if case.host_cost else None
-    try:
-        ms, how = bench_graph_ms(call, case.rep_ms), "cuda_graph"
-    except RuntimeError:  # not capturable: the eager time is all there is
-        ms, how = eager, "eager"
-    return {"head": head, "has_nan": has_nan, "ms": ms, "eager_ms": eager, "host_ms": host, "timing": how}
 
 
 def checked_grads(fn, case: Case) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -159,7 +105,7 @@ def checked_grads(fn, case: Case) -> tuple[torch.Tensor, torch.Tensor, torch.Ten
     if case.device == "cuda":
         poison = torch.full_like(q, float("nan"))
         del poison
-    out = _validated(fn(*args, causal=case.causal), q)
+    out = validated(fn(*args, causal=case.causal), q)
     if not out.requires_grad:
         raise TypeError("its output does not require grad: autograd cannot differentiate it")
     grads = torch.autograd.grad(out, leaves, do, allow_unused=True)
@@ -171,19 +117,7 @@ def checked_grads(fn, case: Case) -> tuple[torch.Tensor, torch.Tensor, torch.Ten
     return tuple(g.detach().cpu() for g in grads)
 
 
-def timed_backward(fn, payload) -> dict:
-    """payload (TimingCase, direction): the backward alone or forward + backward of the contender
-    through autograd, checked once then timed as the stage times its own
-    (`minimodel.timers.measure`)."""
-    case, direction = payload
-    q, k, v, do = timing_inputs(case, 4)
-    leaves = [t.requires_grad_() for t in prepared(fn, q, k, v)]  # its layout, before anything is timed
-    forward = lambda *xs: _validated(fn(*xs, causal=case.causal), q)  # noqa: E731
-    return measure(lambda: autograd_call(forward, leaves, do, direction), q, case.warmup_ms, case.rep_ms,
-                   bnhd=isinstance(fn, SequenceFirst))
-
-
-TASKS = {"output": checked_output, "time": timed, "grads": checked_grads, "time_backward": timed_backward}
+TASKS = {"output": checked_output, "grads": checked_grads, **timed.TASKS}
 
 
 def _send(conn: Connection, obj) -> None:
@@ -195,7 +129,7 @@ def _receive(conn: Connection):
 
 
 # Child.call's status for a point the contender declined by raising NotImplementedError
-SKIPPED = "skipped"
+SKIPPED = contract.SKIPPED
 
 
 def declined(err: NotImplementedError) -> str:
@@ -208,13 +142,24 @@ def one_line(err: Exception) -> str:
     return f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
 
 
+def where(err: Exception) -> str:
+    """" (file:line)" of the innermost frame outside this project's package, where the contender's
+    own code raised; "" for what the project's own checks found wrong with its output (their
+    message says what)."""
+    if isinstance(err, ContenderOutputError):
+        return ""
+    outside = [f for f in traceback.extract_tb(err.__traceback__)
+               if not Path(f.filename).resolve().is_relative_to(SRC / "minimodel")]
+    return f" ({Path(outside[-1].filename).name}:{outside[-1].lineno})" if outside else ""
+
+
 def _cuda_usable() -> bool:
     if not torch.cuda.is_initialized():
         return True
     try:
         torch.cuda.synchronize()
         return True
-    except Exception:  # noqa: BLE001 (an illegal address, a device-side assert, ...)
+    except Exception:  # an illegal address, a device-side assert, ...
         return False
 
 
@@ -223,7 +168,7 @@ def _serve(conn_in: Connection, conn_out: Connection) -> None:
     contender, search = _receive(conn_in)
     try:
         fn = load(contender, search)
-    except Exception as err:  # noqa: BLE001 (a user's module may raise anything on import)
+    except Exception as err:  # a user's module may raise anything on import
         _send(conn_out, ("error", f"{type(err).__name__}: {err}"))
         return
     _send(conn_out, ("ready", None))
@@ -236,9 +181,9 @@ def _serve(conn_in: Connection, conn_out: Connection) -> None:
             _send(conn_out, ("ok", TASKS[task](fn, payload)))
         except NotImplementedError as err:  # the contender declines this point: a skipped row
             _send(conn_out, (SKIPPED, declined(err)))
-        except Exception as err:  # noqa: BLE001
-            last = traceback.extract_tb(err.__traceback__)[-1]
-            _send(conn_out, ("error", f"{one_line(err)} ({Path(last.filename).name}:{last.lineno})"))
+        except Exception as err:  # a user's function may raise anything
+            traceback.print_exc()  # the whole traceback, in the log the console line names
+            _send(conn_out, ("error", one_line(err) + where(err)))
             if not _cuda_usable():  # a sticky CUDA error would fail every later point: start afresh
                 return
         if torch.cuda.is_initialized():
@@ -277,7 +222,7 @@ class Child:
         # -P: the working directory is not put on sys.path, so the child finds the same module file
         # the workflow hashed (PYTHONPATH, then examples/)
         command = [sys.executable, "-P", "-m", "minimodel.contenders.run", str(down_r), str(up_w)]
-        output = open(self.log, "a") if self.log else None  # noqa: SIM115 (the child holds it)
+        output = open(self.log, "a") if self.log else None  # the child holds it
         try:
             if output is not None:
                 output.write(f"--- contender {self.contender.name} ({self.contender.fn}): "

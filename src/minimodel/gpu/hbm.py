@@ -40,8 +40,9 @@ from minimodel import contract, symbolic
 from minimodel.attention_ref import attn_naive
 from minimodel.contenders.builtin import not_run_reason
 from minimodel.contenders.registry import SEARCH
-from minimodel.contenders.run import _cuda_usable, _validated, declined, one_line
+from minimodel.contenders.run import _cuda_usable, declined, one_line
 from minimodel.contenders.spec import Contender, load, prepared
+from minimodel.contenders.timed import validated
 from minimodel.gpu import hbm_backward
 from minimodel.gpu import ncu as ncu_tool
 from minimodel.gpu.ncu import KERNEL_COLUMNS, NCU_METRICS, NCU_OPTIONS, find_ncu  # noqa: F401
@@ -179,7 +180,7 @@ def probe(spec: dict, plan_path: Path) -> int:
         marked = False
         try:
             with torch.enable_grad() if backward else torch.no_grad():
-                _validated(fn(*args), q)  # compiles, sets up libraries: not in the profiled range
+                validated(fn(*args), q)  # compiles, sets up libraries: not in the profiled range
                 torch.cuda.synchronize()
                 with torch.cuda.nvtx.range(ncu_tool.NVTX_RANGE):
                     minimodel_bytes_marker[(1,)](marker_buffer)

@@ -1,6 +1,6 @@
-"""The rows of the timing table (gpu/timing/timing.csv), shared by the forward's timing
-(`minimodel.gpu.timing`) and the backward's (`minimodel.gpu.timing_backward`): one row per
-(point, implementation, direction), its rates, and the kernel's ratios within a direction."""
+"""The rows of the timing table (gpu/timing/timing.csv): one row per (point, implementation,
+direction), the status of one that gave no time, its rates, and the kernel's ratios within a
+direction; and the long table of the samples behind each row's median (gpu/timing/samples.csv)."""
 
 from __future__ import annotations
 
@@ -10,30 +10,48 @@ import logging
 import torch
 
 from minimodel import contract
-from minimodel.contenders.builtin import not_run_reason
 
 log = logging.getLogger(__name__)
+
+KEY = ("direction", "grid", "B", "H", "N", "d", "causal", "impl")  # a row's key, and its samples'
+
+
+class Declined(Exception):
+    """The implementation declined this point (a contender's NotImplementedError): a skipped row."""
+
+
+class Failed(Exception):
+    """The implementation's call failed at this point, for the reason in the message."""
 
 
 def empty_row(point: dict, impl: str, flops: float, direction: str = contract.FORWARD) -> dict:
     """A timing row of `impl` at `point` before anything ran (fp16, as every timed input)."""
     return {**point, "impl": impl, "dtype": "float16", "flops": flops, "status": contract.OK,
-            "checked": None, "err_vs_fp64": None, "ms": None, "eager_ms": None, "host_ms": None,
-            "timing": None, "direction": direction}
+            "checked": None, "err_vs_fp64": None, "ms": None, "samples": None, "eager_ms": None,
+            "host_ms": None, "timing": None, "direction": direction}
 
 
 @contextlib.contextmanager
 def failures_in_status(row: dict):
-    """Time one implementation in the block: running out of memory, or a shape its backend does not
-    support, ends the block and says so in the row's status; the memory goes back after it."""
+    """Time one implementation in the block: a point it declines, a failed call, running out of
+    memory, or a shape its backend does not support ends the block and says so in the row's
+    status (its times cleared); the memory goes back after it."""
     try:
         yield
+    except Declined as why:
+        row["status"] = f"{contract.SKIPPED}: {why}"
+    except Failed as why:
+        row["status"] = f"{contract.FAILED}: {why}"
     except torch.OutOfMemoryError:
-        row["status"] = "out of memory"
+        row["status"] = contract.OUT_OF_MEMORY
     except RuntimeError as err:  # a backend that does not support this shape
-        row["status"] = f"unsupported: {str(err).splitlines()[0][:160]}"
+        first = str(err).splitlines()[0][:160] if str(err) else type(err).__name__
+        row["status"] = f"{contract.UNSUPPORTED}: {first}"
+    else:
+        return
     finally:
         torch.cuda.empty_cache()
+    row.update(ms=None, samples=None, eager_ms=None, host_ms=None, timing=None)
 
 
 def with_rates(row: dict, ceilings: dict) -> dict:
@@ -60,12 +78,3 @@ def add_ratios(rows: list[dict]) -> None:
         for r in impls.values():
             r["triton_speedup_over_this"] = (r["ms"] / triton_ms
                                              if r["ms"] and triton_ms else None)
-
-
-def contender_skip_reason(contender, row: dict) -> str | None:
-    """Why a contender is not timed at a row's point: what it supports, a built-in missing on this
-    machine, or a grid it is not timed on."""
-    reason = not_run_reason(contender, "cuda", "float16", row["d"], row["causal"], False, interpreted=False)
-    if row["grid"] not in contender.grids:
-        reason = reason or f"{contender.name} is timed on the {', '.join(contender.grids)} grid only"
-    return reason

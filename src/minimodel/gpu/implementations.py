@@ -1,0 +1,138 @@
+"""What the GPU timing stage runs at a point: every implementation behind one interface, the
+kernel first.
+
+An implementation answers two things, and the stage asks nothing else of it:
+- `runs_at(point, direction)`: None when it is timed at that point in that pass, else why not
+  (what it supports, whether it is installed here, the grids it is timed on, whether it has a
+  backward): the one place that says it;
+- `prepare(case, direction, inputs)`: its call at the point, built once: one checked call (the
+  first heads of its output or gradients, `measured["heads"]`, for the stage's float64 check),
+  its eager time, its host cost where asked, a CUDA graph. It returns a `Prepared`, whose
+  `sample()` takes one more sample, as often as the stage asks, and `release()` frees it.
+  A point it declines raises `Declined`; a call that fails raises `Failed` (or the error itself:
+  out of memory, an unsupported shape, which `timing_rows.failures_in_status` turns into a status).
+
+Two kinds: `Local`, run in the stage's own process (the kernel, naive PyTorch and SDPA's backends,
+the implementations always timed), and `Remote`, a contender in its child process
+(`minimodel.contenders.run.Child`, whose `minimodel.contenders.timed` tasks prepare and sample it).
+The table names (`impl`: `triton`, `naive`, `sdpa_cudnn`, ...) are the contract's.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from minimodel import contract
+from minimodel.contenders import builtin
+from minimodel.contenders.run import SKIPPED, Child
+from minimodel.contenders.timed import TimingCase
+from minimodel.gpu.grids import Point
+from minimodel.gpu.timing_rows import Declined, Failed
+from minimodel.kernel import attention, flash_attn_forward, launch_config
+from minimodel.kernel.backward import backward_fn, default_bwd_config
+from minimodel.timers import Sampler, autograd_call, first_heads
+
+
+@dataclass
+class Prepared:
+    """An implementation's call at one point, ready to sample: `measured` holds what preparing it
+    found (heads, has_nan, eager_ms, host_ms, timing, and the kernel's path and tiles)."""
+
+    measured: dict
+    sample: Callable[[], float]
+    release: Callable[[], None]
+
+
+def _reason(contender, point: Point, direction: str) -> str | None:
+    """Why `contender` (a `Contender`) is not timed at `point` in `direction`, or None."""
+    reason = builtin.no_backward_reason(contender) if direction != contract.FORWARD else None
+    reason = reason or builtin.not_run_reason(contender, "cuda", "float16", point.d, point.causal, False,
+                                              interpreted=False)
+    if not reason and point.grid not in contender.grids:
+        reason = f"{contender.name} is timed on the {', '.join(contender.grids)} grid only"
+    return reason
+
+
+class Local:
+    """One of the implementations always timed, run in the stage's process: the kernel (its own
+    path, the backward alone through `backward_fn`), naive and SDPA's backends (the built-in
+    contenders' functions, the backward through autograd)."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.contender = builtin.BUILTINS[name]
+
+    def runs_at(self, point: Point, direction: str) -> str | None:
+        return _reason(self.contender, point, direction)
+
+    def _forward(self, q, k, v, causal: bool):
+        """(fn(q, k, v), extra row columns): the kernel runs the configuration chosen for the whole
+        problem (`launch_config`: TMA or not), also on the one-head slice it is checked on."""
+        if self.name != contract.TRITON:
+            return functools.partial(getattr(builtin, self.name), causal=causal), {}
+        cfg = launch_config(q, k, v, causal)
+        fn = lambda q, k, v: flash_attn_forward(q, k, v, causal=causal, config=cfg)
+        return fn, {"path": cfg.path, **{f"cfg_{key}": val for key, val in cfg.as_dict().items()}}
+
+    def _make(self, direction: str, inputs, causal: bool):
+        """(make, like, extra): `make()` builds the call of `direction`; `like` is Q."""
+        if direction == contract.FORWARD:
+            q, k, v = inputs
+            fn, extra = self._forward(q, k, v, causal)
+            return (lambda: lambda: fn(q, k, v)), q, extra
+        q, k, v, do = inputs
+        if self.name == contract.TRITON and direction == contract.BACKWARD:
+            extra = {"path": "tl", "forward_path": launch_config(q, k, v, causal).path,
+                     **{f"cfg_{key}": val for key, val in default_bwd_config(q, causal).as_dict().items()}}
+            return (lambda: backward_fn(q, k, v, causal, do=do)), q, extra
+        fn = (functools.partial(attention, causal=causal) if self.name == contract.TRITON
+              else functools.partial(getattr(builtin, self.name), causal=causal))
+
+        def make():
+            leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+            return autograd_call(fn, leaves, do, direction)
+        return make, q, {}
+
+    def prepare(self, case: TimingCase, direction: str, inputs) -> Prepared:
+        make, like, extra = self._make(direction, inputs, case.causal)
+        if direction == contract.FORWARD:  # checked on the first head: float64 of the whole batch won't fit
+            one = [t[:1, :1] for t in inputs]
+            fn, _ = self._forward(*inputs, case.causal)  # the kernel: the whole problem's configuration
+            heads, has_nan = first_heads(lambda: fn(*one), one[0])
+        else:
+            heads, has_nan = first_heads(make(), like)
+        sampler = Sampler(make, case.sample_ms, case.warmup_ms, case.rep_ms, host_cost=case.host_cost)
+        measured = {"heads": heads, "has_nan": has_nan, "eager_ms": sampler.eager_ms,
+                    "host_ms": sampler.host_ms, "timing": sampler.timing, **extra}
+        return Prepared(measured, sampler.sample, sampler.release)
+
+
+class Remote:
+    """A contender, timed in its child process (`Child`), on the inputs the child draws from the
+    point's seed (the same the stage draws)."""
+
+    def __init__(self, child: Child):
+        self.child, self.contender, self.name = child, child.contender, child.contender.name
+
+    def runs_at(self, point: Point, direction: str) -> str | None:
+        return _reason(self.contender, point, direction)
+
+    def _call(self, task: str, payload=None):
+        status, result = self.child.call(task, payload)
+        if status == SKIPPED:  # the contender declined this point
+            raise Declined(result)
+        if status != contract.OK:
+            raise Failed(result)
+        return result
+
+    def prepare(self, case: TimingCase, direction: str, inputs) -> Prepared:
+        measured = self._call("prepare", (case, direction))
+        return Prepared(measured, lambda: self._call("sample"), lambda: self.child.call("release", None))
+
+
+def implementations(children=()) -> list:
+    """Every implementation the stage can time: the ones always timed (the kernel first), then a
+    `Remote` for each contender's child."""
+    return [Local(name) for name in contract.IMPLEMENTATIONS] + [Remote(child) for child in children]

@@ -1,0 +1,130 @@
+"""One point of the timing stage, in one pass: every implementation prepared once, then sampled
+in interleaved rounds, and checked against float64.
+
+For a pass (`direction`) at a point, on the inputs drawn from the point's seed (Q, K, V; a
+backward's dO after them, so its Q, K, V are the forward's):
+1. each implementation that runs there (`runs_at`) is prepared (`prepare`): one checked call on a
+   poisoned allocator, its eager time, a CUDA graph; one that does not gets a row saying why;
+2. then `samples` rounds: each round takes one sample of every prepared implementation, in an
+   order rotated by one each round, so that clock and thermal drift between rounds land on all
+   of them alike, and round i of one implementation is taken beside round i of every other (the
+   comparison pairs their samples by round);
+3. each row's `ms` is the median of its samples, `samples` their count; the samples themselves go
+   to the long table (`timing_rows.KEY`, `sample`, `ms`).
+The first head of each output (or of dQ, dK, dV) is checked against float64 on that head with the
+correctness rule (`minimodel.correctness_rule`): `checked`, `err_vs_fp64`, and the status
+`contract.FAILED_CHECK` where it misses (its times are kept, and said so by the status).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+
+import torch
+
+from minimodel import contract, symbolic_backward
+from minimodel.attention_ref import reference_attn
+from minimodel.contenders.timed import TimingCase, timing_inputs
+from minimodel.correctness_rule import grad_errors, reference_grads, tolerance
+from minimodel.gpu.grids import Point
+from minimodel.gpu.timing_rows import KEY, empty_row, failures_in_status, with_rates
+
+
+def flops(point: Point, direction: str) -> float:
+    """FLOPs of one call (FlashAttention's convention: backward 2.5 × the forward's, fwd+bwd 3.5 ×)."""
+    return symbolic_backward.attention_flops(point.B, point.H, point.N, point.d, point.causal, direction)
+
+
+def forward_reference(q, k, v, causal: bool):
+    """(float64 attention, PyTorch's fp16 error) of the first head of the first batch element; (None,
+    nan) when even one head does not fit (a float64 reference of the whole batch would not)."""
+    qs, ks, vs = q[:1, :1], k[:1, :1], v[:1, :1]
+    try:
+        exact = reference_attn(qs, ks, vs, causal=causal, upcast=True)
+    except torch.OutOfMemoryError:
+        return None, float("nan")
+    return exact, (reference_attn(qs, ks, vs, causal=causal).double() - exact).abs().max().item()
+
+
+def backward_reference(q, k, v, do, causal: bool):
+    """(float64 autograd's, PyTorch's own fp16) dQ, dK, dV of the first head; (None, None) when even
+    one head does not fit."""
+    qs, ks, vs, dos = (t[:1, :1] for t in (q, k, v, do))
+    try:
+        return reference_grads(qs, ks, vs, dos, causal, upcast=True), reference_grads(qs, ks, vs, dos, causal)
+    except torch.OutOfMemoryError:
+        return None, None
+
+
+def check(row: dict, measured: dict, reference, direction: str) -> None:
+    """`checked` and `err_vs_fp64` of a prepared implementation's first heads; the status says a miss."""
+    exact, other = reference
+    if exact is None:
+        return
+    if direction == contract.FORWARD:
+        err = (measured["heads"][0].to(exact.device).double() - exact).abs().max().item()
+        ok = err <= tolerance(other)
+    else:
+        verdict = grad_errors([h.to(exact[0].device) for h in measured["heads"]], exact, other)
+        ok, err = verdict["passed"], verdict["err_kernel_vs_fp64"]
+    ok = ok and not measured["has_nan"]
+    row.update(checked=ok, err_vs_fp64=err)
+    if not ok:
+        row["status"] = contract.FAILED_CHECK
+
+
+def rounds(prepared: dict, samples: int, failures: dict) -> dict:
+    """name -> its samples: `samples` rounds over `prepared` (name -> (row, Prepared)), each in the
+    order rotated by one from the round before. A sample that fails ends that implementation's
+    sampling (`failures`: name -> the context manager that records it in its row)."""
+    taken = {name: [] for name in prepared}
+    order = list(prepared)
+    for i in range(samples):
+        shift = i % len(order) if order else 0
+        for name in order[shift:] + order[:shift]:
+            if name not in prepared:
+                continue
+            with failures[name]():
+                taken[name].append(prepared[name][1].sample())
+                continue
+            prepared.pop(name)[1].release()  # failed: its status says why
+            taken.pop(name)
+    return taken
+
+
+def time_pass(point: Point, direction: str, impls, case: TimingCase, samples: int,
+              ceilings: dict) -> tuple[list[dict], list[dict]]:
+    """(rows, sample rows) of every implementation in `impls` at `point` in `direction`."""
+    inputs = timing_inputs(case, 3 if direction == contract.FORWARD else 4)
+    reference = (forward_reference(*inputs, point.causal) if direction == contract.FORWARD
+                 else backward_reference(*inputs, point.causal))
+    where = dataclasses.asdict(point)
+    rows, prepared, failures = {}, {}, {}
+    for impl in impls:
+        row = rows[impl.name] = empty_row(where, impl.name, flops(point, direction), direction)
+        failures[impl.name] = lambda row=row: failures_in_status(row)
+        reason = impl.runs_at(point, direction)
+        if reason:
+            row["status"] = f"{contract.SKIPPED}: {reason}"
+            continue
+        with failures[impl.name]():
+            ready = impl.prepare(case, direction, inputs)
+            measured = {k: v for k, v in ready.measured.items() if k not in ("heads", "has_nan")}
+            row.update(measured)
+            check(row, ready.measured, reference, direction)
+            prepared[impl.name] = (row, ready)
+    try:
+        taken = rounds(prepared, samples, failures)
+    finally:
+        for _, ready in prepared.values():
+            ready.release()
+    sample_rows = []
+    for name, values in taken.items():
+        row = rows[name]
+        row.update(ms=float(statistics.median(values)), samples=len(values))
+        key = {column: row[column] for column in KEY}
+        sample_rows += [{**key, "sample": i, "ms": ms} for i, ms in enumerate(values)]
+    del inputs
+    torch.cuda.empty_cache()  # the point's inputs are gone: hand their memory back
+    return [with_rates(row, ceilings) for row in rows.values()], sample_rows
