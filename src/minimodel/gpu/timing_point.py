@@ -9,6 +9,8 @@ backward's dO after them, so its Q, K, V are the forward's):
    order rotated by one each round, so that clock and thermal drift between rounds land on all
    of them alike, and round i of one implementation is taken beside round i of every other (the
    comparison pairs their samples by round);
+   (an implementation that holds most of the device's memory once prepared is sampled at once
+   instead, its rounds back to back, and released before the next is prepared: `interleaved`);
 3. each row's `ms` is the median of its samples, `samples` their count; the samples themselves go
    to the long table (`timing_rows.KEY`, `sample`, `ms`).
 The first head of each output (or of dQ, dK, dV) is checked against float64 on that head with the
@@ -29,6 +31,11 @@ from minimodel.contenders.timed import TimingCase, timing_inputs
 from minimodel.correctness_rule import grad_errors, reference_grads, tolerance
 from minimodel.gpu.grids import Point
 from minimodel.gpu.timing_rows import KEY, empty_row, failures_in_status, with_rates
+
+# An implementation whose prepared call leaves less than this fraction of the device's memory free
+# (naive attention's graph at N = 16384 holds tens of GiB) is sampled at once and released before
+# the next is prepared, so that the others still find room: its row says `interleaved` False.
+ALONE_BELOW = 0.25
 
 
 def flops(point: Point, direction: str) -> float:
@@ -74,6 +81,12 @@ def check(row: dict, measured: dict, reference, direction: str) -> None:
         row["status"] = contract.FAILED_CHECK
 
 
+def crowded() -> bool:
+    """Whether the device has less than `ALONE_BELOW` of its memory free (every process's use)."""
+    free, total = torch.cuda.mem_get_info()
+    return free < ALONE_BELOW * total
+
+
 def rounds(prepared: dict, samples: int, failures: dict) -> dict:
     """name -> its samples: `samples` rounds over `prepared` (name -> (row, Prepared)), each in the
     order rotated by one from the round before. A sample that fails ends that implementation's
@@ -100,7 +113,7 @@ def time_pass(point: Point, direction: str, impls, case: TimingCase, samples: in
     reference = (forward_reference(*inputs, point.causal) if direction == contract.FORWARD
                  else backward_reference(*inputs, point.causal))
     where = dataclasses.asdict(point)
-    rows, prepared, failures = {}, {}, {}
+    rows, prepared, failures, taken_alone = {}, {}, {}, {}
     for impl in impls:
         row = rows[impl.name] = empty_row(where, impl.name, flops(point, direction), direction)
         failures[impl.name] = lambda row=row: failures_in_status(row)
@@ -114,8 +127,13 @@ def time_pass(point: Point, direction: str, impls, case: TimingCase, samples: in
             row.update(measured)
             check(row, ready.measured, reference, direction)
             prepared[impl.name] = (row, ready)
+            row["interleaved"] = not crowded()
+        if not row["interleaved"] and impl.name in prepared:  # sampled now, then its memory goes back
+            taken_alone.update(rounds({impl.name: prepared.pop(impl.name)}, samples, failures))
+            ready.release()
+            torch.cuda.empty_cache()
     try:
-        taken = rounds(prepared, samples, failures)
+        taken = taken_alone | rounds(prepared, samples, failures)
     finally:
         for _, ready in prepared.values():
             ready.release()

@@ -27,8 +27,8 @@ class Failed(Exception):
 def empty_row(point: dict, impl: str, flops: float, direction: str = contract.FORWARD) -> dict:
     """A timing row of `impl` at `point` before anything ran (fp16, as every timed input)."""
     return {**point, "impl": impl, "dtype": "float16", "flops": flops, "status": contract.OK,
-            "checked": None, "err_vs_fp64": None, "ms": None, "samples": None, "eager_ms": None,
-            "host_ms": None, "timing": None, "direction": direction}
+            "checked": None, "err_vs_fp64": None, "ms": None, "samples": None, "interleaved": None,
+            "eager_ms": None, "host_ms": None, "timing": None, "direction": direction}
 
 
 @contextlib.contextmanager
