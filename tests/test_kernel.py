@@ -11,14 +11,17 @@ from conftest import DEVICE, HAS_CUDA, requires_gpu
 
 from minimodel.attention_ref import reference_attn
 from minimodel.gpu import correctness
-from minimodel.kernel import flash
+from minimodel.kernel import flash, hopper, inputs, launch
+from minimodel.kernel.config import gluon_config, tl_config
 from minimodel.kernel.flash import (
     SUPPORTED_HEAD_DIMS,
     FwdConfig,
     flash_attn_forward,
     get_fwd_config,
+    launch_config,
     portable_config,
 )
+from minimodel.kernel.launch import MAX_PROGRAMS, grid
 
 BF16_SKIP = pytest.mark.skipif(not HAS_CUDA, reason=flash.BF16_INTERPRETER_REASON)
 
@@ -143,10 +146,8 @@ def test_mixed_dtypes_are_rejected():
 
 @pytest.mark.skipif(HAS_CUDA, reason="checks CPU tensors without the interpreter")
 def test_cpu_tensors_without_the_interpreter_are_rejected(monkeypatch):
-    from minimodel.kernel import inputs
-
     monkeypatch.setattr(inputs, "INTERPRETED", False)
-    monkeypatch.setattr(flash, "_LAUNCHES", {})  # as in a process that never interpreted
+    monkeypatch.setattr(launch, "LAUNCHES", {})  # as in a process that never interpreted
     with pytest.raises(ValueError, match="TRITON_INTERPRET=1"):
         flash_attn_forward(half(1, 1, 8, 16), half(1, 1, 8, 16), half(1, 1, 8, 16))
 
@@ -224,11 +225,9 @@ def test_rows_past_2_31_elements_are_addressed_in_64_bits(gen, tma, causal):
 
 
 def test_grid_puts_every_program_on_one_axis():
-    from minimodel.kernel.flash import MAX_PROGRAMS, _grid
-
-    assert _grid(1000, 70_000, 64) == (16 * 70_000, 1, 1)  # B·H past the y axis' 65,535
+    assert grid(1000, 70_000, 64) == (16 * 70_000, 1, 1)  # B·H past the y axis' 65,535
     with pytest.raises(ValueError, match=f"at most {MAX_PROGRAMS}"):
-        _grid(2**20, 2**20, 64)
+        grid(2**20, 2**20, 64)
 
 
 @pytest.mark.skipif(HAS_CUDA, reason="checks the interpreter")
@@ -305,8 +304,6 @@ def test_batch_heads_past_65535_on_the_gpu(gen):
 
 
 def test_the_policy_takes_the_gluon_kernel_on_hopper_at_d128_only():
-    from minimodel.kernel.config import gluon_config, tl_config
-
     big = dict(device_type="cuda", n=4096, batch_heads=64, sm_count=132)
     for causal in (False, True):
         assert get_fwd_config(128, causal, arch=90, **big) == gluon_config(128, causal)
@@ -321,8 +318,6 @@ def test_the_policy_takes_the_gluon_kernel_on_hopper_at_d128_only():
 @pytest.mark.skipif(HAS_CUDA, reason="checks the CPU")
 def test_a_gluon_config_runs_the_tl_kernel_where_gluon_cannot_run(gen):
     # Gluon has no interpreter: on the CPU the tl kernel's own choice runs, and says so
-    from minimodel.kernel import launch_config
-    from minimodel.kernel.config import gluon_config
 
     q, k, v = (torch.randn(1, 2, 77, 128, generator=gen).half() for _ in range(3))
     used = launch_config(q, k, v, True, gluon_config(128, True))
@@ -348,9 +343,6 @@ requires_hopper = pytest.mark.skipif(not _hopper(), reason="the Gluon kernel run
                                              (1000, 2, "bnhd"), (4096, 4, "contiguous")])
 @pytest.mark.parametrize("tiles", ["shipped", "three consumers, 128 keys", "three consumers, 64 keys"])
 def test_the_gluon_kernel_matches_float64(gen, d, causal, dtype, n, h_kv, layout, tiles):
-    from minimodel.kernel import launch_config
-    from minimodel.kernel.config import gluon_config
-
     three = dict(TMA=True, GLUON=True, CONSUMERS=3, PINGPONG=True)
     cfg = {"shipped": gluon_config(d, causal),
            "three consumers, 128 keys": FwdConfig(192, 128, 4, 2, **three),
@@ -381,8 +373,6 @@ def test_the_gluon_kernel_matches_float64(gen, d, causal, dtype, n, h_kv, layout
 @requires_hopper
 @pytest.mark.gpu
 def test_the_gluon_kernel_takes_a_huge_sm_scale_and_many_programs(gen):
-    from minimodel.kernel.config import gluon_config
-
     q, k, v = (torch.randn(1, 3, 300, 128, generator=gen).half().cuda() for _ in range(3))
     for scale in (1e-3, 1e6, 1e37):
         out = flash_attn_forward(q, k, v, causal=True, sm_scale=scale, config=gluon_config(128, True))
@@ -418,8 +408,6 @@ def test_a_repeated_call_skips_the_checks_and_the_policy_and_gives_the_same_outp
 @pytest.mark.gpu
 @pytest.mark.parametrize("causal", [False, True])
 def test_a_repeated_gluon_call_is_launched_directly_and_gives_the_same_output(gen, monkeypatch, causal):
-    from minimodel.kernel.config import gluon_config
-
     q, k, v = (torch.randn(2, 4, 333, 128, generator=gen).half().cuda() for _ in range(3))
     cfg = gluon_config(128, causal)
     assert flash.launch_config(q, k, v, causal, cfg).path == "gluon"
@@ -450,8 +438,6 @@ def test_a_repeated_call_is_refused_what_the_first_was_refused(gen):
 def test_the_direct_launch_passes_a_compiled_kernel_what_it_takes(gen, path):
     # a compiled kernel's runner takes a three-dimensional grid and every argument, constexprs
     # included, in the kernel's order (what Triton's JIT binds by name)
-    from minimodel.kernel import hopper  # no interpreter needed to build its arguments
-    from minimodel.kernel.config import gluon_config
 
     seen = []
 
@@ -462,7 +448,7 @@ def test_the_direct_launch_passes_a_compiled_kernel_what_it_takes(gen, path):
     q, k, v = (torch.randn(1, 2, 70, 64, generator=gen).half().to(DEVICE) for _ in range(3))
     o = torch.empty_like(q)
     cfg = gluon_config(64, True) if path == "gluon" else FwdConfig(64, 64, 4, 1, TMA=path == "tl, TMA")
-    flash._launch(q, k, v, o, o, 0.25, cfg, True, False, Compiled())
+    launch.run(flash.arguments_of(cfg), q, k, v, o, o, 0.25, cfg, True, False, Compiled())
     make = hopper.arguments if path == "gluon" else flash.arguments
     kernel, grid, args, _ = make(q, k, v, o, o, 0.25, cfg, True, False)
     [(launched_grid, launched)] = seen

@@ -80,18 +80,21 @@ def test_the_check_sees_a_crossing(tmp_path, monkeypatch):
 
 # every process that may run the kernel starts in one of these; tools/kernel_report.py and
 # tools/bwd_bench.py use Triton's real compiler (they compile for a GPU they need not have, or
-# time on one)
-ENTRY_FILES = sorted([*(ROOT / "scripts").glob("*.py"), *(ROOT / "tools").glob("*.py"),
+# time on one), and kernel_report decides so at its entry, `tools/compiled_entry.py`
+COMPILED_ENTRY = ROOT / "tools" / "compiled_entry.py"
+ENTRY_FILES = sorted([*(ROOT / "scripts").glob("*.py"), *(p for p in (ROOT / "tools").glob("*.py")
+                                                          if p != COMPILED_ENTRY),
                       ROOT / "tests" / "conftest.py", SRC / "__main__.py"])
 COMPILES_ONLY = (ROOT / "tools" / "kernel_report.py", ROOT / "tools" / "bwd_bench.py")
 
 
-def first_minimodel_import(path: Path) -> str | None:
+def first_minimodel_import(path: Path, tops=("minimodel",)) -> str | None:
+    """The first module a file imports at its top level whose top name is one of `tops`."""
     for node in ast.parse(path.read_text()).body:
         names = ([a.name for a in node.names] if isinstance(node, ast.Import)
                  else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
         for name in names:
-            if name.split(".")[0] == "minimodel":
+            if name.split(".")[0] in tops:
                 return name
     return None
 
@@ -100,6 +103,14 @@ def test_every_entry_point_imports_the_entry_before_anything_else_of_minimodel()
     wrong = {str(p.relative_to(ROOT)): first_minimodel_import(p) for p in ENTRY_FILES
              if p not in COMPILES_ONLY and first_minimodel_import(p) != "minimodel.entry"}
     assert wrong == {}
+
+
+def test_the_compiling_tool_takes_the_compiler_at_its_entry():
+    # before anything of minimodel, and before tools/tune.py, whose minimodel.entry would choose
+    # the interpreter on a machine without a GPU
+    tops = ("minimodel", "tune", COMPILED_ENTRY.stem)
+    assert first_minimodel_import(ROOT / "tools" / "kernel_report.py", tops) == COMPILED_ENTRY.stem
+    assert first_minimodel_import(COMPILED_ENTRY) is None
 
 
 def test_no_module_of_the_package_imports_the_entry():

@@ -20,20 +20,24 @@ from __future__ import annotations
 
 import argparse
 import collections
-import os
 import re
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
+import compiled_entry  # noqa: F401 (first: Triton's compiler, whatever the device)
 import pandas as pd
 import torch
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
+from triton.experimental.gluon._runtime import GluonASTSource
 from triton.runtime.jit import mangle_type
+from tune import add_grid_arguments, grid_shape
 
+from minimodel.kernel import config as policy
+from minimodel.kernel import flash
 from minimodel.provenance.io import write_csv
 
 # Multiprocessors of the GPU each architecture's policy is asked about (A100, L40S, H100/H200).
@@ -44,15 +48,6 @@ POLICY_BATCH_HEADS = (1, 8, 64, 512, 4096)
 # The SASS opcodes counted: special-function (exp2), FP32 multiply-add / multiply / add,
 # Hopper's warpgroup matmul, and shuffles (the row reductions).
 OPCODES = ("MUFU", "FFMA", "FMUL", "FADD", "HGMMA", "SHFL")
-
-
-def kernel_modules():
-    """The kernel's `config`, `flash` and `hopper`, imported on first use: after `main` chose
-    Triton's real compiler. This tool does not import minimodel.entry, which would choose the
-    interpreter on a machine without a GPU."""
-    from minimodel.kernel import config, flash, hopper  # not at the top: after TRITON_INTERPRET=0
-
-    return config, flash, hopper
 
 
 def _signature(kernel, args: dict) -> tuple[dict, dict, dict]:
@@ -91,9 +86,8 @@ def _launch(config, shape: tuple[int, int, int, int], causal: bool):
     """(kernel, arguments as types, options) of `flash_attn_forward`'s launch on a contiguous fp16
     problem of this shape, from the package's own `arguments` (CPU tensors: only their shapes,
     strides and dtype are read)."""
-    _, flash, hopper = kernel_modules()
     t = torch.empty(shape, dtype=torch.float16)
-    make = hopper.arguments if config.GLUON else flash.arguments
+    make = flash.arguments_of(config)
     kernel, _, args, options = make(t, t, t, t, t, 0.125, config, causal, False)
     return kernel, _as_types(args), options
 
@@ -105,13 +99,11 @@ def kernel_args(config, shape: tuple[int, int, int, int], causal: bool):
 
 def compile_cubin(config, shape, causal: bool, arch: int = 90):
     """Compile for sm_`arch` without a GPU; returns Triton's compiled kernel (cubin in .asm)."""
-    if kernel_modules()[1].INTERPRETED:
+    if flash.INTERPRETED:
         raise RuntimeError("kernel_report compiles the real kernels: run it without TRITON_INTERPRET=1")
     kernel, args, options = _launch(config, shape, causal)
     signature, constants, attrs = _signature(kernel, args)
     if config.GLUON:  # layouts, stages and warps are in the source: only num_warps is an option
-        from triton.experimental.gluon._runtime import GluonASTSource
-
         source = GluonASTSource(kernel, signature, constants, attrs)
     else:
         source = ASTSource(kernel, signature, constants, attrs)
@@ -140,7 +132,7 @@ def report(config, shape=(1, 1, 4096, 64), causal: bool = False, arch: int = 90)
         "registers": int(re.search(r"REG:(\d+)", usage).group(1)),
         "spill_stack_bytes": int(re.search(r"STACK:(\d+)", usage).group(1)),
         "shared_bytes": shared,
-        "fits_shared": shared <= kernel_modules()[0].SHARED_MEMORY[arch],
+        "fits_shared": shared <= policy.SHARED_MEMORY[arch],
         "instructions": sum(ops.values()),
         **{op.lower(): ops[op] for op in OPCODES},
     }
@@ -148,7 +140,6 @@ def report(config, shape=(1, 1, 4096, 64), causal: bool = False, arch: int = 90)
 
 def policy_configs(arch: int) -> list[tuple]:
     """Every (config, d, causal) the tile policy can pick on `arch`, each TMA one with its fallback."""
-    policy, flash, _ = kernel_modules()
     found = []
     for d in flash.SUPPORTED_HEAD_DIMS:
         for causal in (False, True):
@@ -174,14 +165,6 @@ def _report_row(cfg, shape, causal, arch) -> dict:
 
 
 def main(argv=None) -> int:
-    # the real compiler, never the interpreter: decided before minimodel.kernel is imported (by
-    # tools/tune.py too, whose minimodel.entry leaves this choice alone)
-    os.environ["TRITON_INTERPRET"] = "0"
-    # tools/tune.py: beside this file, so on sys.path when this runs as a script (and in the tests
-    # through pytest's pythonpath); imported here because it imports the kernel
-    from tune import add_grid_arguments, grid_shape
-
-    policy, _, _ = kernel_modules()
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     add_grid_arguments(parser)

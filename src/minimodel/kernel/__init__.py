@@ -4,8 +4,9 @@ point `attention` (`autograd`).
 
 Importing this package defines the kernels, and Triton decides then whether they are compiled or
 interpreted (TRITON_INTERPRET): the process's entry point made that choice first, by importing
-`minimodel.entry`. `INTERPRETED` says which it is. The Gluon kernel (`hopper`) is imported only
-on Hopper, by `flash`.
+`minimodel.entry`. `INTERPRETED` says which it is. The Gluon kernel for Hopper (`hopper`) is
+defined everywhere and runs only there, compiled; what both forward kernels' launches share is in
+`launch`.
 """
 
 from minimodel.kernel.autograd import attention

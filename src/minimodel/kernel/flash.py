@@ -16,12 +16,13 @@ before this module defines a kernel (`minimodel.entry`).
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
 
 import torch
 import triton
 import triton.language as tl
+from triton.tools.tensor_descriptor import TensorDescriptor
 
+from minimodel.kernel import hopper, launch
 from minimodel.kernel.config import (
     HOPPER,
     FwdConfig,
@@ -36,10 +37,8 @@ from minimodel.kernel.inputs import INTERPRETED
 from minimodel.kernel.inputs import SUPPORTED_DTYPES as SUPPORTED_DTYPES
 from minimodel.kernel.inputs import SUPPORTED_HEAD_DIMS as SUPPORTED_HEAD_DIMS
 from minimodel.kernel.inputs import validate as _validate
-
-LOG2E = 1.4426950408889634  # log2(e): exp(x) = exp2(x·log2 e)
-LN2 = tl.constexpr(0.6931471805599453)  # ln(2): ln(x) = log2(x)·ln 2, in the kernels (this one and hopper's)
-MAX_PROGRAMS = 2**31 - 1  # a CUDA grid's x dimension; the kernel's one launch axis
+from minimodel.kernel.launch import LN2, LOG2E, HostDescriptor
+from minimodel.kernel.launch import grid as _grid  # by this name kernel/backward.py imports it from here
 
 
 @triton.jit
@@ -231,14 +230,7 @@ def _gluon_ok(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor) -> bool:
     """The Gluon kernel runs compiled on Hopper only (it has no interpreter), on inputs it can read."""
     if INTERPRETED or Q.device.type != "cuda" or device_arch(Q.device) != HOPPER:
         return False
-    return _hopper().supports(Q, K, V)
-
-
-def _hopper():
-    """The Gluon kernel's module, imported on first use: only on Hopper, compiled."""
-    from minimodel.kernel import hopper  # not at the top: Gluon has no interpreter to define it under
-
-    return hopper
+    return hopper.supports(Q, K, V)
 
 
 def launch_config(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, causal: bool,
@@ -261,28 +253,6 @@ def launch_config(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, causal: boo
     return cfg if tma_hardware and _tma_ok(Q, K, V) else portable_config(Q.shape[-1])
 
 
-def _grid(N: int, batch_heads: int, block_m: int) -> tuple[int, int, int]:
-    """One program per (query tile, batch·head), all on the grid's x axis (see `_program_ids`).
-    Three dimensions, as a compiled kernel's direct launch takes them (Triton's JIT takes any)."""
-    programs = triton.cdiv(N, block_m) * batch_heads
-    if programs > MAX_PROGRAMS:
-        raise ValueError(f"B·H·⌈N/BLOCK_M⌉ = {batch_heads}·⌈{N}/{block_m}⌉ = {programs} programs; "
-                         f"one launch holds at most {MAX_PROGRAMS}: split the batch")
-    return (programs, 1, 1)
-
-
-class HostDescriptor(NamedTuple):
-    """What Triton's launcher reads of a host tensor descriptor (base, shape, strides, padding):
-    for a kernel already compiled it encodes the TMA descriptor from these alone, so the checks a
-    `TensorDescriptor` runs at construction (paid once, by the call that compiled) are not paid
-    again. Both kernels' direct launches pass these."""
-
-    base: torch.Tensor
-    shape: list
-    strides: list
-    padding: str = "zero"
-
-
 def arguments(Q, K, V, O, LSE, qk_scale: float, cfg: FwdConfig, causal: bool, store_lse: bool,
               full: bool = True):
     """(kernel, grid, arguments in the kernel's order, launch options) of a tl-kernel call: what
@@ -296,8 +266,6 @@ def arguments(Q, K, V, O, LSE, qk_scale: float, cfg: FwdConfig, causal: bool, st
                    **({"maxnreg": cfg.MAXNREG} if cfg.MAXNREG else {}))
     grid = _grid(N, B * H, cfg.BLOCK_M)
     if cfg.TMA:
-        from triton.tools.tensor_descriptor import TensorDescriptor
-
         def desc(t, rows):
             if not full:
                 return HostDescriptor(t, list(t.shape), list(t.stride()))
@@ -312,43 +280,10 @@ def arguments(Q, K, V, O, LSE, qk_scale: float, cfg: FwdConfig, causal: bool, st
     return _flash_fwd_kernel, grid, args, options
 
 
-class _Launch(NamedTuple):
-    """How a call ran: its configuration, and the kernel Triton compiled for it (None under the
-    interpreter, which compiles nothing)."""
-
-    cfg: FwdConfig
-    compiled: object
-
-
-# Calls made before, by everything their launch depends on (`_launch_key`). A repeat skips the
-# argument checks, the tile policy and Triton's argument binder, and launches the kernel compiled
-# for the first one directly: with equal devices, dtypes, shapes, strides and input addresses
-# modulo 16, every argument Triton specializes on is equal too (O and LSE are fresh allocations,
-# 16-byte aligned). Triton 3.6 spends most of a call's host time binding arguments
-# (notes/kernel.md). Emptied when it holds MAX_LAUNCHES shapes.
-_LAUNCHES: dict = {}
-MAX_LAUNCHES = 4096
-
-
-def _launch_key(Q, K, V, causal, return_lse, config) -> tuple:
-    return (Q.device, K.device, V.device, Q.dtype, K.dtype, V.dtype, Q.shape, K.shape, V.shape,
-            Q.stride(), K.stride(), V.stride(), Q.data_ptr() % 16, K.data_ptr() % 16, V.data_ptr() % 16,
-            bool(causal), bool(return_lse), config)
-
-
-def _launch(Q, K, V, O, LSE, qk_scale: float, cfg: FwdConfig, causal: bool, store_lse: bool,
-            compiled=None):
-    """Run the kernel for `cfg` (the tl one, or the Gluon one for Hopper): through Triton's JIT,
-    which returns the kernel it compiled (None under the interpreter), or `compiled` launched
-    directly."""
-    make = _hopper().arguments if cfg.GLUON else arguments
-    if compiled is not None:
-        _, grid, args, _ = make(Q, K, V, O, LSE, qk_scale, cfg, causal, store_lse, full=False)
-        compiled[grid](*args.values())
-        return compiled
-    kernel, grid, args, options = make(Q, K, V, O, LSE, qk_scale, cfg, causal, store_lse)
-    compiled = kernel[grid](**args, **options)
-    return None if INTERPRETED else compiled
+def arguments_of(cfg: FwdConfig):
+    """The function giving the call of the kernel `cfg` runs: the Gluon one's (`hopper.arguments`)
+    or the tl one's (`arguments`)."""
+    return hopper.arguments if cfg.GLUON else arguments
 
 
 def flash_attn_forward(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, causal: bool = True,
@@ -369,8 +304,8 @@ def flash_attn_forward(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, causal
     Returns O with Q's shape and dtype (contiguous), and LSE when asked.
     """
     try:
-        key = _launch_key(Q, K, V, causal, return_lse, config)
-        seen = _LAUNCHES.get(key)
+        key = launch.launch_key(Q, K, V, causal, return_lse, config)
+        seen = launch.LAUNCHES.get(key)
     except (AttributeError, TypeError):  # not tensors, or an unhashable config: the checks say so
         key = seen = None
     if seen is not None and torch.is_grad_enabled() and (Q.requires_grad or K.requires_grad
@@ -388,13 +323,12 @@ def flash_attn_forward(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, causal
     if O.numel() == 0:
         return (O, LSE) if return_lse else O
     if seen is not None:
-        _launch(Q, K, V, O, LSE, scale * LOG2E, seen.cfg, causal, return_lse, seen.compiled)
+        launch.run(arguments_of(seen.cfg), Q, K, V, O, LSE, scale * LOG2E, seen.cfg, causal, return_lse,
+                   seen.compiled)
         return (O, LSE) if return_lse else O
     cfg = launch_config(Q, K, V, causal, config)
     _grid(N, B * H, cfg.BLOCK_M)  # one launch must hold every program
-    compiled = _launch(Q, K, V, O, LSE, scale * LOG2E, cfg, causal, return_lse)
+    compiled = launch.run(arguments_of(cfg), Q, K, V, O, LSE, scale * LOG2E, cfg, causal, return_lse)
     if key is not None:
-        if len(_LAUNCHES) >= MAX_LAUNCHES:
-            _LAUNCHES.clear()
-        _LAUNCHES[key] = _Launch(cfg, compiled)
+        launch.remember(key, launch.Launch(cfg, compiled))
     return (O, LSE) if return_lse else O

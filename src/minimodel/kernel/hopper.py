@@ -16,8 +16,10 @@ NaN. It is written out again in `_consume`, not shared: `_softmax_step` issues i
 and the softmax as one step, while here the softmax of tile j runs between the asynchronous QKᵀ
 of tile j and PV of tile j − 1, each GEMM waited for where the overlap allows.
 
-Gluon has no interpreter: this module is imported only where a CUDA device of compute
-capability 9.0 will run it, or by tools that compile it for sm_90 on the CPU.
+Gluon has no interpreter: the kernel runs only on a CUDA device of compute capability 9.0,
+compiled (`flash._gluon_ok`), or is compiled for sm_90 on the CPU by tools. Defining it needs
+neither, so `flash` imports this module wherever it is imported; both take what their launches
+share from `launch`.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from minimodel.kernel.config import GLUON_HEAD_DIMS
-from minimodel.kernel.flash import LN2, HostDescriptor
+from minimodel.kernel.launch import LN2, HostDescriptor
 
 
 @gluon.jit
