@@ -334,3 +334,23 @@ def test_a_manifest_of_the_wrong_shape_is_one_line_naming_it(tmp_path, monkeypat
     out = capsys.readouterr().out.splitlines()
     assert out[0] == f"damaged  out/manifest.json: is not a manifest: {named}"
     assert out[1:] == ["1 manifest checked under out: 1 damaged, nothing stale; exit 1"]
+
+
+def test_a_copied_run_vouches_for_its_inputs_where_it_lies_now(tmp_path):
+    """A stage rerun in a copy of a run (results/<copy>, as a rerun of one stage of the reference
+    is made) reads the copy's manifests at the copy's paths; an edited table there is still refused."""
+    import shutil
+
+    from conftest import REFERENCE, ROOT
+
+    copy = ROOT / "results" / f".copy-{tmp_path.name}"  # inside the project, as results_dir must be
+    shutil.copytree(REFERENCE, copy)
+    try:
+        inputs = [str(copy / "cpu" / "roofline" / "ceilings.json"),
+                  str(copy / "gpu" / "correctness" / "correctness.json")]
+        manifest.check_inputs(inputs, ROOT, results_dir=copy, outputs_only=tuple(inputs))
+        (copy / "cpu" / "roofline" / "ceilings.json").write_text("{}")
+        with pytest.raises(manifest.ProvenanceError, match="output bytes changed"):
+            manifest.check_inputs(inputs, ROOT, results_dir=copy, outputs_only=tuple(inputs))
+    finally:
+        shutil.rmtree(copy)

@@ -50,6 +50,7 @@ from minimodel.provenance.reading import (
     _rel,
     content_hash,
     load_manifest,
+    locate,
     manifest_root,
     verify_manifest,
 )
@@ -337,12 +338,20 @@ def check_inputs(paths, root: str | os.PathLike = ".",
             raise ProvenanceError(f"cannot check input {path}: {err}. The manifest was removed, so "
                                   "the next `snakemake` re-runs the rule that writes it") from None
         rel = _rel(path, manifest_root(owner, manifest, root))
-        if owner != Path(path) and not any(entry["path"] == rel for entry in manifest["outputs"]):
+        # a run folder copied or moved since (a rerun of one stage in a copy): its recorded paths
+        # are read where the run lies now
+        run = (Path(results_dir).resolve() if results_dir is not None
+               and inside(owner.resolve(), Path(results_dir).resolve()) else None)
+        base = manifest_root(owner, manifest, root)
+        where = (locate(run, owner.resolve(), manifest, Path(root).resolve()) if run is not None
+                 else base.joinpath)
+        if owner != Path(path) and not any(where(entry["path"]).resolve() == Path(path).resolve()
+                                           for entry in manifest["outputs"]):
             raise ProvenanceError(f"input {rel} is not among the outputs that rule "
                                   f"{manifest['rule']} recorded in {owner}")
         if (owner, other_run) not in verified:
             verified[owner, other_run] = list(dict.fromkeys(
-                verify_manifest(owner, root, outputs_only=other_run)))
+                verify_manifest(owner, root, outputs_only=other_run, run=run)))
         problems = verified[owner, other_run]
         if problems and other_run:
             raise ProvenanceError(f"refusing input {rel} of another run, made by rule {manifest['rule']}: "

@@ -107,27 +107,36 @@ def find_manifests(folder: str | os.PathLike) -> list[Path]:
 
 
 def verify_manifest(manifest_path: str | os.PathLike, root: str | os.PathLike | None = None,
-                    outputs_only: bool = False) -> list[str]:
+                    outputs_only: bool = False, run: str | os.PathLike | None = None) -> list[str]:
     """Problems with one manifest: its own content, each changed or missing output, each changed input.
 
     `outputs_only` leaves the inputs out: whether the outputs are still what the rule wrote, not
     whether they are stale (a committed reference run was made by older code, on purpose).
+    `run`: the run folder the manifest lies in now, which may be a copy or a move of the one it
+    recorded (`locate`).
     """
     try:
         manifest = load_manifest(manifest_path)
     except ProvenanceError as err:
         return [str(err)]
-    root = manifest_root(manifest_path, manifest, root or ".")
+    if run is not None:
+        here = Path(manifest_path).resolve()
+        return _problems(manifest, locate(Path(run).resolve(), here, manifest, Path(root or ".").resolve()),
+                         outputs_only)
+    return _problems(manifest, manifest_root(manifest_path, manifest, root or ".").joinpath, outputs_only)
+
+
+def _problems(manifest: dict, where, outputs_only: bool) -> list[str]:
     problems = [edited] if (edited := self_hash_problem(manifest)) else []
     changed_inputs = []
     for entry in [] if outputs_only else manifest["inputs"]:
-        p = root / entry["path"]
+        p = where(entry["path"])
         if not p.exists():
             changed_inputs.append(f"{entry['path']} ({entry['kind']}, missing)")
         elif sha256_file(p) != entry["sha256"]:
             changed_inputs.append(f"{entry['path']} ({entry['kind']}, changed)")
     for entry in manifest["outputs"]:
-        p = root / entry["path"]
+        p = where(entry["path"])
         if not p.exists():
             problems.append(f"{entry['path']}: output missing")
             continue
