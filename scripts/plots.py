@@ -1,6 +1,7 @@
 """Rule `plots`: every figure of `contract.FIGURES`, drawn from the result tables.
 
-Each figure is drawn by the function of `minimodel.report.plots` (the forward's) or
+Each figure is drawn by the function of `minimodel.report.plots` (the forward's),
+`minimodel.report.correctness_figure` (lab 02's correctness, both passes) or
 `minimodel.report.backward_plots` (the backward's) that has its name; this script gives each
 function the tables it reads. A figure whose GPU stage measured nothing (no GPU, no
 ncu) is a figure that says why.
@@ -15,7 +16,7 @@ import minimodel.entry  # noqa: F401 (first: compiled or interpreted is decided 
 from minimodel import contract
 from minimodel.provenance.io import save_figure
 from minimodel.provenance.manifest import stage
-from minimodel.report import backward_plots, plots
+from minimodel.report import backward_plots, correctness_figure, plots
 
 # seaborn's figure-level grids are drawn through pyplot: off-screen, whatever display the machine has
 matplotlib.use("Agg")
@@ -62,6 +63,6 @@ with stage(snakemake):
                          f"{sorted(contract.FIGURES)}: each figure needs its arguments here")
     for name in contract.FIGURES:
         args = arguments[name]
-        draw = getattr(plots, name, None) or getattr(backward_plots, name)
+        [draw] = [getattr(m, name) for m in (plots, correctness_figure, backward_plots) if hasattr(m, name)]
         fig = plots.no_gpu_figure(name, args) if isinstance(args, str) else draw(*args)[0]
         save_figure(getattr(out, name), fig, dpi=110, bbox_inches="tight")

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from minimodel import contract, symbolic
-from minimodel.report import plots
+from minimodel.report import correctness_figure, plots
 
 REF = Path(__file__).resolve().parents[1] / "results" / "reference" / "nvidia-h200"
 
@@ -91,13 +91,13 @@ def test_correctness_figure_draws_both_dtypes_and_says_which_cases_were_skipped(
     rows = pd.DataFrame([correctness_row("triton", False, err=1e-4), correctness_row("triton", True, err=0.0),
                          correctness_row("triton", False, "bfloat16", err=None, err_torch=None,
                                          skipped=True, passed=None, reason=skip)])
-    fig, data = plots.correctness(rows, "m")
+    fig, data = correctness_figure.correctness(rows, "m")
     assert len(data) == 3 and set(data["dtype"]) == {"float16", "bfloat16"}
     assert sorted(data["verdict"]) == ["pass", "pass", "skipped"]
     assert list(data["case"]) == ["fp16 d=64 N=64", "fp16 d=64 N=64 causal", "bf16 d=64 N=64"]
     ys = sorted(panel_points(fig, "this kernel")[:, 1])
-    assert ys == [plots.RATIO_FLOOR, 1e-4 / 1e-3]  # error over tolerance; an exact 0 at the floor
-    assert fig.axes[0].get_title() == "this kernel (Triton): 2 of 2 cases pass; 1 skipped"
+    assert ys == [correctness_figure.RATIO_FLOOR, 1e-4 / 1e-3]  # error over tolerance; an exact 0: the floor
+    assert fig.axes[0].get_title() == "this kernel (Triton), forward: 2 of 2 cases pass; 1 skipped"
     legend = " ".join(t.get_text() for t in fig.legends[0].get_texts()).replace("\n", " ")
     assert f"skipped: {skip}" in legend
     ticks = [t.get_text() for t in fig.axes[-1].get_xticklabels()]
@@ -112,10 +112,11 @@ def test_correctness_figure_says_a_contender_failed_every_case():
         + [correctness_row("plain", c) for c in (False, True)]
         + [correctness_row("unscaled", False, err=0.05),
            correctness_row("unscaled", True, err=None, passed=False, reason="raised ValueError")])
-    fig, data = plots.correctness(rows, "m")
+    fig, data = correctness_figure.correctness(rows, "m")
     titles = [ax.get_title() for ax in fig.axes]
-    assert titles == ["this kernel (Triton): 2 of 2 cases pass", "plain (contender): 2 of 2 cases pass",
-                      "unscaled (contender): 0 of 2 cases pass — it fails every case"]
+    assert titles == ["this kernel (Triton), forward: 2 of 2 cases pass",
+                      "plain (contender), forward: 2 of 2 cases pass",
+                      "unscaled (contender), forward: 0 of 2 cases pass — it fails every case"]
     unscaled = data[data["impl"] == "unscaled"]
     assert list(unscaled["verdict"]) == ["fail", "fail, no error to draw"]
     assert unscaled["panel"].eq(titles[2]).all()
@@ -130,12 +131,12 @@ def test_correctness_figure_judges_each_implementation_by_its_own_tolerance():
     # the same error: under the contender's tolerance (its PyTorch error is larger), over the kernel's
     rows = pd.DataFrame([correctness_row("triton", False, err=3e-3, err_torch=1e-3),
                          correctness_row("mine", False, err=3e-3, err_torch=2e-3)])
-    fig, data = plots.correctness(rows, "m")
+    fig, data = correctness_figure.correctness(rows, "m")
     assert list(data.set_index("impl")["ratio"].round(6)) == [1.5, 0.75]
     assert panel_points(fig, "this kernel")[0, 1] > 1 > panel_points(fig, "mine")[0, 1]
     assert [ax.get_title() for ax in fig.axes] == [
-        "this kernel (Triton): 0 of 1 cases pass — it fails every case",
-        "mine (contender): 1 of 1 cases pass"]
+        "this kernel (Triton), forward: 0 of 1 cases pass — it fails every case",
+        "mine (contender), forward: 1 of 1 cases pass"]
     plt.close(fig)
 
 
@@ -184,7 +185,7 @@ def test_gpu_figures_from_the_reference_timing_table():
 def test_correctness_ylabel_fits_beside_the_axes_below_the_title():
     # the committed H200 table: 44 cases per implementation, as wide as a real run draws it
     rows = pd.read_csv(REF / "gpu" / "correctness" / "correctness.csv")
-    fig, _ = plots.correctness(rows, "NVIDIA H200")
+    fig, _ = correctness_figure.correctness(rows, "NVIDIA H200")
     fig.canvas.draw()
     renderer = fig.canvas.get_renderer()
     for ax in fig.axes:
@@ -202,7 +203,37 @@ def test_correctness_ylabel_fits_beside_the_axes_below_the_title():
 def test_correctness_figure_of_a_run_that_skipped_every_case_says_so():
     rows = pd.DataFrame([correctness_row("triton", c, "bfloat16", err=None, err_torch=None, skipped=True,
                                          passed=None, reason="not on this device") for c in (False, True)])
-    fig, data = plots.correctness(rows, "m")
-    assert [ax.get_title() for ax in fig.axes] == ["this kernel (Triton): no case ran; 2 skipped"]
+    fig, data = correctness_figure.correctness(rows, "m")
+    assert [ax.get_title() for ax in fig.axes] == ["this kernel (Triton), forward: no case ran; 2 skipped"]
     assert list(data["verdict"]) == ["skipped", "skipped"] and len(panel_points(fig, "this kernel")) == 0
+    plt.close(fig)
+
+
+def test_correctness_figure_draws_the_gradients_in_panels_of_their_own():
+    """A contender whose forward passes and whose gradients fail (its output detached): the
+    gradients' panel says it fails every case, drawn at the top; one without a backward has no
+    gradients panel, and its forward's title says so."""
+    backward = {"direction": contract.BACKWARD}
+    detached = "TypeError: its output does not require grad: autograd cannot differentiate it"
+    rows = pd.DataFrame(
+        [correctness_row("triton", c, direction=contract.FORWARD) for c in (False, True)]
+        + [correctness_row("triton", c, err=2e-3, err_torch=2e-4, **backward) for c in (False, True)]
+        + [correctness_row("nograd", c) for c in (False, True)]
+        + [correctness_row("nograd", c, err=None, passed=False, reason=detached, **backward)
+           for c in (False, True)]
+        + [correctness_row("forward_only", c) for c in (False, True)]
+        + [correctness_row("forward_only", c, err=None, err_torch=None, skipped=True, passed=None,
+                           reason="forward_only has no backward", **backward) for c in (False, True)])
+    fig, data = correctness_figure.correctness(rows, "m")
+    assert [ax.get_title() for ax in fig.axes] == [
+        "this kernel (Triton), forward: 2 of 2 cases pass",
+        "this kernel (Triton), gradients (dQ, dK, dV): 0 of 2 cases pass — it fails every case",
+        "nograd (contender), forward: 2 of 2 cases pass",
+        "nograd (contender), gradients (dQ, dK, dV): 0 of 2 cases pass — it fails every case",
+        "forward_only (contender), forward: 2 of 2 cases pass; gradients not run"]
+    drawn = panel_points(fig, "nograd (contender), gradients")
+    assert len(drawn) == 2 and (drawn[:, 1] > 1).all()  # no error to draw: above the line
+    kernel = panel_points(fig, "this kernel (Triton), gradients")
+    assert sorted(kernel[:, 1]) == [2e-3 / 1e-3] * 2  # the worst gradient's error over its tolerance
+    assert set(data[data["impl"] == "nograd"]["verdict"]) == {"pass", "fail, no error to draw"}
     plt.close(fig)

@@ -1,6 +1,7 @@
 """The results README states the results' numbers, and says so when there was no GPU."""
 
 import json
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -13,6 +14,8 @@ from minimodel.report import results_readme
 ROOT = Path(__file__).resolve().parents[1]
 REF = ROOT / "results" / "reference" / "nvidia-h200"
 TEMPLATE = ROOT / "workflow" / "report" / "README.md.j2"
+HEADLINE = ROOT / "workflow" / "report" / "headline.rst.j2"
+DOUBLED = re.compile(r"\b([A-Za-z]{2,})[\s`*]+\1\b", re.IGNORECASE)  # a word twice, markup between or not
 pytestmark = pytest.mark.skipif(not (REF / "gpu" / "timing" / "timing.json").exists(),
                                 reason="no reference run committed")
 
@@ -66,10 +69,17 @@ def test_readme_without_gpu_says_so(tmp_path):
     (tmp_path / "bytes.json").write_text(json.dumps(hbm.summary(planned, None, 2**20)))
     paths = ref_paths(timing=no_gpu, timing_table=table, gpu_bytes=tmp_path / "bytes.csv",
                       gpu_bytes_summary=tmp_path / "bytes.json")
-    text = results_readme.render(TEMPLATE, results_readme.collect(paths))
+    numbers = results_readme.collect(paths)
+    text = results_readme.render(TEMPLATE, numbers)
     assert "this machine has no CUDA device" in text
     assert "No GPU timing was possible on this machine" in text
-    assert f"Not measured in this run: {hbm.NO_CUDA}" in text
+    # the status says "not measured" itself: said once
+    assert f"Not measured in this run: {hbm.NO_CUDA.removeprefix('not measured: ')}." in text
+    reference = results_readme.collect(ref_paths())
+    for page in (text, results_readme.render(HEADLINE, numbers),
+                 *(results_readme.render(t, reference) for t in (TEMPLATE, HEADLINE))):
+        assert "not measured: not measured" not in page.lower()
+        assert not DOUBLED.findall(page), DOUBLED.findall(page)  # "float16, naive naive" was one
 
 
 def test_readme_gpu_bytes_are_the_tables():

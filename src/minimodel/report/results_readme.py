@@ -9,6 +9,7 @@ typed into the template: tests check that the README's numbers equal the tables'
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import jinja2
@@ -23,8 +24,6 @@ MiB = 2**20
 
 def _json(path):
     return json.loads(Path(path).read_text())
-
-
 
 
 def bytes_answers(symbolic_table: pd.DataFrame, cpu_bytes: pd.DataFrame) -> dict:
@@ -137,9 +136,22 @@ def gpu_bytes_answers(table: pd.DataFrame, summary: dict, n: int = 4096, d: int 
     }
 
 
+def _counts(rows: pd.DataFrame) -> dict:
+    """One pass's cases of one implementation: passed, failed, skipped, ran, the first failure's
+    reason and the first skip's (say, why a contender has no backward). A case that ran passes only
+    where its `passed` is true: a missing verdict is a failure, never a pass."""
+    skipped = rows["skipped"].eq(True)
+    ran = rows[~skipped]
+    failed = ran[~ran["passed"].eq(True)]
+    reasons = rows["reason"].fillna("").astype(str) if "reason" in rows else pd.Series("", index=rows.index)
+    return {"passed": len(ran) - len(failed), "failed": len(failed), "skipped": int(skipped.sum()),
+            "ran": len(ran), "first_failure": reasons[failed.index].iloc[0] if len(failed) else "",
+            "first_skip": reasons[skipped].iloc[0] if skipped.any() else ""}
+
+
 def contenders(correctness_rows: pd.DataFrame, timing_rows: pd.DataFrame) -> list[dict]:
-    """Each contender's correctness counts, its first failure's reason, and where it was timed the
-    geometric mean over FlashAttention's grid of the kernel's speed over its speed."""
+    """Each contender's correctness counts in the rows given (one pass's: `_counts`), and where it
+    was timed the geometric mean over FlashAttention's grid of the kernel's speed over its speed."""
     if "impl" not in correctness_rows:
         return []
     found = []
@@ -147,19 +159,50 @@ def contenders(correctness_rows: pd.DataFrame, timing_rows: pd.DataFrame) -> lis
     names += [n for n in dict.fromkeys(timing_rows.get("impl", pd.Series(dtype=str)))
               if n not in contract.IMPLEMENTATIONS and n not in names]
     for name in names:
-        rows = correctness_rows[correctness_rows["impl"] == name]
-        ran = rows[~rows["skipped"].astype(bool)]
-        failed = ran[~ran["passed"].astype(bool)]
         timed = timing_rows[(timing_rows.get("impl") == name)
                             & (timing_rows["grid"] == contract.FLASHATTENTION_GRID)]
         timed = timed[timed["status"] == contract.OK]  # a point that failed its check has no fair time
         ratios = timed["triton_speedup_over_this"].dropna() if "triton_speedup_over_this" in timed else []
-        found.append({"name": name, "passed": len(ran) - len(failed), "failed": len(failed),
-                      "skipped": len(rows) - len(ran),
-                      "first_failure": failed["reason"].iloc[0] if len(failed) else "",
+        found.append({"name": name, **_counts(correctness_rows[correctness_rows["impl"] == name]),
                       "kernel_over_this": float(np.exp(np.log(ratios).mean())) if len(ratios) else None,
                       "timed_points": len(ratios)})
     return found
+
+
+def passes(cases: pd.DataFrame, impl: str) -> dict:
+    """An implementation's cases per pass, `forward` and `gradients` (None where the run checked no
+    backward), and `failed`: the cases it failed in either pass, so that no summary calls it
+    passing over a failed gradient."""
+    cases = contract.with_direction(cases)
+    mine = cases[cases["impl"] == impl] if "impl" in cases else cases
+    backward = mine[mine["direction"] == contract.BACKWARD]
+    found = {"forward": _counts(mine[mine["direction"] == contract.FORWARD]),
+             "gradients": _counts(backward) if len(backward) else None}
+    found["failed"] = sum(p["failed"] for p in (found["forward"], found["gradients"]) if p)
+    return found
+
+
+def contender_passes(cases: pd.DataFrame, timing_rows: pd.DataFrame) -> list[dict]:
+    """Each contender (its name and timing, `contenders`) with its cases per pass (`passes`): the
+    README's and the report's first page's contender lines."""
+    return [{"name": c["name"], "kernel_over_this": c["kernel_over_this"], "timed_points": c["timed_points"],
+             **passes(cases, c["name"])} for c in contenders(contract.forward_rows(cases), timing_rows)]
+
+
+def kernel_gradients(cases: pd.DataFrame, summary: dict | None) -> dict | None:
+    """The kernel's gradient cases (dQ, dK, dV; `passes`) and each gradient's largest error against
+    float64 (the correctness summary's `backward`); None where the run checked no backward."""
+    found = passes(cases, contract.TRITON)["gradients"]
+    if found is None:
+        return None
+    largest = {g: (summary or {}).get(f"max_err_{g}_kernel_vs_fp64") for g in ("dq", "dk", "dv")}
+    return {**found, "max_err": {g: e for g, e in largest.items() if e is not None}}
+
+
+def why_not_measured(status: str) -> str:
+    """A stage's status as the reason it measured nothing, without a leading "not measured: " (the
+    sentence around it says so already); the template's filter `why`."""
+    return status.removeprefix(f"{contract.NOT_MEASURED}: ")
 
 
 def collect(paths: dict) -> dict:
@@ -167,7 +210,8 @@ def collect(paths: dict) -> dict:
     ceilings = _json(paths["cpu_ceilings"])
     timing = _json(paths["timing"])
     corr = _json(paths["correctness"])
-    every_row = contract.forward_rows(pd.DataFrame(corr["cases_detail"]))  # the backward's: below
+    every_case = pd.DataFrame(corr["cases_detail"])
+    every_row = contract.forward_rows(every_case)  # the forward's; both passes: `passes`
     timing_rows = pd.read_csv(paths["timing_table"])
     forward_timing = contract.forward_rows(timing_rows)
     symbolic_rows = pd.read_csv(paths["symbolic"])
@@ -198,13 +242,25 @@ def collect(paths: dict) -> dict:
             "literal_all_pass": corr["lab_literal_all_pass"],
             "torch_fp16_causal_err": float(ran[(ran["dtype"] == "float16") & ran["causal"].astype(bool)]
                                            ["err_torch_vs_fp64"].max()),
+            "gradients": kernel_gradients(every_case, corr.get("backward")),
         },
-        "contenders": contenders(every_row, forward_timing),
+        "contenders": contender_passes(every_case, forward_timing),
         "gpu": gpu_answers(timing, forward_timing),
         "gpu_bytes": gpu_bytes_answers(contract.forward_rows(pd.read_csv(paths["gpu_bytes"])),
                                        _json(paths["gpu_bytes_summary"])),
         "backward": backward_answers.answers(symbolic_rows, ceilings, timing, timing_rows),
     }
+
+
+def markdown_cell(text) -> str:
+    """Free text (a failure's reason) as one cell of a markdown table: one line, `|` escaped."""
+    return " ".join(str(text).split()).replace("|", "\\|")
+
+
+def rst_text(text) -> str:
+    """Free text as reStructuredText that shows it as it is: one line, every markup character
+    escaped (a reason's `*`, `_` or backquote would otherwise start markup, or a warning)."""
+    return re.sub(r"([\\`*_|<>\[\]:])", r"\\\1", " ".join(str(text).split()))
 
 
 def render(template_path: str | Path, numbers: dict) -> str:
@@ -216,4 +272,7 @@ def render(template_path: str | Path, numbers: dict) -> str:
     env.filters["f2"] = lambda x: f"{x:,.2f}"
     env.filters["f1"] = lambda x: f"{x:,.1f}"
     env.filters["int"] = lambda x: f"{int(x):,}"
+    env.filters["why"] = why_not_measured
+    env.filters["cell"] = markdown_cell
+    env.filters["rst"] = rst_text
     return env.get_template(Path(template_path).name).render(**numbers)
