@@ -239,6 +239,26 @@ def test_an_unknown_function_stops_the_run_before_any_job(tmp_path):
     assert "WorkflowError" not in said and "Snakefile" not in said, said[-2000:]
 
 
+@pytest.mark.workflow
+def test_a_syntax_error_in_a_contenders_helper_stops_the_run_in_one_line(tmp_path):
+    """As one in the contender's own module: the file and line, last on stderr, no traceback (it
+    was "ContenderError in file .../common.smk" and six `File` lines)."""
+    mine = MINE.replace("bad_contenders:wrong", "wraps_helper:forward")
+    root = copy_project(tmp_path, ("mine.yaml", mine))
+    (root / "examples" / "bad_contenders.py").write_text(BAD)
+    (root / "examples" / "wraps_helper.py").write_text("from my_broken_helper import SCALE\n\n"
+                                                       "def forward(q, k, v, causal=False):\n"
+                                                       "    return q * SCALE\n")
+    helper = root / "examples" / "my_broken_helper.py"
+    helper.write_text("import math\nSCALE = math.sqrt(2\n")
+    proc = _snakemake(root, "-n")
+    said = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "Job stats" not in proc.stdout
+    last = proc.stderr.splitlines()[-1]
+    assert last.startswith(f"{helper.resolve()}, line 2: not valid Python"), said[-2000:]
+    assert "Traceback" not in said and 'File "' not in said and "common.smk" not in said, said[-2000:]
+
+
 def _config(contenders, correctness=(), timing=(), measured=()):
     return {"contenders": contenders, "gpu": {"correctness": {"contenders": list(correctness)},
                                               "timing": {"contenders": list(timing)},
@@ -370,6 +390,29 @@ def test_every_file_a_contender_imports_is_an_input_and_its_packages_are_recorde
     (lib / "helpers" / "constants.py").write_text("SCALE = (\n")
     with pytest.raises(ContenderError, match=r"constants.py, line 1: not valid Python"):
         registry.user_modules(config, "correctness")
+    # before any job, as the module's own syntax error: one line naming the helper's file and line
+    with pytest.raises(ContenderError) as err:
+        registry.check(config)
+    assert str(err.value).startswith(f"{(lib / 'helpers' / 'constants.py').resolve()}, line 1: not valid")
+    assert "\n" not in str(err.value)
+
+
+def test_an_error_on_importing_a_contenders_helper_is_one_line_naming_the_helpers_line(tmp_path):
+    """Imported in the child: a helper that imports what is missing, or raises, names its own line
+    (not the import machinery's, nor the project's)."""
+    (tmp_path / "wrap_import_error.py").write_text("import torch\nimport helper_import_error\n\n"
+                                                   "def f(q, k, v, causal=False):\n    return q\n")
+    helper = tmp_path / "helper_import_error.py"
+    for source, said in (("import os\nfrom json import no_such_name\n", "ImportError: cannot import name"),
+                         ("\n\nraise RuntimeError('no')\n", "RuntimeError: no")):
+        helper.write_text(source)
+        for name in ("wrap_import_error", "helper_import_error"):
+            sys.modules.pop(name, None)
+        with pytest.raises(ContenderError) as err:
+            load(parse("w", {"fn": "wrap_import_error:f"}), (tmp_path,))
+        line = 2 if "json" in source else 3
+        assert str(err.value).startswith(f"{helper}, line {line}: {said}"), err.value
+        assert "\n" not in str(err.value)
 
 
 CHATTY = textwrap.dedent('''

@@ -105,24 +105,34 @@ def code(script):
     return code_closure(script, SRC)
 
 
+def _one_line(call, *args):
+    """`call(*args)`; a contender it cannot read stops the run with the project's line alone, as
+    the Snakefile's check does, not inside "ContenderError in file .../common.smk" and a traceback.
+    """
+    try:
+        return call(*args)
+    except ContenderError as err:
+        raise SystemExit(str(err))
+
+
 def contender_modules(stage):
     """The files of the user's contenders `stage` runs, and every file they import that no
     installed distribution holds: inputs of its rule, hashed into its manifest, so that editing
     one re-runs exactly the rules that run it (docs/contenders-inputs.md)."""
-    return [str(p) for p in contender_registry.user_modules(config, stage)]
+    return [str(p) for p in _one_line(contender_registry.user_modules, config, stage)]
 
 
 def contender_packages(stage):
     """The installed distributions those contenders import, name -> version: a parameter of its
     rule, so its manifest records them (their files are not hashed)."""
-    return contender_registry.user_packages(config, stage)
+    return _one_line(contender_registry.user_packages, config, stage)
 
 
 def contender_entries(stage):
     """The contenders `stage` runs, as the config gives them (built-ins by name alone)."""
     return {
         c.name: config["contenders"].get(c.name, "built-in")
-        for c in contender_registry.selected(config, stage)
+        for c in _one_line(contender_registry.selected, config, stage)
     }
 
 

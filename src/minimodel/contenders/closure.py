@@ -97,6 +97,8 @@ def _imports(path: Path, name: str, is_package: bool) -> list[str]:
         tree = ast.parse(path.read_bytes(), filename=str(path))
     except SyntaxError as err:
         raise ContenderError(f"{path}, line {err.lineno}: not valid Python: {err.msg}") from None
+    except ValueError as err:  # Python 3.11: a null byte is a ValueError, not a SyntaxError
+        raise ContenderError(f"{path}: not valid Python: {err}") from None
     package = name if is_package else name.rpartition(".")[0]
     found = []
     for node in ast.walk(tree):

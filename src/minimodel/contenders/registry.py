@@ -2,10 +2,11 @@
 each stage runs (`gpu.correctness.contenders`, `gpu.timing.contenders`, `gpu.bytes.contenders`,
 besides the kernel).
 
-`check` runs before any job (the Snakefile calls it): an unknown name, a module that is not found
-or a function that its module does not define stops the run with one line naming the contender.
-It reads the module's source and does not import it: the workflow's process does not run a
-user's code.
+`check` runs before any job (the Snakefile calls it): an unknown name, a module that is not found,
+a function that its module does not define, or a file that is not valid Python among those the
+module imports (its helpers, followed through: `closure`) stops the run with one line naming the
+contender or the file and line. It reads the sources and imports none: the workflow's process
+does not run a user's code.
 """
 
 from __future__ import annotations
@@ -78,12 +79,15 @@ def user_packages(config: dict, stage: str) -> dict[str, str]:
 
 def check(config: dict) -> None:
     """Every selected contender can be found and names a function its module defines, which
-    takes (q, k, v, causal=...) where its source says so (a plain `def`, not decorated)."""
+    takes (q, k, v, causal=...) where its source says so (a plain `def`, not decorated); every
+    file it imports is valid Python (`closure`: the rules' inputs, read here first so that a
+    helper's syntax error is one line before any job, as the module's own is)."""
     for stage in STAGES:
         for contender in selected(config, stage):
             if contender.name in BUILTINS:
                 continue
             path = module_path(contender, SEARCH)
+            closure(contender, SEARCH)  # a helper that is not valid Python: its file and line
             function = contender.fn.split(":")[1]
             names = _top_level_names(path)
             if names is not None and function not in names:

@@ -33,6 +33,8 @@ import hashlib
 import importlib
 import importlib.util
 import sys
+import sysconfig
+import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -185,16 +187,36 @@ def module_path(contender: Contender, search: tuple[Path, ...]) -> Path:
 
 
 def load(contender: Contender, search: tuple[Path, ...]):
-    """The contender's function, imported; a missing module or function is one line naming it."""
+    """The contender's function, imported; a missing module or function, or an error while its
+    module or a helper it imports is imported, is one line naming it (`import_failure`)."""
     module_name, function = contender.fn.split(":")
     module_path(contender, search)
     with _searching(search):
-        module = importlib.import_module(module_name)
+        try:
+            module = importlib.import_module(module_name)
+        except Exception as err:  # a user's module may raise anything on import
+            raise ContenderError(import_failure(err)) from err
     fn = getattr(module, function, None)
     if not callable(fn):
         raise ContenderError(f"contender {contender.name!r}: module {module_name!r} "
                              f"({module.__file__}) has no function {function!r}")
     return SequenceFirst(fn) if contender.layout == BNHD else fn
+
+
+def import_failure(err: Exception) -> str:
+    """An error raised while a contender's module was imported, as one line naming where: a syntax
+    error's own file and line (the user's module or any helper it imports), else the innermost
+    frame of code that is neither Python's import machinery, nor the standard library's, nor an
+    installed package's (the user's line that raised, or imported what is missing)."""
+    if isinstance(err, SyntaxError) and err.filename:
+        return f"{err.filename}, line {err.lineno}: not valid Python: {err.msg}"
+    installed = {Path(sysconfig.get_paths()[key]).resolve() for key in ("stdlib", "purelib", "platlib")}
+    frames = [f for f in traceback.extract_tb(err.__traceback__)
+              if not f.filename.startswith("<") and Path(f.filename).resolve() != Path(__file__).resolve()
+              and not any(Path(f.filename).resolve().is_relative_to(p) for p in installed)]
+    where = f"{frames[-1].filename}, line {frames[-1].lineno}: " if frames else ""
+    message = str(err).splitlines()[0] if str(err) else ""
+    return f"{where}{type(err).__name__}: {message}"
 
 
 class SequenceFirst:
