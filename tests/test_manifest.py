@@ -215,6 +215,7 @@ def test_a_tampered_input_is_refused_naming_the_rule_that_made_it(tmp_path, monk
     message = str(err.value)
     assert "refusing input out/result.txt, made by rule demo" in message
     assert "output bytes changed since rule demo wrote it" in message
+    assert "run `snakemake` again, and it re-runs rule demo" in message  # one more run repairs it
     assert not ran and not Path(smk.output.manifest).exists()
     # the manifest that no longer vouches for its outputs is gone: the next run re-makes them
     assert not Path(made.output.manifest).exists()
@@ -280,8 +281,10 @@ def test_code_from_another_tree_is_refused(tmp_path):
 def test_a_result_without_a_manifest_is_refused(tmp_path, monkeypatch):
     made = run_stage(tmp_path, monkeypatch)
     Path(made.output.manifest).unlink()  # its rule never completed, or another reader withdrew it
-    with pytest.raises(manifest.ProvenanceError, match="no manifest vouches for input"):
+    with pytest.raises(manifest.ProvenanceError, match="no manifest vouches for input") as err:
         manifest.check_inputs([made.output.result], tmp_path, results_dir=tmp_path / "out")
+    # another job of the same run withdrew it (as rule plots meets it after rule readme's refusal)
+    assert "removed its manifest" in str(err.value) and "run `snakemake` again" in str(err.value)
     manifest.check_inputs([made.input.table], tmp_path, results_dir=tmp_path / "out")  # a source
 
 

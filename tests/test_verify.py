@@ -89,7 +89,8 @@ def test_a_changed_module_is_stale_not_damage(checkout, capsys):
     assert cli.main(["verify"]) == 0
     out = capsys.readouterr().out
     assert "stale    lib/helper.py: module changed since rules first, second ran\n" in out
-    assert "stale    contender.py: data changed since rule second ran\n" in out
+    # a contender's module (or a helper it imports), recorded among the data inputs: code
+    assert "stale    contender.py: contender code changed since rule second ran\n" in out
     assert "nothing damaged, 2 stale" in out and "exit 0 (--strict: 1)" in out
     assert cli.main(["verify", "--strict"]) == 1
     assert verify.check("results").damaged == []

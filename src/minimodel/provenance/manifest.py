@@ -326,7 +326,9 @@ def check_inputs(paths, root: str | os.PathLike = ".",
             resolved = Path(path).resolve()
             if results_dir is not None and Path(results_dir).resolve() in resolved.parents:
                 raise ProvenanceError(f"no manifest vouches for input {path}: the rule that writes it "
-                                      "has not completed since it was last checked")
+                                      "has not completed since, or another job of this run refused "
+                                      "its outputs and removed its manifest (its line says why); "
+                                      "run `snakemake` again: it re-runs that rule first")
             continue
         other_run = path in outputs_only
         try:
@@ -335,8 +337,8 @@ def check_inputs(paths, root: str | os.PathLike = ".",
             if other_run:
                 raise ProvenanceError(f"cannot check input {path} of another run: {err}") from None
             owner.unlink(missing_ok=True)
-            raise ProvenanceError(f"cannot check input {path}: {err}. The manifest was removed, so "
-                                  "the next `snakemake` re-runs the rule that writes it") from None
+            raise ProvenanceError(f"cannot check input {path}: {err}. The manifest was removed: run "
+                                  "`snakemake` again, and it re-runs the rule that writes it") from None
         rel = _rel(path, manifest_root(owner, manifest, root))
         # a run folder copied or moved since (a rerun of one stage in a copy): its recorded paths
         # are read where the run lies now
@@ -360,5 +362,5 @@ def check_inputs(paths, root: str | os.PathLike = ".",
             owner.unlink(missing_ok=True)
             raise ProvenanceError(
                 f"refusing input {rel}, made by rule {manifest['rule']}: " + "; ".join(problems)
-                + f". Its manifest {owner} was removed, so the next `snakemake` re-runs rule "
-                f"{manifest['rule']} (or run `snakemake --forcerun {manifest['rule']}`)")
+                + f". Its manifest {owner} was removed: run `snakemake` again, and it re-runs rule "
+                f"{manifest['rule']}, then what reads its outputs")

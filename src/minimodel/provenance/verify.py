@@ -41,6 +41,11 @@ from minimodel.provenance.reading import (
 
 DAMAGED, STALE = "damaged", "stale"
 CODE_KINDS = ("script", "module")  # never part of a run, wherever they lie
+# What an input recorded as data is, by its name, where it is not data: a contender's module and
+# the files it imports (recorded among the rule's data inputs: docs/contenders-inputs.md) are
+# code; a Jinja template is the README's words
+DATA_THAT_IS = {".py": "contender code", ".so": "contender code", ".pyd": "contender code",
+                ".j2": "template"}
 NOT_FOUND = "not found here"
 
 DESCRIPTION = f"""\
@@ -243,10 +248,18 @@ class _Checker:
                 continue
             if entry["kind"] in CODE_KINDS or not now.resolve().is_relative_to(self.folder):
                 state = "changed" if sha is not None else NOT_FOUND
-                found.append(Finding(STALE, _shown(now), f"{entry['kind']} {state}", rule))
+                found.append(Finding(STALE, _shown(now), f"{_kind(entry)} {state}", rule))
             elif finding := self.changed_run_file(now, rule):
                 found.append(finding)
         return [Finding(f.kind, f.path, f.what, f.rule, path) for f in found], manifest
+
+
+def _kind(entry: dict) -> str:
+    """What a recorded input is, in a finding's words: its manifest's kind, but a data input that
+    is code or a template is called so (`DATA_THAT_IS`)."""
+    if entry["kind"] == "data":
+        return DATA_THAT_IS.get(Path(entry["path"]).suffix, "data")
+    return entry["kind"]
 
 
 def check(folder: str | os.PathLike, root: str | os.PathLike | None = None,
