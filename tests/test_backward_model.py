@@ -9,10 +9,12 @@ import torch
 
 from minimodel import attention_ref, contract, symbolic, symbolic_backward
 from minimodel.attention_ref import reference_attn
-from minimodel.cpu import backward, backward_bytes, bytecount
+from minimodel.byte_model import backward as backward_model
+from minimodel.byte_model import forward as forward_model
+from minimodel.byte_model.forward import B_c, B_r, N, d, dtype_bytes
+from minimodel.cpu import backward, backward_bytes, bytecount, slow_memory
 from minimodel.provenance import project
 from minimodel.provenance.configcheck import load_config
-from minimodel.symbolic import B_c, B_r, N, d, dtype_bytes
 
 RMW, SEPARATE = contract.DQ_READ_MODIFY_WRITE, contract.DQ_SEPARATE_PASS
 BWD, FWD_BWD = contract.BACKWARD, contract.FWD_BWD
@@ -24,8 +26,8 @@ DATA = project.root() / "tests" / "data"
 def test_naive_backward_is_seven_n_squared_and_five_n_d():
     # reads: P twice, dP, dS twice (5 N²), dO twice, V, K, Q (5 N·d); writes: dP, dS (2 N²)
     expected = (7 * N**2 + 5 * N * d) * dtype_bytes
-    assert sp.simplify(symbolic_backward.derived_bytes("naive") - expected) == 0
-    rw = symbolic_backward.bytes_by_rw("naive", 1024, 64, dtype_bytes=2)
+    assert sp.simplify(backward_model.derived_bytes("naive") - expected) == 0
+    rw = backward_model.bytes_by_rw("naive", 1024, 64, dtype_bytes=2)
     assert rw == {"R": (5 * 1024**2 + 5 * 1024 * 64) * 2, "W": (2 * 1024**2 + 3 * 1024 * 64) * 2}
 
 
@@ -36,31 +38,31 @@ def test_flash_backward_read_modify_write_counted_by_hand():
                 + 4 * (N + 2 * N * kv_tiles)  # D written, LSE and D read per K/V tile
                 + 4 * N * d * (2 * kv_tiles - 1)  # dQ_acc written N/B_c times, read back N/B_c - 1
                 + 4 * N * d)  # dQ_acc read once more, to cast it
-    assert sp.simplify(symbolic_backward.derived_bytes("flash", BWD, RMW) - expected) == 0
+    assert sp.simplify(backward_model.derived_bytes("flash", BWD, RMW) - expected) == 0
     # B_r does not appear: Q tiles are cut finer or coarser, each still read once per K/V tile
-    assert B_r not in symbolic_backward.derived_bytes("flash", BWD, RMW).free_symbols
+    assert B_r not in backward_model.derived_bytes("flash", BWD, RMW).free_symbols
 
 
 def test_flash_backward_separate_dq_pass_counted_by_hand():
     expected = (dtype_bytes * (2 * N * d + 2 * N * d + 2 * N * d * N / B_c  # D; dK/dV pass
                                + 2 * N * d + 2 * N * d * N / B_r)  # dQ pass: Q, dO once; K, V per Q tile
                 + 4 * (N + 2 * N * N / B_c + 2 * N))
-    assert sp.simplify(symbolic_backward.derived_bytes("flash", BWD, SEPARATE) - expected) == 0
+    assert sp.simplify(backward_model.derived_bytes("flash", BWD, SEPARATE) - expected) == 0
 
 
-@pytest.mark.parametrize("scheme, dq", symbolic_backward.variants())
+@pytest.mark.parametrize("scheme, dq", backward_model.variants())
 def test_forward_plus_backward_is_their_sum_and_the_lse(scheme, dq):
-    fwd = symbolic.derived_bytes(scheme, contract.CONSISTENT_CONVENTION)
+    fwd = forward_model.derived_bytes(scheme, contract.CONSISTENT_CONVENTION)
     lse = 4 * N if scheme == "flash" else 0
-    both = symbolic_backward.derived_bytes(scheme, FWD_BWD, dq)
-    assert sp.simplify(both - fwd - lse - symbolic_backward.derived_bytes(scheme, BWD, dq)) == 0
+    both = backward_model.derived_bytes(scheme, FWD_BWD, dq)
+    assert sp.simplify(both - fwd - lse - backward_model.derived_bytes(scheme, BWD, dq)) == 0
 
 
 def test_gradient_writes_are_what_the_convention_leaves_out():
-    for scheme, dq in symbolic_backward.variants():
-        rw = symbolic_backward.bytes_by_rw(scheme, 512, 64, 64, 64, 2, BWD, dq)
+    for scheme, dq in backward_model.variants():
+        rw = backward_model.bytes_by_rw(scheme, 512, 64, 64, 64, 2, BWD, dq)
         left_out = 3 * 512 * 64 * 2  # dQ, dK, dV, once each
-        model = symbolic_backward.model_bytes(scheme, 512, 64, 64, 64, 2, BWD, dq)
+        model = backward_model.model_bytes(scheme, 512, 64, 64, 64, 2, BWD, dq)
         assert rw["R"] + rw["W"] - left_out == model
 
 
@@ -68,41 +70,41 @@ def test_at_long_sequences_the_byte_ratio_is_that_of_the_n_squared_terms():
     # naive: 7 N² values in the dtype; flash: Q and dO re-read per K/V tile (2 N²·d/B_c in the
     # dtype), LSE and D (2 N²/B_c fp32), the fp32 dQ accumulator written and read back
     # (2 N²·d/B_c) or, in a pass of its own, K and V re-read per Q tile (2 N²·d/B_r in the dtype)
-    naive = symbolic_backward.derived_bytes("naive")
-    rmw = symbolic_backward.derived_bytes("flash", BWD, RMW)
-    separate = symbolic_backward.derived_bytes("flash", BWD, SEPARATE)
+    naive = backward_model.derived_bytes("naive")
+    rmw = backward_model.derived_bytes("flash", BWD, RMW)
+    separate = backward_model.derived_bytes("flash", BWD, SEPARATE)
     assert sp.simplify(sp.limit(naive / rmw, N, sp.oo)
                        - 7 * dtype_bytes * B_c / (2 * dtype_bytes * d + 8 + 8 * d)) == 0
     per_n_squared = 2 * dtype_bytes * d / B_c + 2 * dtype_bytes * d / B_r + 8 / B_c
     assert sp.simplify(sp.limit(naive / separate, N, sp.oo) - 7 * dtype_bytes / per_n_squared) == 0
     # fp16, d = 64, the lab's 64 × 64 tiles: flash moves fewer bytes, but not many fewer
     for dq, ratio in ((RMW, 14 / 12.125), (SEPARATE, 14 / 8.125)):
-        got = (symbolic_backward.model_bytes("naive", 2**20, 64, 64, 64, 2)
-               / symbolic_backward.model_bytes("flash", 2**20, 64, 64, 64, 2, dq=dq))
+        got = (backward_model.model_bytes("naive", 2**20, 64, 64, 64, 2)
+               / backward_model.model_bytes("flash", 2**20, 64, 64, 64, 2, dq=dq))
         assert got == pytest.approx(ratio, rel=1e-3)
 
 
 def test_flops_follow_flashattentions_benchmarks():
-    assert symbolic_backward.flops(1024, 64) == 2.5 * 4 * 1024**2 * 64
-    assert symbolic_backward.flops(1024, 64, FWD_BWD) == 3.5 * 4 * 1024**2 * 64
-    assert symbolic_backward.flops(1024, 64, contract.FORWARD) == symbolic.flops(1024, 64)
-    assert symbolic_backward.attention_flops(4, 16, 4096, 128, True, FWD_BWD) == \
+    assert backward_model.flops(1024, 64) == 2.5 * 4 * 1024**2 * 64
+    assert backward_model.flops(1024, 64, FWD_BWD) == 3.5 * 4 * 1024**2 * 64
+    assert backward_model.flops(1024, 64, contract.FORWARD) == forward_model.flops(1024, 64)
+    assert backward_model.attention_flops(4, 16, 4096, 128, True, FWD_BWD) == \
         3.5 * 4 * 16 * 4 * 4096**2 * 128 / 2
 
 
 def test_bad_arguments_name_what_is_accepted():
     with pytest.raises(ValueError, match="accepted: naive, flash"):
-        symbolic_backward.model_bytes("naive_fp32_softmax", 64, 64)
+        backward_model.model_bytes("naive_fp32_softmax", 64, 64)
     with pytest.raises(ValueError, match="accepted: backward, fwd\\+bwd"):
-        symbolic_backward.model_bytes("flash", 64, 64, direction="forward")
+        backward_model.model_bytes("flash", 64, 64, direction="forward")
     with pytest.raises(ValueError, match="accepted: read-modify-write, separate pass"):
-        symbolic_backward.model_bytes("flash", 64, 64, dq="atomic")
+        backward_model.model_bytes("flash", 64, 64, dq="atomic")
     with pytest.raises(ValueError, match="dq must be None"):
-        symbolic_backward.model_bytes("naive", 64, 64, dq=RMW)
+        backward_model.model_bytes("naive", 64, 64, dq=RMW)
     with pytest.raises(ValueError, match="N must be a positive number"):
-        symbolic_backward.model_bytes("flash", 0, 64)
+        backward_model.model_bytes("flash", 0, 64)
     with pytest.raises(ValueError, match="accepted: forward, backward, fwd\\+bwd"):
-        symbolic_backward.flops(64, 64, "sideways")
+        backward_model.flops(64, 64, "sideways")
 
 
 def test_backward_table_is_tidy():
@@ -115,7 +117,7 @@ def test_backward_table_is_tidy():
     assert not table.duplicated(keys).any()
     row = table.query("scheme == 'flash' and direction == 'backward' and N == 256 and B_r == 128 "
                       "and dtype == 'float16' and dq_accumulation == @SEPARATE")
-    assert row.bytes.iloc[0] == symbolic_backward.model_bytes("flash", 256, 64, 128, 64, 2, BWD, SEPARATE)
+    assert row.bytes.iloc[0] == backward_model.model_bytes("flash", 256, 64, 128, 64, 2, BWD, SEPARATE)
     assert row.intensity.iloc[0] == row.flops.iloc[0] / row.bytes.iloc[0]
 
 
@@ -250,7 +252,7 @@ def test_a_flash_tail_tile_costs_a_whole_tiles_reads():
     # N = 300 with 64 × 64 tiles: 5 K/V tiles, the last of 44 rows, each re-reading all of Q,
     # dO, LSE and D: the model's N/B_c tiles taken as 5, i.e. at B_c = 60, is the count exactly
     tail = backward_bytes.measure("flash", 300, 32, "float32")
-    assert tail["bytes_instrumented"] == symbolic_backward.model_bytes("flash", 300, 32, 64, 60, 4, dq=RMW)
+    assert tail["bytes_instrumented"] == backward_model.model_bytes("flash", 300, 32, 64, 60, 4, dq=RMW)
     assert 0 < tail["deviation"] < 0.06
 
 
@@ -261,7 +263,7 @@ def test_the_gradients_writes_are_split_off_and_the_result_is_right(gen):
     assert counted["grad_write"] == 3 * 256 * 64 * 4  # dQ (cast from its accumulator), dK, dV
     expected = _autograd_fp64(Q, K, V, dO, causal=False)
     for g, e in zip(counted["result"], expected, strict=True):
-        assert not isinstance(g, backward_bytes.bytecount.SlowMemoryTensor)
+        assert not isinstance(g, slow_memory.SlowMemoryTensor)
         assert (g.double() - e).abs().max() < 1e-4
 
 

@@ -8,9 +8,10 @@ import pytest
 import torch
 from conftest import copy_project
 
-from minimodel import symbolic
 from minimodel.attention_ref import attn_naive
-from minimodel.cpu import bytecount
+from minimodel.byte_model.forward import DTYPE_BYTES, model_bytes
+from minimodel.contract import CONSISTENT_CONVENTION, NAIVE_FP32_SOFTMAX_SCHEME
+from minimodel.cpu import bytecount, slow_memory
 from minimodel.cpu.references import attn_flash_reference_cpu
 
 
@@ -27,7 +28,7 @@ def test_counter_counts_a_known_sequence_of_ops():
         z = y.t()  # a view moves nothing
         return z.sum()  # R 16 KiB, W 4 B result on chip
 
-    counter = bytecount.ByteCounter(budget)
+    counter = slow_memory.ByteCounter(budget)
     ops(counter.wrap(x))
     kib16 = 64 * 64 * 4
     assert counter.reads == kib16 + 256 + kib16
@@ -38,7 +39,7 @@ def test_counter_counts_a_known_sequence_of_ops():
 
 
 def test_baddbmm_with_beta_zero_reads_no_input_matrix():
-    counter = bytecount.ByteCounter(0)
+    counter = slow_memory.ByteCounter(0)
     a, b = counter.wrap(torch.randn(1, 4, 8)), counter.wrap(torch.randn(1, 8, 4))
     c = counter.wrap(torch.randn(1, 4, 4))
     torch.baddbmm(c, a, b, beta=0.0)
@@ -62,7 +63,7 @@ def test_naive_count_equals_closed_form_exactly(n, d, dtype):
 def test_flash_count_equals_closed_form_when_n_divides(n, tile, dtype):
     row = bytecount.measure("flash", n, 64, dtype, *tile, sram_bytes=64 * 1024)
     assert row["bytes_instrumented"] == row["bytes_model"]
-    assert row["o_write_bytes"] == n * 64 * symbolic.DTYPE_BYTES[dtype]
+    assert row["o_write_bytes"] == n * 64 * DTYPE_BYTES[dtype]
 
 
 def test_flash_tail_tiles_are_counted_as_read():
@@ -75,8 +76,8 @@ def test_flash_tail_tiles_are_counted_as_read():
 def test_on_chip_budget_decides_what_counts():
     gen = torch.Generator().manual_seed(0)
     Q, K, V = (torch.randn(256, 64, generator=gen) for _ in range(3))
-    tiny = bytecount.count_bytes(lambda q, k, v: attn_flash_reference_cpu(q, k, v), (Q, K, V), 0)
-    roomy = bytecount.count_bytes(lambda q, k, v: attn_flash_reference_cpu(q, k, v), (Q, K, V))
+    tiny = slow_memory.count_bytes(lambda q, k, v: attn_flash_reference_cpu(q, k, v), (Q, K, V), 0)
+    roomy = slow_memory.count_bytes(lambda q, k, v: attn_flash_reference_cpu(q, k, v), (Q, K, V))
     assert tiny["bytes"] > roomy["bytes"]  # with no SRAM every tile intermediate is traffic
     # the measured run computes the same attention
     torch.testing.assert_close(roomy["result"], attn_naive(Q, K, V))
@@ -95,26 +96,26 @@ def test_bad_arguments():
     with pytest.raises(ValueError, match="accepted: float16"):
         bytecount.measure("naive", 64, 64, "int8")
     with pytest.raises(ValueError, match="sram_bytes"):
-        bytecount.ByteCounter(-1)
+        slow_memory.ByteCounter(-1)
 
 
 def test_a_reused_address_does_not_carry_an_earlier_storages_writes(monkeypatch):
     # The allocator hands a freed block to the next allocation: storages are told apart by
     # address, so a count must start afresh with each allocation. Every storage at one address
     # is the extreme case: the result must still own only its own write.
-    monkeypatch.setattr(bytecount, "_storage_key", lambda t: 0)
+    monkeypatch.setattr(slow_memory, "_storage_key", lambda t: 0)
 
     def fn(x):
         big = x @ x.T  # 256 KiB in slow memory, then freed
         del big
         return x * 2  # 64 KiB, slow memory: the output whose write is split off
 
-    counted = bytecount.count_bytes(fn, [torch.randn(256, 64)], 1024)
+    counted = slow_memory.count_bytes(fn, [torch.randn(256, 64)], 1024)
     assert counted["o_write"] == 256 * 64 * 4
 
 
 def test_an_on_chip_result_owns_no_slow_memory_write():
-    counter = bytecount.ByteCounter(1024)
+    counter = slow_memory.ByteCounter(1024)
     x = counter.wrap(torch.randn(256, 64))
     big = x @ x.T  # slow memory: its writes are recorded at its storage's address
     on_chip = big.elem.view(-1)[:8]  # a plain tensor at that same address, as a reused block is
@@ -123,7 +124,7 @@ def test_an_on_chip_result_owns_no_slow_memory_write():
 
 def test_the_naive_counts_repeat_from_run_to_run():
     first = [bytecount.measure("naive", 256, 64, "float16")["bytes_instrumented"] for _ in range(10)]
-    assert set(first) == {symbolic.model_bytes("naive_fp32_softmax", 256, 64, 64, 64, 2, "consistent")}
+    assert set(first) == {model_bytes(NAIVE_FP32_SOFTMAX_SCHEME, 256, 64, 64, 64, 2, CONSISTENT_CONVENTION)}
 
 
 def test_native_stderr_goes_where_python_stderr_goes(capfd):

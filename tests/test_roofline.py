@@ -1,6 +1,7 @@
 import pytest
 
-from minimodel import roofline_model, symbolic
+from minimodel import roofline_model
+from minimodel.byte_model.forward import model_bytes
 from minimodel.cpu import roofline
 
 
@@ -20,7 +21,7 @@ def test_attainable_is_the_roofline():
 def test_prediction_memory_bound_is_the_byte_ratio():
     ceilings = {"peak_flops_per_s": 1e15, "bandwidth_bytes_per_s": 1e9}  # everything memory-bound
     p = roofline_model.predict_speedup(ceilings, 2048, 64, 64, 64)
-    ratio = symbolic.model_bytes("naive", 2048, 64, 64, 64, 4) / symbolic.model_bytes(
+    ratio = model_bytes("naive", 2048, 64, 64, 64, 4) / model_bytes(
         "flash", 2048, 64, 64, 64, 4)
     assert p["predicted_speedup"] == pytest.approx(ratio)
     assert p["bound_naive"] == p["bound_flash"] == "memory"

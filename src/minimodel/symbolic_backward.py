@@ -1,195 +1,21 @@
-"""The closed-form byte model of the attention backward (notes/backward.md), as `symbolic` does
-the forward's: a per-step list of the reads and writes that cross the slow-memory boundary,
-summed with sympy.
-
-The passes (`contract.DIRECTIONS`): the backward alone, and forward + backward (the forward's
-consistent sum, `symbolic.naive_transfers` or `flash_transfers`, plus the log-sum-exp the flash
-forward stores for the backward, plus the backward's). One head of Q, K, V, O, dO ∈ ℝ^{N × d}.
-Every tensor of the naive scheme is in the input's dtype (no fp32 softmax, so no backward of
-`naive_fp32_softmax`).
-
-- **Naive** (`naive_backward_transfers`): the forward stored P (N × N, as PyTorch's autograd keeps
-  softmax's output); the backward reads it and materializes dP and dS, as PyTorch's autograd does:
-  dV = Pᵀ dO, dP = dO Vᵀ, dS = P ∘ (dP − rowsum(P ∘ dP)) (softmax's backward, one pass reading dP
-  and P), dQ = scale · dS K, dK = scale · dSᵀ Q. Every tensor is in the input's dtype.
-- **Flash** (`flash_backward_transfers`), FlashAttention-2's Algorithm 2: first D = rowsum(dO ∘ O),
-  Q tile by Q tile; then the outer loop over the N/B_c K/V tiles (K_j, V_j read once, dK_j and
-  dV_j accumulated on chip and written once) and, inside it, the N/B_r Q tiles: Q_i, dO_i and the
-  forward's LSE_i and D_i read, S and P recomputed (P = exp(scale · Q_i K_jᵀ − LSE_i)),
-  dV_j += Pᵀ dO_i, dP = dO_i V_jᵀ, dS = P ∘ (dP − D_i), dK_j += dSᵀ Q_i, dQ_i += dS K_j. O is
-  read only for D (Algorithm 2 also loads O_i in the loop, where nothing uses it). How dQ is
-  accumulated is a parameter, `dq` (`contract.DQ_ACCUMULATIONS`):
-  - `DQ_READ_MODIFY_WRITE` (the tiled CPU reference): dQ_i lives in slow memory in fp32
-    (FlashAttention-2's dq_accum); the first K/V tile writes it, each later one reads and writes
-    it back: N/B_c writes and N/B_c − 1 reads of N·d fp32 values. A last pass reads it and writes
-    dQ in the input's dtype (FlashAttention-2's convert step).
-  - `DQ_SEPARATE_PASS` (a dK/dV kernel over K/V tiles and a dQ kernel over Q tiles): the dQ pass
-    holds dQ_i on chip, reads Q_i, dO_i, LSE_i, D_i once, streams every K/V tile past it (K and V
-    each read N/B_r times, S, P, dP and dS recomputed) and writes dQ once.
-  Atomics (dQ added into a zero-filled fp32 buffer from every K/V tile) are not modelled: their
-  traffic is served by the L2 more than by DRAM.
-
-LSE, D and the dQ accumulator are fp32 (4 bytes) whatever the input's dtype, as in the kernels.
-
-The convention (`contract.CONSISTENT_CONVENTION`, the one every backward row is in): the final
-writes of the gradients dQ, dK and dV (each N·d in the input's dtype, written once by both
-schemes) are left out, as the forward's consistent convention leaves out O's; `count_grad_writes`
-puts them in (`bytes_by_rw`, beside a measurement that sees every write). The lab has no
-backward formulas, so there are no backward rows in its convention.
-
-FLOPs follow FlashAttention's benchmarks: the backward counts 2.5 × the forward's 4·N²·d (five
-N²·d matmuls: S recomputed, dV, dP, dQ, dK), forward + backward 3.5 ×, whatever the scheme does
-(the naive backward multiplies four times, the separate dQ pass seven), halved when causal.
+"""Stage 1: the backward's tables, from the backward's closed forms
+(`minimodel.byte_model.backward`, notes/backward.md): its rows of the tidy table, the backward
+alone and forward + backward (`byte_table`), and its closed forms as text (`formulas_table`).
 """
 
 from __future__ import annotations
 
-from functools import cache
-
 import pandas as pd
-import sympy as sp
 
-from minimodel import contract, symbolic
-from minimodel.symbolic import B_c, B_r, N, Transfer, d
+from minimodel import contract
+from minimodel.byte_model.backward import BACKWARD_DIRECTIONS, derived_bytes, flops, model_bytes, variants
 
-F32 = sp.Integer(4)  # LSE, D and the dQ accumulator
-SCHEMES = ("naive", "flash")
-RMW, SEPARATE = contract.DQ_READ_MODIFY_WRITE, contract.DQ_SEPARATE_PASS
-# FLOPs of each pass as a multiple of the forward's 4·N²·d (FlashAttention's benchmarks)
-FLOP_FACTORS = {contract.FORWARD: 1.0, contract.BACKWARD: 2.5, contract.FWD_BWD: 3.5}
-BACKWARD_DIRECTIONS = (contract.BACKWARD, contract.FWD_BWD)
-
-
-def naive_backward_transfers(count_grad_writes: bool = False) -> list[Transfer]:
-    """PyTorch autograd's backward of naive attention, P stored by the forward (module docstring)."""
-    steps = [
-        Transfer("1: dV = P^T dO", "P", "R", N**2),
-        Transfer("1: dV = P^T dO", "dO", "R", N * d),
-        Transfer("2: dP = dO V^T", "dO", "R", N * d),
-        Transfer("2: dP = dO V^T", "V", "R", N * d),
-        Transfer("2: dP = dO V^T", "dP", "W", N**2),
-        Transfer("3: dS = P * (dP - rowsum(P * dP))", "dP", "R", N**2),
-        Transfer("3: dS = P * (dP - rowsum(P * dP))", "P", "R", N**2),
-        Transfer("3: dS = P * (dP - rowsum(P * dP))", "dS", "W", N**2),
-        Transfer("4: dQ = scale dS K", "dS", "R", N**2),
-        Transfer("4: dQ = scale dS K", "K", "R", N * d),
-        Transfer("5: dK = scale dS^T Q", "dS", "R", N**2),
-        Transfer("5: dK = scale dS^T Q", "Q", "R", N * d),
-    ]
-    if count_grad_writes:
-        steps += [Transfer("1: dV = P^T dO", "dV", "W", N * d),
-                  Transfer("4: dQ = scale dS K", "dQ", "W", N * d),
-                  Transfer("5: dK = scale dS^T Q", "dK", "W", N * d)]
-    return steps
-
-
-def flash_backward_transfers(dq: str = RMW, count_grad_writes: bool = False) -> list[Transfer]:
-    """FlashAttention-2's backward (Algorithm 2), dQ accumulated as `dq` says (module docstring)."""
-    if dq not in contract.DQ_ACCUMULATIONS:
-        raise ValueError(f"unknown dQ accumulation {dq!r}; accepted: {', '.join(contract.DQ_ACCUMULATIONS)}")
-    kv_tiles, q_tiles = N / B_c, N / B_r
-    steps = [
-        Transfer("0: D = rowsum(dO * O), per Q tile", "O", "R", N * d),
-        Transfer("0: D = rowsum(dO * O), per Q tile", "dO", "R", N * d),
-        Transfer("0: D = rowsum(dO * O), per Q tile", "D", "W", N, F32),
-        Transfer("1: load K_j, V_j (outer loop, once)", "K", "R", N * d),
-        Transfer("1: load K_j, V_j (outer loop, once)", "V", "R", N * d),
-        Transfer("2: load Q_i, dO_i (once per K/V tile)", "Q", "R", N * d * kv_tiles),
-        Transfer("2: load Q_i, dO_i (once per K/V tile)", "dO", "R", N * d * kv_tiles),
-        Transfer("2: load LSE_i, D_i (once per K/V tile)", "LSE", "R", N * kv_tiles, F32),
-        Transfer("2: load LSE_i, D_i (once per K/V tile)", "D", "R", N * kv_tiles, F32),
-    ]
-    if dq == RMW:
-        steps += [
-            Transfer("3: dQ_i += dS K_j (read back after the first K/V tile)", "dQ_acc", "R",
-                     N * d * (kv_tiles - 1), F32),
-            Transfer("3: dQ_i += dS K_j (written once per K/V tile)", "dQ_acc", "W",
-                     N * d * kv_tiles, F32),
-            Transfer("5: dQ = dtype(dQ_acc)", "dQ_acc", "R", N * d, F32),
-        ]
-    else:
-        steps += [
-            Transfer("5: dQ pass: load Q_i, dO_i", "Q", "R", N * d),
-            Transfer("5: dQ pass: load Q_i, dO_i", "dO", "R", N * d),
-            Transfer("5: dQ pass: load LSE_i, D_i", "LSE", "R", N, F32),
-            Transfer("5: dQ pass: load LSE_i, D_i", "D", "R", N, F32),
-            Transfer("5: dQ pass: load K_j, V_j (once per Q tile)", "K", "R", N * d * q_tiles),
-            Transfer("5: dQ pass: load K_j, V_j (once per Q tile)", "V", "R", N * d * q_tiles),
-        ]
-    if count_grad_writes:
-        steps += [Transfer("4: store dK_j, dV_j", "dK", "W", N * d),
-                  Transfer("4: store dK_j, dV_j", "dV", "W", N * d),
-                  Transfer("5: store dQ", "dQ", "W", N * d)]
-    return steps
-
-
-def forward_lse_transfers() -> list[Transfer]:
-    """What the flash forward writes for the backward beyond the forward's own count: LSE."""
-    return [Transfer("forward: store LSE = m + log(l)", "LSE", "W", N, F32)]
-
-
-def transfers(scheme: str, direction: str, dq: str | None = None,
-              count_grad_writes: bool = False) -> list[Transfer]:
-    """The backward's transfers of one scheme; `direction` = FWD_BWD puts the forward's in front
-    (the consistent convention's: O's write left out, unless `count_grad_writes`)."""
-    if scheme not in SCHEMES:
-        raise ValueError(f"unknown scheme {scheme!r}; accepted: {', '.join(SCHEMES)}")
-    if direction not in BACKWARD_DIRECTIONS:
-        raise ValueError(f"unknown direction {direction!r}; accepted: {', '.join(BACKWARD_DIRECTIONS)}")
-    if scheme == "naive":
-        if dq is not None:
-            raise ValueError(f"the naive backward accumulates no dQ over tiles: dq must be None, got {dq!r}")
-        steps = naive_backward_transfers(count_grad_writes)
-    else:
-        steps = flash_backward_transfers(RMW if dq is None else dq, count_grad_writes)
-    if direction == contract.FWD_BWD:
-        forward = symbolic.TRANSFERS[scheme](count_grad_writes)
-        steps = forward + (forward_lse_transfers() if scheme == "flash" else []) + steps
-    return steps
-
-
-@cache
-def derived_bytes(scheme: str, direction: str = contract.BACKWARD, dq: str | None = None) -> sp.Expr:
-    """Slow-memory bytes of a scheme's backward (or forward + backward), consistent convention."""
-    return sp.factor(sp.simplify(sum(t.bytes for t in transfers(scheme, direction, dq))))
-
-
-def model_bytes(scheme: str, N: int, d: int, B_r: int = contract.LAB_TILE[0], B_c: int = contract.LAB_TILE[1],
-                dtype_bytes: int = 2, direction: str = contract.BACKWARD, dq: str | None = None) -> float:
-    """Bytes of one head's backward (or forward + backward) under the consistent convention."""
-    symbolic._check_positive(N=N, d=d, B_r=B_r, B_c=B_c, dtype_bytes=dtype_bytes)
-    return float(symbolic._numeric(derived_bytes(scheme, direction, dq))(N, d, B_r, B_c, dtype_bytes))
-
-
-def bytes_by_rw(scheme: str, N: int, d: int, B_r: int = contract.LAB_TILE[0], B_c: int = contract.LAB_TILE[1],
-                dtype_bytes: int = 2, direction: str = contract.BACKWARD,
-                dq: str | None = None) -> dict[str, float]:
-    """Bytes read ("R") and written ("W"), every write counted (the gradients', and O's in
-    forward + backward): the model beside a measurement that sees reads and writes apart."""
-    symbolic._check_positive(N=N, d=d, B_r=B_r, B_c=B_c, dtype_bytes=dtype_bytes)
-    steps = transfers(scheme, direction, dq, count_grad_writes=True)
-    return {rw: float(symbolic._numeric(sum((t.bytes for t in steps if t.direction == rw), sp.Integer(0)))(
-        N, d, B_r, B_c, dtype_bytes)) for rw in ("R", "W")}
-
-
-def flops(N: int, d: int, direction: str = contract.BACKWARD) -> float:
-    """FLOPs of one head's pass: FLOP_FACTORS[direction] × 4·N²·d (FlashAttention's benchmarks)."""
-    if direction not in FLOP_FACTORS:
-        raise ValueError(f"unknown direction {direction!r}; accepted: {', '.join(FLOP_FACTORS)}")
-    return FLOP_FACTORS[direction] * symbolic.flops(N, d)
-
-
-def attention_flops(B: int, H: int, N: int, d: int, causal: bool,
-                    direction: str = contract.BACKWARD) -> float:
-    """FLOPs of a batch of B·H heads in one pass, halved when causal (`symbolic.attention_flops`)."""
-    if direction not in FLOP_FACTORS:
-        raise ValueError(f"unknown direction {direction!r}; accepted: {', '.join(FLOP_FACTORS)}")
-    return FLOP_FACTORS[direction] * symbolic.attention_flops(B, H, N, d, causal)
-
-
-def variants() -> list[tuple[str, str | None]]:
-    """(scheme, dq) of every backward the model accounts for."""
-    return [("naive", None)] + [("flash", dq) for dq in contract.DQ_ACCUMULATIONS]
+# The closed forms other stages read, importable from here too until they import minimodel.byte_model
+# (and, with these, derived_bytes, flops, model_bytes and variants above)
+from minimodel.byte_model.backward import attention_flops as attention_flops
+from minimodel.byte_model.backward import bytes_by_rw as bytes_by_rw
+from minimodel.byte_model.backward import naive_backward_transfers as naive_backward_transfers
+from minimodel.byte_model.forward import DTYPE_BYTES
 
 
 def byte_table(n_values, head_dims, tiles, dtypes) -> pd.DataFrame:
@@ -203,7 +29,7 @@ def byte_table(n_values, head_dims, tiles, dtypes) -> pd.DataFrame:
                 for n in n_values:
                     for hd in head_dims:
                         for br, bc in tiles:
-                            b = model_bytes(scheme, n, hd, br, bc, symbolic.DTYPE_BYTES[dtype], direction, dq)
+                            b = model_bytes(scheme, n, hd, br, bc, DTYPE_BYTES[dtype], direction, dq)
                             f = flops(n, hd, direction)
                             rows.append({
                                 "scheme": scheme, "direction": direction,

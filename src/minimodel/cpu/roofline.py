@@ -13,9 +13,9 @@ import time
 
 import torch
 
-from minimodel import symbolic
 from minimodel.attention_ref import attn_naive
-from minimodel.contract import LAB_TILE
+from minimodel.byte_model.forward import flops, intensity
+from minimodel.contract import FLASH_SCHEME, LAB_TILE, NAIVE_SCHEME
 from minimodel.cpu.references import attn_flash_reference_cpu
 
 
@@ -77,11 +77,11 @@ def time_references(n: int = 2048, d: int = 64, B_r: int = LAB_TILE[0], B_c: int
     """Achieved FLOP/s (4·N²·d per head) of the naive and tiled-flash CPU references, fp32."""
     q, k, v = (torch.randn(n, d) for _ in range(3))
     out = {}
-    for scheme, fn in (("naive", lambda: attn_naive(q, k, v)),
-                       ("flash", lambda: attn_flash_reference_cpu(q, k, v, B_r, B_c))):
+    for scheme, fn in ((NAIVE_SCHEME, lambda: attn_naive(q, k, v)),
+                       (FLASH_SCHEME, lambda: attn_flash_reference_cpu(q, k, v, B_r, B_c))):
         seconds, _ = _median_seconds(fn, repeats)
         out[scheme] = {"median_s": seconds,
-                       "achieved_flops_per_s": symbolic.flops(n, d) / seconds,
-                       "intensity": symbolic.intensity(scheme, n, d, B_r, B_c, 4)}
-    out["measured_speedup"] = out["naive"]["median_s"] / out["flash"]["median_s"]
+                       "achieved_flops_per_s": flops(n, d) / seconds,
+                       "intensity": intensity(scheme, n, d, B_r, B_c, 4)}
+    out["measured_speedup"] = out[NAIVE_SCHEME]["median_s"] / out[FLASH_SCHEME]["median_s"]
     return out
