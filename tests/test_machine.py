@@ -20,6 +20,13 @@ def test_environment_records_software_machine_and_cluster_job(monkeypatch):
     assert machine.environment()["slurm"] is None
 
 
+@pytest.mark.parametrize("value, interpreted", [("1", True), ("true", True), ("on", True), ("0", False)])
+def test_environment_records_whether_triton_interprets_as_triton_reads_the_switch(monkeypatch, value,
+                                                                                  interpreted):
+    monkeypatch.setenv("TRITON_INTERPRET", value)
+    assert machine.environment()["triton_interpret"] is interpreted
+
+
 @pytest.mark.parametrize("setting, slurm_gpus, required", [
     (True, None, True), (False, "0", False), (None, None, False), (None, "0", True),
 ])

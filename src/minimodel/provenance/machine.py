@@ -23,6 +23,8 @@ import socket
 import subprocess
 from pathlib import Path
 
+import triton
+
 SLURM_GPU_VARIABLES = ("SLURM_GPUS", "SLURM_JOB_GPUS", "SLURM_GPUS_ON_NODE", "SLURM_STEP_GPUS")
 SLURM_VARIABLES = {"job_id": "SLURM_JOB_ID", "job_name": "SLURM_JOB_NAME",
                    "partition": "SLURM_JOB_PARTITION", "nodes": "SLURM_JOB_NODELIST",
@@ -136,7 +138,9 @@ def environment() -> dict:
         "gpu": gpu(),
         "host": socket.gethostname(),
         "slurm": slurm_job(),
-        "triton_interpret": os.environ.get("TRITON_INTERPRET", "0") == "1",
+        # Triton's own reading of TRITON_INTERPRET ("1", "true", "on", ...), from which the kernel
+        # took `minimodel.kernel.INTERPRETED` when it was defined (a stage's; the floor reads Triton)
+        "triton_interpret": triton.knobs.runtime.interpret,
     }
 
 
