@@ -7,10 +7,11 @@ Older revisions have it at src/minimodel/attention_flash.py. The other file is l
 module of its own; what it imports from `minimodel` (the tile policy, the Gluon kernel) is this
 tree's.
 
-Both kernels run every point with their own default configuration (or `--pointer`, which forces
-pointer loads) and are checked against a float64 head first. Each point is timed as GPU time per
-call over CUDA-graph replays, A then B then A then B, so the table carries each side's spread
-beside the ratio. A development tool: the workflow never imports it.
+Both kernels run every (B, H, N, d) of the timing grids (config/config.yaml's gpu.timing; `--grid`
+takes one), causal and not, with their own default configuration (or `--pointer`, which forces
+pointer loads), and are checked against a float64 head first, as `tools/tune.py` checks. Each
+point is timed as GPU time per call over CUDA-graph replays, A then B then A then B, so the table
+carries each side's spread beside the ratio. A development tool: the workflow never imports it.
 """
 
 from __future__ import annotations
@@ -23,16 +24,20 @@ import sys
 
 import pandas as pd
 import torch
+from tune import checked_run, timing_config
 
 import minimodel.entry  # noqa: F401 (first: compiled or interpreted is decided on import)
-from minimodel.gpu import timing
+from minimodel import contract
+from minimodel.gpu import grids
+from minimodel.gpu.timing_point import forward_reference
 from minimodel.kernel import flash
 from minimodel.timers import bench_graph_ms
 
-POINTS = [  # (B, H, N, d): the seed grid's launch-bound sizes and FlashAttention's grid
-    (2, 4, 1024, 64), (2, 4, 4096, 64), (4, 32, 4096, 64), (1, 32, 16384, 64),
-    (4, 16, 4096, 128), (1, 16, 16384, 128),
-]
+
+def shapes(grid_names=contract.GRIDS) -> list[tuple[int, int, int, int]]:
+    """(B, H, N, d) of every point of the named timing grids, each once, in the stage's order."""
+    return list(dict.fromkeys((p.B, p.H, p.N, p.d) for p in grids.points(timing_config())
+                              if p.grid in grid_names))
 
 
 def load(path: str, name: str):
@@ -50,20 +55,21 @@ def _caller(module, causal: bool, pointer: bool, like: torch.Tensor):
     return cfg, lambda a, b, c: module.flash_attn_forward(a, b, c, causal=causal, config=cfg)
 
 
-def run(other_path: str, pointer: bool, rep_ms: float) -> pd.DataFrame:
+def run(other_path: str, pointer: bool, rep_ms: float, grid_names=contract.GRIDS) -> pd.DataFrame:
     kernels = {"this": flash, "other": load(other_path, "other_attention_flash")}
     rows = []
-    for (B, H, N, d) in POINTS:
+    for (B, H, N, d) in shapes(grid_names):
         for causal in (False, True):
             gen = torch.Generator(device="cuda").manual_seed(N * d + causal)
             q, k, v = (torch.randn(B, H, N, d, device="cuda", dtype=torch.float16, generator=gen)
                        for _ in range(3))
-            qs, ks, vs, exact, err_torch = timing.one_head_reference(q, k, v, causal)
+            reference = forward_reference(q, k, v, causal)
+            one = [t[:1, :1] for t in (q, k, v)]
             row = {"B": B, "H": H, "N": N, "d": d, "causal": causal}
             calls = {}
             for name, module in kernels.items():
                 cfg, fn = _caller(module, causal, pointer, q)
-                ok, err = timing.checked_run(fn, qs, ks, vs, exact, err_torch)
+                ok, err = checked_run(fn, one, reference)
                 row.update({f"{name}_ok": ok, f"{name}_err": err, f"{name}_tma": cfg.TMA})
                 calls[name] = functools.partial(fn, q, k, v)
             for rep in range(2):
@@ -84,9 +90,11 @@ def main(argv=None) -> int:
     parser.add_argument("--other", required=True, help="another version's flash.py")
     parser.add_argument("--pointer", action="store_true", help="force pointer loads on both sides")
     parser.add_argument("--rep-ms", type=float, default=100)
+    parser.add_argument("--grid", nargs="+", choices=contract.GRIDS, default=list(contract.GRIDS),
+                        help="the timing grids whose points are run (default: both)")
     parser.add_argument("--out", default="kernel_ab.csv")
     args = parser.parse_args(argv)
-    table = run(args.other, args.pointer, args.rep_ms)
+    table = run(args.other, args.pointer, args.rep_ms, args.grid)
     table.to_csv(args.out, index=False)
     cols = ["B", "H", "N", "d", "causal", "this_ok", "other_ok", "this_tma", "this_ms0", "this_ms1",
             "other_ms0", "other_ms1", "this_over_other"]

@@ -10,10 +10,11 @@ alone (TMA, WARP_SPECIALIZE, GLUON, PINGPONG) or with a value (MAXNREG=128, CONS
 `--candidates` names a set of them (`CANDIDATES`); both may be given, and the configuration the
 tile policy picks at each point is always timed too (its rows say `shipped`).
 
-Every candidate is checked once (the correctness rule of `minimodel.gpu.correctness`, on one head
-against float64) and timed in the same run as the SDPA backends, so the ratios side by side are
-fair. Results go to `tune.csv`; the best config per (d, causal, N) is printed. notes/tuning/README.md
-lists the candidate sets of the H200 search and how to time them again.
+Every candidate is checked once (as the timing stage checks a forward, `minimodel.gpu.timing_point`:
+the correctness rule, on one head against float64) and timed in the same run as the SDPA backends,
+so the ratios side by side are fair. Results go to `tune.csv`; the best config per (d, causal, N) is
+printed. notes/tuning/README.md lists the candidate sets of the H200 search and how to time them
+again. The grids' points are config/config.yaml's gpu.timing.
 A development tool: the workflow never imports it.
 """
 
@@ -31,11 +32,14 @@ import torch
 
 import minimodel.entry  # noqa: F401 (first: compiled or interpreted is decided on import)
 from minimodel import contract
+from minimodel.byte_model.forward import attention_flops
 from minimodel.contenders import builtin
-from minimodel.gpu import grids, timing
+from minimodel.gpu import grids
+from minimodel.gpu.timing_point import check, forward_reference
 from minimodel.kernel import FwdConfig, flash_attn_forward, launch_config
+from minimodel.provenance.configcheck import load_config
 from minimodel.provenance.io import write_csv
-from minimodel.timers import bench_graph_ms, bench_ms
+from minimodel.timers import bench_graph_ms, bench_ms, first_heads
 
 SIZES = ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages")
 CANDIDATES = {
@@ -81,6 +85,21 @@ def candidate_configs(names=(), configs=()) -> list[FwdConfig]:
     return list(dict.fromkeys(found))
 
 
+def checked_run(fn, one, reference) -> tuple[bool, float]:
+    """`fn` on the first head `one` (its q, k, v) on a poisoned allocator, judged as the timing stage
+    judges a forward against `reference` (`timing_point.forward_reference`: float64 and PyTorch's own
+    error): (passes the correctness rule, error vs float64); (False, nan) without a reference."""
+    heads, has_nan = first_heads(lambda: fn(*one), one[0])
+    row = {}
+    check(row, {"heads": heads, "has_nan": has_nan}, reference, contract.FORWARD)
+    return row.get("checked", False), row.get("err_vs_fp64", float("nan"))
+
+
+def timing_config() -> dict:
+    """gpu.timing of config/config.yaml, as the workflow validates it: the grids' points."""
+    return load_config()["gpu"]["timing"]
+
+
 def tune_point(B, H, N, d, causal, configs, warmup_ms=25, rep_ms=100,
                baselines=(contract.SDPA_CUDNN, contract.SDPA_FLASH), graph=False) -> list[dict]:
     """The baselines (cuDNN, FA2, ...), the policy's configuration and every config in `configs` at
@@ -94,14 +113,14 @@ def tune_point(B, H, N, d, causal, configs, warmup_ms=25, rep_ms=100,
         return bench_ms(fn, warmup_ms, rep_ms)
 
     q, k, v = (torch.randn(B, H, N, d, device="cuda", dtype=torch.float16) for _ in range(3))
-    qs, ks, vs, exact, err_torch = timing.one_head_reference(q, k, v, causal)
-    flops = timing.attention_flops(B, H, N, d, causal)
+    reference = forward_reference(q, k, v, causal)
+    one = [t[:1, :1] for t in (q, k, v)]
+    flops = attention_flops(B, H, N, d, causal)
     base = {"B": B, "H": H, "N": N, "d": d, "causal": causal}
-    impls = timing.implementations(causal)
-    impls[contract.FA4] = functools.partial(builtin.fa4, causal=causal)
     rows = []
-    for name in baselines:
-        ms = bench(lambda fn=impls[name]: fn(q, k, v))
+    for name in baselines:  # the built-in contenders' functions, named as in the tables
+        call = functools.partial(getattr(builtin, name), q, k, v, causal=causal)
+        ms = bench(call)
         rows.append({**base, "impl": name, "ms": ms, "tflops": flops / ms / 1e9})
     shipped = launch_config(q, k, v, causal)
     for cfg in dict.fromkeys([shipped, *configs]):
@@ -110,7 +129,7 @@ def tune_point(B, H, N, d, causal, configs, warmup_ms=25, rep_ms=100,
 
         row = {**base, "impl": contract.TRITON, "shipped": cfg == shipped, **cfg.as_dict()}
         try:
-            ok, err = timing.checked_run(fn, qs, ks, vs, exact, err_torch)
+            ok, err = checked_run(fn, one, reference)
             row.update(checked=ok, err_vs_fp64=err)
             ms = bench(lambda fn=fn: fn(q, k, v)) if ok else None
             row.update(ms=ms, tflops=flops / ms / 1e9 if ms else None)
@@ -152,7 +171,7 @@ def summarize(frame):
 def add_grid_arguments(parser, n=None) -> None:
     """FlashAttention's benchmark grid as command-line options (N, d, batch·N, heads·d), its
     defaults config/config.yaml's gpu.timing (`minimodel.gpu.grids`)."""
-    cfg = grids.default_timing_config()
+    cfg = timing_config()
     parser.add_argument("--n", type=int, nargs="+", default=list(n or cfg["fa_n"]))
     parser.add_argument("--d", type=int, nargs="+", default=cfg["fa_head_dims"])
     parser.add_argument("--tokens", type=int, default=cfg["fa_tokens"], help="batch * N")
@@ -175,8 +194,8 @@ def main(argv=None) -> int:
                         metavar="BLOCK_M,BLOCK_N,WARPS,STAGES[,OPTION...]",
                         help="a configuration to time, e.g. 128,128,8,2,TMA,MAXNREG=128 (repeatable)")
     parser.add_argument("--grid", choices=contract.GRIDS, default=contract.FLASHATTENTION_GRID,
-                        help="flashattention: --n by --d; lab: lab 02's grid of config/config.yaml, "
-                             "naive PyTorch timed too")
+                        help=f"{contract.FLASHATTENTION_GRID}: --n by --d; {contract.LAB_GRID}: lab 02's "
+                             "grid of config/config.yaml, naive PyTorch timed too")
     parser.add_argument("--graph", action="store_true",
                         help="time GPU time per call over CUDA-graph replays, not eager calls")
     parser.add_argument("--fa4", action="store_true",
@@ -188,7 +207,7 @@ def main(argv=None) -> int:
         return 2
     if args.grid == contract.LAB_GRID:
         points = [(p.B, p.H, p.N, p.d, p.causal)
-                  for p in grids.lab_grid(grids.default_timing_config())]
+                  for p in grids.lab_grid(timing_config())]
         baselines = (contract.SDPA_CUDNN, contract.SDPA_FLASH, contract.NAIVE)
     else:
         points = [(*grid_shape(n, d, args), causal)
