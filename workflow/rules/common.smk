@@ -167,3 +167,37 @@ def whole_machine():
         return workflow.cores
     except WorkflowError:
         return 1
+
+
+class _RuleKind:
+    """`{rule_kind[NAME]}` in a message: "localrule" where rule NAME runs on this host, else
+    "rule", as Snakemake's own job lines say (a dry run does not decide: "rule"); asked as the
+    job is shown, once the executor is known (a SLURM run submits the GPU rules, and runs the
+    `localrules` here)."""
+
+    def __getitem__(self, name):
+        here = not workflow.dryrun and workflow.is_local(workflow.get_rule(name))
+        return "localrule" if here else "rule"
+
+
+rule_kind = _RuleKind()
+
+
+def name_jobs(rules):
+    """Give each of `rules` without one a `message` naming its job: its rule, wildcards and log.
+
+    Snakemake prints a rule's message in place of its input, output and log lists, where every
+    job listed the ~20 modules of its `code` inputs, most of the console. A failed job still
+    gets Snakemake's whole error block, inputs included, and its log; a rule's inputs are in its
+    manifest (docs/workflow.md).
+    """
+    for each in rules:
+        if each.message is None:
+            shown = ", ".join(
+                f"{w}={{wildcards.{w}}}" for w in sorted(each.wildcard_names)
+            )
+            each.message = (
+                f"{{rule_kind[{each.name}]}} {each.name}"
+                + (f" ({shown})" if shown else "")
+                + (": log {log}" if each.log else ":")
+            )
