@@ -5,10 +5,13 @@
     python tools/bwd_bench.py --candidates sweep --graph --csv bwd.csv
     python tools/bwd_bench.py --report --candidates sweep      # registers, spills, shared memory on
                                                                # sm_90, compiled without a GPU
+    python tools/bwd_bench.py --report --gluon                 # the Gluon dK/dV kernel's, likewise
+    python tools/bwd_bench.py --d 64 --config 64,128,128,64,8,2,8,3,GLUON
 
 A configuration is `BwdConfig`'s fields in order: BLOCK_M1,BLOCK_N1,BLOCK_M2,BLOCK_N2 (dK/dV query
 and key tiles, dQ query and key tiles), then WARPS_KV,STAGES_KV,WARPS_Q,STAGES_Q (optional,
-4,2,4,2), then ATOMIC (optional: dQ by atomic adds in the dK/dV kernel, no dQ kernel). The
+4,2,4,2), then ATOMIC (optional: dQ by atomic adds in the dK/dV kernel, no dQ kernel) or GLUON
+(optional: the Gluon dK/dV kernel for Hopper, `minimodel.kernel.gluon_backward`). The
 shipped configuration (`default_bwd_config`) of each point is always run too (`shipped`).
 
 Each configuration is first checked once per (d, causal) at (2, 4, 1000, d) fp16 against float64
@@ -29,16 +32,22 @@ import argparse
 import csv
 import itertools
 import math
+import re
 import sys
 from functools import partial
 
+import kernel_report
 import torch
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from triton.experimental.gluon._runtime import GluonASTSource
 
 from minimodel import contract, timers
 from minimodel.gpu import grids
 from minimodel.gpu.grads import check_backward_case
 from minimodel.kernel.backward import arguments, backward_fn, default_bwd_config, get_bwd_config
-from minimodel.kernel.bwd_config import BwdConfig
+from minimodel.kernel.bwd_config import BwdConfig, gluon_bwd_config
 from minimodel.symbolic import attention_flops
 
 CANDIDATES = {
@@ -48,23 +57,27 @@ CANDIDATES = {
     # dQ by atomic adds (FlashAttention-2's way): only the dK/dV kernel's tiles matter
     "atomic": [BwdConfig(m1, n1, 128, 64, w, s, ATOMIC_DQ=True)
                for (m1, n1), w, s in itertools.product(((32, 128), (64, 128), (64, 64)), (4, 8), (2, 3))],
+    # the Gluon dK/dV kernel (64 keys per warpgroup), with the Hopper table's dQ tiles
+    "gluon": [BwdConfig(m1, n1, 128, 64, n1 // 16, s, 8, 3, GLUON=True)
+              for (m1, n1), s in itertools.product(((64, 128), (32, 128), (64, 64), (32, 64)), (2, 3))],
 }
 CHECK_SHAPE = (2, 4, 1000)  # B, H, N of the correctness check
 DEVICE = "cuda"  # where `run` checks and times (its test runs it on the CPU, under the interpreter)
 
 
 def parse_config(spec: str) -> BwdConfig:
-    """`BLOCK_M1,BLOCK_N1,BLOCK_M2,BLOCK_N2[,WARPS_KV,STAGES_KV,WARPS_Q,STAGES_Q][,ATOMIC]`."""
+    """`BLOCK_M1,BLOCK_N1,BLOCK_M2,BLOCK_N2[,WARPS_KV,STAGES_KV,WARPS_Q,STAGES_Q][,ATOMIC|,GLUON]`."""
     parts = [p.strip() for p in spec.split(",")]
-    atomic = parts[-1].upper() == "ATOMIC"
+    flag = parts[-1].upper() if parts[-1].upper() in ("ATOMIC", "GLUON") else None
     try:
-        sizes = [int(p) for p in parts[:-1 if atomic else None]]
+        sizes = [int(p) for p in parts[:-1 if flag else None]]
         if len(sizes) not in (4, 8):
             raise ValueError(f"{len(sizes)} numbers")
-        return BwdConfig(*sizes, ATOMIC_DQ=atomic)
+        return BwdConfig(*sizes, ATOMIC_DQ=flag == "ATOMIC", GLUON=flag == "GLUON")
     except (TypeError, ValueError) as e:
-        raise argparse.ArgumentTypeError(f"{spec!r}: expected BLOCK_M1,BLOCK_N1,BLOCK_M2,BLOCK_N2"
-                                         f"[,WARPS_KV,STAGES_KV,WARPS_Q,STAGES_Q][,ATOMIC] ({e})") from e
+        raise argparse.ArgumentTypeError(
+            f"{spec!r}: expected BLOCK_M1,BLOCK_N1,BLOCK_M2,BLOCK_N2[,WARPS_KV,STAGES_KV,WARPS_Q,STAGES_Q]"
+            f"[,ATOMIC|,GLUON] ({e})") from e
 
 
 def backward_flops(B, H, N, d, causal) -> float:
@@ -165,20 +178,16 @@ def print_summary(rows: list[dict]) -> None:
 
 def compiled_usage(kernel, kargs: dict, options: dict, arch: int = 90) -> str:
     """Registers per thread, spill bytes and shared memory of `kernel` compiled for sm_`arch` as a
-    launch with these arguments specializes it (tools/kernel_report.py's signature and cubin reading)."""
-    import re
-
-    import kernel_report
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-
+    launch with these arguments specializes it (tools/kernel_report.py's signature and cubin
+    reading), and its warps (every warp has the registers: the Gluon kernel has one partition)."""
     signature, constants, attrs = kernel_report._signature(kernel, kernel_report._as_types(kargs))
-    compiled = triton.compile(ASTSource(kernel, signature, constants, attrs),
+    source = GluonASTSource if getattr(kernel, "is_gluon", lambda: False)() else ASTSource
+    compiled = triton.compile(source(kernel, signature, constants, attrs),
                               target=GPUTarget("cuda", arch, 32), options=options)
     usage = kernel_report._cuobjdump(compiled.asm["cubin"], "--dump-resource-usage")
     regs, stack = (re.search(rf"{key}:(\d+)", usage).group(1) for key in ("REG", "STACK"))
-    return f"{regs} registers, {stack} spill bytes, {compiled.metadata.shared} shared bytes"
+    return (f"{regs} registers, {stack} spill bytes, {compiled.metadata.shared} shared bytes, "
+            f"{options.get('num_warps', 4)} warps")
 
 
 def report(args) -> None:
@@ -189,7 +198,8 @@ def report(args) -> None:
     for d, causal in itertools.product(args.d or (64, 128), causals):
         t = torch.empty(1, 1, 4096, d, dtype=torch.float16)
         lse = torch.empty(1, 1, 4096)
-        for cfg in dict.fromkeys([get_bwd_config(d, causal, "cuda"), *configs]):
+        shipped = gluon_bwd_config(d, causal) if args.gluon else get_bwd_config(d, causal, "cuda")
+        for cfg in dict.fromkeys([shipped, *configs]):
             launches = arguments(t, t, t, t, lse, t, t, t, t, lse, 0.125, cfg, causal)[1:]
             found = [f"{kernel.__name__}: " + compiled_usage(kernel, kargs, options)
                      for kernel, _, kargs, options in launches]
@@ -207,6 +217,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--rep-ms", type=float, default=200.0)
     parser.add_argument("--csv", help="write every row to this file")
     parser.add_argument("--report", action="store_true", help="compile for sm_90 and report; no GPU needed")
+    parser.add_argument("--gluon", action="store_true",
+                        help="with --report: start from the Gluon dK/dV kernel's configurations "
+                             "(`gluon_bwd_config`), not the shipped table's")
     return parser
 
 

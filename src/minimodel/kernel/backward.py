@@ -29,15 +29,18 @@ Triton's interpreter.
 
 from __future__ import annotations
 
-import math
-
 import torch
 import triton
 import triton.language as tl
 
-from minimodel.kernel import flash
-from minimodel.kernel.bwd_config import BwdConfig, get_bwd_config
-from minimodel.kernel.config import HOPPER, device_arch
+from minimodel.kernel import flash, gluon_backward
+from minimodel.kernel.bwd_config import BwdConfig as BwdConfig
+from minimodel.kernel.bwd_config import default_bwd_config as default_bwd_config
+from minimodel.kernel.bwd_config import get_bwd_config as get_bwd_config
+from minimodel.kernel.bwd_config import gluon_bwd_config as gluon_bwd_config
+from minimodel.kernel.bwd_config import launch_bwd_config as launch_bwd_config
+from minimodel.kernel.bwd_inputs import scale as _scale
+from minimodel.kernel.bwd_inputs import validate as _validate
 from minimodel.kernel.flash import LOG2E, _grid, _kv_range, _program_ids
 
 _LOG2E = tl.constexpr(LOG2E)  # the kernels turn the forward's natural-log LSE into base 2
@@ -253,50 +256,16 @@ def _bwd_dq_kernel(
              dq.to(DQ.dtype.element_ty), mask=in_range[:, None])
 
 
-def default_bwd_config(q: torch.Tensor, causal: bool) -> BwdConfig:
-    """The configuration `flash_attn_backward` runs for q of shape (B, H, N, d) when none is given."""
-    arch = device_arch(q.device) if q.device.type == "cuda" else HOPPER
-    return get_bwd_config(q.shape[-1], causal, q.device.type, arch)
-
-
 def _strides(prefix: str, t: torch.Tensor) -> dict:
     return {f"stride_{prefix}{axis}": s for axis, s in zip("bhnd", t.stride(), strict=True)}
-
-
-def _validate(q, k, v, o, lse, do) -> None:
-    """The forward's checks on Q, K, V (`flash._validate`), then O, dO and LSE against them."""
-    # detached: inputs that require grad are what a backward is for (the forward refuses them)
-    flash._validate(*(t.detach() if isinstance(t, torch.Tensor) else t for t in (q, k, v)))
-    B, H, N, _ = q.shape
-    for name, t in (("O", o), ("dO", do)):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-        if t.shape != q.shape:
-            raise ValueError(f"{name} must have Q's shape (B, H, N, d) = {tuple(q.shape)}, "
-                             f"got {tuple(t.shape)}")
-        if t.dtype != q.dtype:
-            raise TypeError(f"{name} has dtype {t.dtype}; accepted: Q's dtype, {q.dtype}")
-        if t.device != q.device:
-            raise ValueError(f"{name} is on {t.device}; accepted: Q's device, {q.device}")
-    if not isinstance(lse, torch.Tensor):
-        raise TypeError(f"LSE must be a torch.Tensor, got {type(lse).__name__}")
-    if lse.shape != (B, H, N) or lse.dtype != torch.float32 or lse.device != q.device:
-        raise ValueError(f"LSE must be float32 of shape (B, H, N) = {(B, H, N)} on {q.device} (the "
-                         f"forward's return_lse=True), got {lse.dtype} {tuple(lse.shape)} on {lse.device}")
-
-
-def _scale(d: int, sm_scale: float | None) -> float:
-    scale = 1.0 / math.sqrt(d) if sm_scale is None else float(sm_scale)
-    if not (math.isfinite(scale) and scale > 0):
-        raise ValueError(f"sm_scale must be a finite number > 0, got {sm_scale!r}")
-    return scale
 
 
 def arguments(q, k, v, o, lse, do, dq, dk, dv, delta, scale: float, cfg: BwdConfig, causal: bool):
     """[(kernel, grid, arguments, launch options)] of the launches, in order: what
     `flash_attn_backward` runs, and what a compile for a GPU without one specializes on.
     dq: dQ in q's dtype, or with cfg.ATOMIC_DQ the zeroed float32 accumulator (then there is no
-    dQ kernel: the dK/dV kernel adds to it)."""
+    dQ kernel: the dK/dV kernel adds to it). With cfg.GLUON the dK/dV launch is the Gluon kernel's
+    (`gluon_backward.dkdv_launch`), between the same preprocess and dQ launches."""
     B, H, N, d = q.shape
     H_kv = k.shape[1]
     qk_scale = scale * LOG2E
@@ -309,10 +278,14 @@ def arguments(q, k, v, o, lse, do, dq, dk, dv, delta, scale: float, cfg: BwdConf
                 GROUP=H // H_kv, BLOCK_M=cfg.BLOCK_M1, BLOCK_N=cfg.BLOCK_N1, ATOMIC_DQ=cfg.ATOMIC_DQ)
     dqa = dict(Q=q, K=k, V=v, DO=do, DQ=dq, LSE=lse, Delta=delta, **common, **_strides("dq", dq),
                H=H, N=N, GROUP=H // H_kv, BLOCK_M=cfg.BLOCK_M2, BLOCK_N=cfg.BLOCK_N2)
+    if cfg.GLUON:
+        kv_launch = gluon_backward.dkdv_launch(q, k, v, do, dk, dv, lse, delta, scale, cfg, causal)
+    else:
+        kv_launch = (_bwd_dkdv_kernel, _grid(N, B * H_kv, cfg.BLOCK_N1), dkdv,
+                     dict(num_warps=cfg.num_warps_kv, num_stages=cfg.num_stages_kv))
     launches = [
         (_bwd_preprocess, _grid(N, B * H, cfg.BLOCK_M2), pre, dict(num_warps=4, num_stages=1)),
-        (_bwd_dkdv_kernel, _grid(N, B * H_kv, cfg.BLOCK_N1), dkdv,
-         dict(num_warps=cfg.num_warps_kv, num_stages=cfg.num_stages_kv)),
+        kv_launch,
         (_bwd_dq_kernel, _grid(N, B * H, cfg.BLOCK_M2), dqa,
          dict(num_warps=cfg.num_warps_q, num_stages=cfg.num_stages_q)),
     ]
@@ -331,7 +304,9 @@ def flash_attn_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: to
     `flash.SUPPORTED_HEAD_DIMS`, one CUDA device or the CPU under TRITON_INTERPRET=1. Every
     tensor is read through its strides (any layout, broadcast dO included); a non-contiguous
     LSE is copied. causal and sm_scale must be the forward's (sm_scale defaults to 1/sqrt(d)).
-    config: tiles; defaults to `default_bwd_config(q, causal)`.
+    config: tiles and kernels; defaults to `default_bwd_config(q, causal)`; what runs is
+    `launch_bwd_config(q, k, v, causal, config, do)` (a Gluon configuration runs the tl table's
+    where the Gluon kernel cannot: off Hopper, under the interpreter, inputs TMA cannot read).
     Returns dQ, dK, dV, contiguous, in the shapes and dtype of q, k, v.
     """
     _validate(q, k, v, o, lse, do)
@@ -339,7 +314,7 @@ def flash_attn_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: to
     scale = _scale(d, sm_scale)
     if q.numel() == 0 or k.numel() == 0:
         return tuple(torch.zeros(t.shape, dtype=t.dtype, device=t.device) for t in (q, k, v))
-    cfg = config or default_bwd_config(q, causal)
+    cfg = launch_bwd_config(q, k, v, causal, config, do)
     q, k, v, o, do = (t.detach() for t in (q, k, v, o, do))
     lse = lse.detach().contiguous()
     if cfg.ATOMIC_DQ:

@@ -1,11 +1,16 @@
-"""The backward kernels' tile configurations (`minimodel.kernel.backward`) and the table that
-picks one per head dim, causality and architecture."""
+"""The backward kernels' tile configurations (`minimodel.kernel.backward`), the tables that pick
+one per head dim, causality and architecture, and what a call really runs (`launch_bwd_config`:
+the Gluon dK/dV kernel only compiled, on Hopper, on inputs TMA can read)."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
-from minimodel.kernel.config import HOPPER
+import torch
+
+from minimodel.kernel import gluon_backward, hopper
+from minimodel.kernel.config import HOPPER, device_arch
+from minimodel.kernel.inputs import INTERPRETED
 
 
 @dataclass(frozen=True)
@@ -20,6 +25,10 @@ class BwdConfig:
     accumulator with atomic adds, as FlashAttention-2 does: P is computed once instead of twice,
     but the order of the adds, so dQ's last bits, change from run to run (the default, False, is
     deterministic). BLOCK_M2 and BLOCK_N2 then size only the preprocess.
+    GLUON: the dK/dV kernel is the Gluon one for Hopper (`minimodel.kernel.gluon_backward`):
+    BLOCK_N1 keys per program, 64 per warpgroup (num_warps_kv = BLOCK_N1 / 16), BLOCK_M1 query
+    rows per step, num_stages_kv Q/dO buffers (at least 2); the preprocess and the dQ kernel stay
+    the tl ones. Hopper only, compiled, on inputs TMA can read (`backward.launch_bwd_config`).
     """
 
     BLOCK_M1: int
@@ -31,6 +40,7 @@ class BwdConfig:
     num_warps_q: int = 4
     num_stages_q: int = 2
     ATOMIC_DQ: bool = False
+    GLUON: bool = False
 
     def __post_init__(self):
         blocks = (self.BLOCK_M1, self.BLOCK_N1, self.BLOCK_M2, self.BLOCK_N2)
@@ -39,6 +49,21 @@ class BwdConfig:
         if self.BLOCK_N1 % self.BLOCK_M1 or self.BLOCK_M2 % self.BLOCK_N2:
             raise ValueError(f"BLOCK_N1 ({self.BLOCK_N1}) must be a multiple of BLOCK_M1 ({self.BLOCK_M1}) "
                              f"and BLOCK_M2 ({self.BLOCK_M2}) of BLOCK_N2 ({self.BLOCK_N2})")
+        if self.GLUON:
+            if self.ATOMIC_DQ:
+                raise ValueError("GLUON keeps the separate dQ pass: ATOMIC_DQ must be False")
+            if self.BLOCK_N1 not in (64, 128, 192, 256) or self.num_warps_kv != self.BLOCK_N1 // 16:
+                raise ValueError(f"GLUON: BLOCK_N1 is 64 keys per warpgroup (64 ... 256) and num_warps_kv "
+                                 f"BLOCK_N1 / 16, got BLOCK_N1 = {self.BLOCK_N1}, num_warps_kv = "
+                                 f"{self.num_warps_kv}")
+            if self.BLOCK_M1 > 256 or self.num_stages_kv < 2:
+                raise ValueError(f"GLUON: BLOCK_M1 at most 256 (one MMA's N) and num_stages_kv >= 2, got "
+                                 f"{self.BLOCK_M1} and {self.num_stages_kv}")
+
+    @property
+    def path(self) -> str:
+        """Which dK/dV kernel runs: "gluon" (Hopper only) or "tl" (every device, and the interpreter)."""
+        return "gluon" if self.GLUON else "tl"
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -64,10 +89,64 @@ PORTABLE_CONFIGS = {64: BwdConfig(64, 128, 128, 64, 8, 2, 8, 2), 128: BwdConfig(
 INTERPRETER_CONFIG = BwdConfig(32, 64, 64, 32, 4, 1, 4, 1)
 
 
-def get_bwd_config(head_dim: int, causal: bool, device_type: str, arch: int = HOPPER) -> BwdConfig:
-    """The configuration `flash_attn_backward` takes when none is given (arch: compute
-    capability as major·10 + minor)."""
+# The Gluon dK/dV kernel (`gluon_backward`) on Hopper, per (head dim, causal): BLOCK_M1 query rows
+# per step, 128 keys per program (two warpgroups), num_stages_kv Q/dO buffers; the dQ pass keeps
+# the tl table's tiles. None spills when compiled for sm_90 (`tools/bwd_bench.py --report --gluon`).
+GLUON_TILES = {(64, False): (64, 2), (64, True): (64, 2), (128, False): (32, 2), (128, True): (32, 2)}
+
+
+def gluon_bwd_config(head_dim: int, causal: bool) -> BwdConfig:
+    """The Gluon dK/dV kernel's configuration at a head dim it is built for (64, 128), with the
+    tl dQ pass of the Hopper table: what `config=` asks for to run it."""
+    if head_dim not in gluon_backward.HEAD_DIMS:
+        raise ValueError(f"the Gluon backward is built for head dims {gluon_backward.HEAD_DIMS}, "
+                         f"got {head_dim}")
+    rows, stages = GLUON_TILES[(head_dim, bool(causal))]
+    return replace(HOPPER_CONFIGS[(head_dim, bool(causal))], BLOCK_M1=rows, BLOCK_N1=128, num_warps_kv=8,
+                   num_stages_kv=stages, GLUON=True)
+
+
+def tl_bwd_config(head_dim: int, causal: bool, device_type: str, arch: int = HOPPER) -> BwdConfig:
+    """The tl kernels' configuration: the Hopper table on Hopper, the portable one elsewhere, the
+    interpreter's on the CPU."""
     if device_type != "cuda":
         return INTERPRETER_CONFIG
     d = min(hd for hd in PORTABLE_CONFIGS if hd >= head_dim)  # head dims go up to 256
     return HOPPER_CONFIGS[(d, bool(causal))] if arch == HOPPER else PORTABLE_CONFIGS[d]
+
+
+def get_bwd_config(head_dim: int, causal: bool, device_type: str, arch: int = HOPPER) -> BwdConfig:
+    """The configuration `flash_attn_backward` takes when none is given (arch: compute
+    capability as major·10 + minor): the tl kernels' table everywhere (the Gluon dK/dV kernel is
+    `gluon_bwd_config`, asked for explicitly)."""
+    return tl_bwd_config(head_dim, causal, device_type, arch)
+
+
+def default_bwd_config(q: torch.Tensor, causal: bool) -> BwdConfig:
+    """The configuration `flash_attn_backward` runs for q of shape (B, H, N, d) when none is given."""
+    arch = device_arch(q.device) if q.device.type == "cuda" else HOPPER
+    return get_bwd_config(q.shape[-1], causal, q.device.type, arch)
+
+
+def gluon_ok(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.Tensor | None = None) -> bool:
+    """Whether the Gluon dK/dV kernel can run on these inputs: compiled (it has no interpreter), on
+    Hopper, at a head dim it is built for, every input readable by TMA (`hopper.supports`: unit
+    stride on d, 16-byte strides and base). do None: a fresh contiguous dO, as `backward_fn` draws."""
+    if INTERPRETED or q.device.type != "cuda" or device_arch(q.device) != HOPPER:
+        return False
+    if q.shape[-1] not in gluon_backward.HEAD_DIMS:
+        return False
+    return hopper.supports(q, k, v) and (do is None or hopper.supports(do, k, v))
+
+
+def launch_bwd_config(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
+                      config: BwdConfig | None = None, do: torch.Tensor | None = None) -> BwdConfig:
+    """The configuration a call of `flash_attn_backward` on these inputs really runs: `config` or
+    the default; a Gluon one where the Gluon kernel cannot run becomes the tl table's choice.
+    Its `path` says which dK/dV kernel runs ("gluon" or "tl"): what a timing or correctness row
+    records."""
+    cfg = config or default_bwd_config(q, causal)
+    if cfg.GLUON and not gluon_ok(q, k, v, do):
+        arch = device_arch(q.device) if q.device.type == "cuda" else HOPPER
+        return tl_bwd_config(q.shape[-1], causal, q.device.type, arch)
+    return cfg
