@@ -13,8 +13,8 @@
    d = 64, 128; causal and not), fp16, the backward alone (O and LSE saved), medians of CUDA-graph
    replays of: the tl backward, each Gluon configuration that passed every case, SDPA's cuDNN and
    flash backward through autograd; and the dK/dV launch alone, tl's and each Gluon one's.
-Writes check_<name>.jsonl, timing.jsonl and run.txt (everything printed) under --out; prints the
-table last. Needs no snakemake, config or other stage: a development tool, as tools/bwd_bench.py.
+Writes checks.jsonl (every case's row) and timing.jsonl under --out; prints the table last. Needs
+no snakemake, config or other stage: a development tool, as tools/bwd_bench.py.
 """
 
 import argparse
@@ -282,6 +282,12 @@ def main(argv=None) -> int:
         if status == 0 and name != "tl":
             passed.append(name)
     print(f"checks took {time.time() - started:.0f} s; timing {passed}", flush=True)
+    with open(args.out / "checks.jsonl", "w") as merged:  # one file: few come back from a device run
+        for name in children:
+            part = args.out / f"check_{name}.jsonl"
+            if part.exists():
+                merged.write(part.read_text())
+                part.unlink()
     timing = subprocess.Popen([*me, "--stage", "time", *(a for x in passed for a in ("--config", x))])
     try:
         timing.wait(timeout=args.time_limit_s)
