@@ -325,8 +325,8 @@ def check_inputs(paths, root: str | os.PathLike = ".",
         if owner is None:
             resolved = Path(path).resolve()
             if results_dir is not None and Path(results_dir).resolve() in resolved.parents:
-                raise ProvenanceError(f"no manifest vouches for input {path}: its rule has not completed "
-                                      "since, or a job refused it and removed its manifest; run `snakemake` again")
+                raise ProvenanceError(f"no manifest vouches for input {path}: its rule has not run since, "
+                                      "or a job refused it and removed its manifest; run `snakemake` again")
             continue
         other_run = path in outputs_only
         try:
