@@ -20,7 +20,7 @@ from minimodel import contract
 from minimodel.report.plots import IMPL_LABELS
 
 RATIO_FLOOR = 1e-4  # an exact result (error 0) is drawn here on the log axis
-PASS, FAIL, NO_ERROR, SKIP = "pass", "fail", "fail, no error to draw", "skipped"
+PASS, FAIL, NO_ERROR, SKIP = "pass", "fail", "fail, no error to draw", contract.SKIPPED
 VERDICT_STYLE = {PASS: ("tab:blue", "o"), FAIL: ("tab:red", "o"), NO_ERROR: ("tab:red", "X")}
 DTYPE_SHORT = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}
 PASSES = {contract.FORWARD: "forward", contract.BACKWARD: "gradients (dQ, dK, dV)"}  # a panel's pass
@@ -127,7 +127,7 @@ def correctness(rows: pd.DataFrame, machine: str):
               for v, (c, m) in VERDICT_STYLE.items() if v in set(data["verdict"])}
     legend["error = tolerance (the verdict's line)"] = Line2D([], [], color="tab:green", lw=1.2)
     for reason in reasons:
-        label = textwrap.fill(f"skipped: {reason or 'no reason given'}", 40)
+        label = textwrap.fill(f"{contract.SKIPPED}: {reason or 'no reason given'}", 40)
         legend[label] = Patch(facecolor="0.88", edgecolor="0.6", lw=0, hatch=hatches[reason])
     top = _ratio_top(data)
     for title, ax in g.axes_dict.items():

@@ -184,7 +184,8 @@ def dram_rows(table: pd.DataFrame, summary: dict) -> list[tuple[str, str]]:
     """DRAM reads against the model and against Q, K and V read once (the results README's)."""
     found = results_readme.gpu_bytes_answers(table, summary)
     if not found["measured"]:
-        return [("GPU DRAM bytes", f"not measured: {results_readme.why_not_measured(found['status'])}")]
+        why = results_readme.why_not_measured(found["status"])
+        return [("GPU DRAM bytes", f"{contract.NOT_MEASURED}: {why}")]
     lo, hi = found["naive_many_read_over_model"]
     where = f"N = {found['n_min']}–{found['n_max']}, d = {found['d']}, not causal"
     rows = [("DRAM reads: naive, many heads, over the byte model", f"{lo:.2f}–{hi:.2f}× ({where})"),

@@ -53,7 +53,7 @@ def scheme_labels(data: pd.DataFrame) -> dict[str, str]:
     """Legend names of the schemes, the flash tile read from the table (B_r, B_c columns)."""
     tiles = sorted({(int(r), int(c)) for r, c in zip(data["B_r"], data["B_c"], strict=True)})
     tile = ", ".join(f"B_r = {r}, B_c = {c}" for r, c in tiles)
-    return {contract.NAIVE_SCHEME: "naive", contract.FLASH_SCHEME: f"flash ({tile})"}
+    return {contract.NAIVE_SCHEME: contract.NAIVE_SCHEME, contract.FLASH_SCHEME: f"flash ({tile})"}
 
 
 def bytes_vs_n(cpu_bytes: pd.DataFrame, machine: str):
@@ -261,11 +261,11 @@ def gpu_bytes(table: pd.DataFrame, device: str):
     table = contract.forward_rows(table)  # the backward's: backward_plots.backward_bytes_vs_n
     rows = table[(table["status"] == contract.MEASURED) & ~table["causal"].astype(bool)].copy()
     heads = rows["B"] * rows["H"]
-    rows["measured"] = rows["dram_read_bytes"] / heads
+    rows["dram_per_head"] = rows["dram_read_bytes"] / heads
     rows["model"] = rows["model_read_bytes"] / heads
     rows["inputs"] = 3 * rows["compulsory_bytes"] / 4 / heads  # compulsory: Q, K, V and O
     long = []
-    for column, kind in (("measured", "measured (DRAM)"), ("model", "model")):
+    for column, kind in (("dram_per_head", "measured (DRAM)"), ("model", "model")):
         part = rows[["regime", "d", "N", "impl", column]].rename(columns={column: "bytes_per_head"})
         long.append(part.assign(kind=kind, series=part["impl"]))
     floor = rows[rows["impl"] == contract.FLASH_SCHEME][["regime", "d", "N", "inputs"]]

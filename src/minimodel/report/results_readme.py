@@ -39,13 +39,14 @@ def bytes_answers(symbolic_table: pd.DataFrame, cpu_bytes: pd.DataFrame) -> dict
                        & (symbolic_table["B_c"] == block_c)]
     rows = []
     for (d, dtype), g in t.groupby(["d", "dtype"]):
-        naive_scheme = "naive_fp32_softmax" if symbolic.DTYPE_BYTES[dtype] == 2 else "naive"
-        for naive_name in sorted({"naive", naive_scheme}):
+        naive_scheme = (contract.NAIVE_FP32_SOFTMAX_SCHEME if symbolic.DTYPE_BYTES[dtype] == 2
+                        else contract.NAIVE_SCHEME)
+        for naive_name in sorted({contract.NAIVE_SCHEME, naive_scheme}):
             naive = g[g["scheme"] == naive_name].set_index("N")["bytes"]
-            flash = g[g["scheme"] == "flash"].set_index("N")["bytes"]
+            flash = g[g["scheme"] == contract.FLASH_SCHEME].set_index("N")["bytes"]
             ratio = (naive / flash).dropna()
             wins = ratio[ratio > 1]
-            rows.append({"d": int(d), "dtype": dtype, "naive": naive_name,
+            rows.append({"d": int(d), "dtype": dtype, "naive_scheme": naive_name,
                          "first_n_flash_fewer_bytes": int(wins.index.min()) if len(wins) else None,
                          "ratio_smallest_n": float(ratio.iloc[0]), "smallest_n": int(ratio.index[0]),
                          "ratio_largest_n": float(ratio.iloc[-1]), "largest_n": int(ratio.index[-1])})
@@ -56,9 +57,9 @@ def bytes_answers(symbolic_table: pd.DataFrame, cpu_bytes: pd.DataFrame) -> dict
 def intensity_question(n: int = 8192, d: int = 128, b: int = contract.LAB_TILE[0],
                        dtype_bytes: int = 2) -> dict:
     """Lab 01 Q2, with the arithmetic laid out."""
-    naive = symbolic.model_bytes("naive", n, d, b, b, dtype_bytes)
-    flash = symbolic.model_bytes("flash", n, d, b, b, dtype_bytes)
-    naive32 = symbolic.model_bytes("naive_fp32_softmax", n, d, b, b, dtype_bytes)
+    naive = symbolic.model_bytes(contract.NAIVE_SCHEME, n, d, b, b, dtype_bytes)
+    flash = symbolic.model_bytes(contract.FLASH_SCHEME, n, d, b, b, dtype_bytes)
+    naive32 = symbolic.model_bytes(contract.NAIVE_FP32_SOFTMAX_SCHEME, n, d, b, b, dtype_bytes)
     f = symbolic.flops(n, d)
     return {"N": n, "d": d, "B": b, "dtype_bytes": dtype_bytes, "flops": f,
             "naive_bytes": naive, "flash_bytes": flash, "naive_fp32_softmax_bytes": naive32,
