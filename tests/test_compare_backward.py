@@ -47,7 +47,8 @@ def test_a_pass_one_run_lacks_is_not_comparable_and_the_forward_is_judged_as_bef
         vouch(plain / name)
     table, verdict = compare.compare_runs(plain, older)
     assert verdict["verdict"] == "agree" and verdict["parts"] == before["parts"]
-    assert not table["item"].str.contains("forward").any()  # the forward's items as before
+    points = table[table["part"] != "timing families"]  # a family names its pass, forward too
+    assert not points["item"].str.contains("forward").any()  # the forward's items as before
     # the committed run: these forward rows, and the other passes' rows the reference lacks
     _, verdict = compare.compare_runs(REFERENCE, older)
     assert verdict["verdict"] == "agree"
@@ -85,7 +86,7 @@ def test_the_backward_rows_are_judged_per_pass(run, tmp_path):
     def slower_backward_kernel(f):
         rows = ((f["direction"] == backward) & (f["impl"] == "triton") & (f["grid"] == "flashattention")
                 & (f["N"] == 4096) & (f["d"] == 64))
-        f.loc[rows, "ms"] *= 1.08
+        f.loc[rows, "ms"] *= 1.15  # beyond the backward's 13 %
 
     edit_csv(other / contract.TIMING, slower_backward_kernel)
 
@@ -101,7 +102,7 @@ def test_the_backward_rows_are_judged_per_pass(run, tmp_path):
     assert bad["item"].str.startswith("backward: ").all()
     timing = bad[bad["part"] == "timing"]
     assert set(timing["metric"]) >= {"kernel/fa2 (backward)", "kernel/cudnn (backward)"}
-    assert (timing["tolerance"] == compare.timing_band("flashattention", 4096)).all()
+    assert (timing["tolerance"] == compare.timing_band("flashattention", 4096, backward)).all()
     assert len(bad[bad["part"] == "gpu bytes"]) == 1 and len(bad[bad["part"] == "cpu bytes"]) == 1
 
 

@@ -1,7 +1,8 @@
 """The comparison's rows, and the judgements every part makes with them.
 
 A row is one judged number: `COLUMNS`, its verdict one of `AGREE`, `DISAGREE`, `NOT_COMPARABLE`
-(the inputs part says `DIFFERS`, never a failure).
+(the inputs part says `DIFFERS`, never a failure), its `rule` the way it was judged where a part
+has more than one (timing: its band and the samples, the wider band, or the status).
 """
 
 from __future__ import annotations
@@ -13,13 +14,16 @@ import pandas as pd
 from minimodel import contract
 from minimodel.report import runs
 
-COLUMNS = ["part", "item", "metric", "run", "reference", "difference", "tolerance", "verdict", "reason"]
+COLUMNS = ["part", "item", "metric", "run", "reference", "difference", "tolerance", "verdict", "rule",
+           "reason"]
 AGREE, DISAGREE, NOT_COMPARABLE, DIFFERS = "agree", "disagree", "not comparable", "differs"
 
 
-def row(part, item, metric, run, reference, difference=None, tolerance=None, verdict=AGREE, reason=""):
-    return dict(zip(COLUMNS, (part, item, metric, run, reference, difference, tolerance, verdict, reason),
-                    strict=True))
+def row(part, item, metric, run, reference, difference=None, tolerance=None, verdict=AGREE, reason="",
+        rule=""):
+    """One judged number; `rule`: how it was judged, where a part has more than one way (timing)."""
+    return dict(zip(COLUMNS, (part, item, metric, run, reference, difference, tolerance, verdict, rule,
+                              reason), strict=True))
 
 
 def relative(a: float, b: float) -> float:

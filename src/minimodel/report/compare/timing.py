@@ -1,69 +1,55 @@
-"""timing (`gpu/timing/`): on the same GPU model, the ratios that should travel (kernel against
-SDPA's cuDNN and FlashAttention-2 backends, against naive PyTorch, and against each contender)
-within the band of their grid (`timing_band`), per pass (`direction`: the forward, the backward
-alone, the two together; a table without the column is all forward), each pass's ratios against
-the same implementation's same pass; on another GPU, or without one, not comparable."""
+"""timing (`gpu/timing/`): on the same GPU model, the ratios that should travel (the kernel against
+SDPA's cuDNN and FlashAttention-2 backends, against naive PyTorch, and against each contender), per
+pass (`direction`; a table without the column is all forward); on another GPU, or without one, not
+comparable.
+
+A ratio that is a number in both runs disagrees only when its change is beyond its band
+(`bands.POINT_BANDS`, by grid, the lab grid's N and the pass) AND, where both runs hold at least 10
+samples of it, significant given them (`stats`: Welch's t-test on the log samples, Holm over the
+run). A ratio without samples in either run (an older run), with fewer
+than 10, or with damaged samples, is judged by the wider max(band, 10 %). Each row's `rule` says
+which. A ratio that is not a number on a side is its status: the same status on both sides (out of
+memory, the same skip) agrees, a status that changes disagrees ("status differs", both named).
+Before the points, each family's geometric mean (`families`).
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from minimodel import contract
 from minimodel.report import runs
+from minimodel.report.compare import bands, families, ratios, samples, stats
 from minimodel.report.compare.rows import (
     AGREE,
     DISAGREE,
+    NOT_COMPARABLE,
     device_mismatch,
     label_direction,
     missing,
     only_in,
     per_direction,
-    relative,
     row,
     unique,
 )
 
 NAME = "timing"
-READS = (contract.TIMING, contract.TIMING_SUMMARY)
-# The kernel's speed against another implementation (their time over the kernel's), by metric name.
-RATIOS = dict(zip(("kernel/cudnn", "kernel/fa2", "kernel/naive"),
-                  (contract.SDPA_CUDNN, contract.SDPA_FLASH, contract.NAIVE), strict=True))
+READS = (contract.TIMING, contract.TIMING_SUMMARY, contract.TIMING_SAMPLES)
+RATIOS = ratios.RATIOS
+TOLERANCES = ({f"timing {grid}, {direction}": band for (grid, direction), band in bands.POINT_BANDS.items()}
+              | {"timing family": bands.FAMILY_BAND, "timing without samples, at least": bands.OLDER_FLOOR})
+BY_SAMPLES, BY_STATUS, WIDER = bands.BY_SAMPLES, bands.BY_STATUS, bands.WIDER
+# what is read of timing.csv: `direction` and `samples` where there (a run before the backward, or
+# before the samples, lacks them)
+COLUMNS = [*(c for c in ratios.KEY if c != "direction"), "ms", "status"]
 
 
-def timing_band(grid: str, n: int) -> float:
-    """Largest relative change of a speed ratio between two runs on one GPU model that is noise.
-
-    Graph timings repeat within ±2 % on FlashAttention's grid, and SDPA's cuDNN itself moves a
-    few percent between runs: 5 % for a ratio of two such times. The lab grid's N < 1024
-    kernels take 3–21 µs, where a launch's jitter is a large part: 25 %; its larger N, 10 %.
-    """
-    if grid == contract.FLASHATTENTION_GRID:
-        return 0.05
-    return 0.10 if n >= 1024 else 0.25
-
-
-TOLERANCES = {f"timing {grid}{above}": timing_band(grid, n) for grid, above, n in
-              ((contract.FLASHATTENTION_GRID, "", 4096), (contract.LAB_GRID, " N>=1024", 1024),
-               (contract.LAB_GRID, " N<1024", 64))}
-
-
-def ratios(timing: pd.DataFrame) -> pd.DataFrame:
-    """Per pass, point and ratio name: another implementation's time over the kernel's
-    (kernel/<contender>), both of the same pass (`direction`)."""
-    point = ["direction", "grid", "B", "H", "N", "d", "causal"]
-    timing = contract.with_direction(timing)
-    ok = timing[timing["status"] == contract.OK]
-    ms = ok.pivot_table(index=point, columns="impl", values="ms", aggfunc="first")
-    kernel = contract.TRITON
-    names = RATIOS | {f"kernel/{i}": i for i in ms.columns if i not in contract.IMPLEMENTATIONS}
-    out = pd.DataFrame({name: ms[impl] / ms[kernel] for name, impl in names.items()
-                        if impl in ms and kernel in ms})
-    if out.empty:  # nothing timed, or not the kernel: no ratio
-        return pd.DataFrame(columns=[*point, "metric", "ratio"])
-    out.columns.name = "metric"
-    return out.stack().rename("ratio").reset_index()
+def timing_band(grid: str, n: int, direction: str = contract.FORWARD) -> float:
+    """The band of a ratio at a point of `grid` with sequence length `n`, in `direction`."""
+    return float(bands.point_band(grid, n, direction)[0])
 
 
 def compare(run: Path, ref: Path) -> list[dict]:
@@ -71,29 +57,122 @@ def compare(run: Path, ref: Path) -> list[dict]:
                                "different GPU models: speed ratios do not travel between them")
     if mismatch:
         return mismatch
-    point = ["grid", "B", "H", "N", "d", "causal", "metric"]
-    a, b = (runs.table(folder, contract.TIMING, point[:-1] + ["impl", "ms", "status"])
-            for folder in (run, ref))
+    a, b = (runs.table(folder, contract.TIMING, COLUMNS) for folder in (run, ref))
     if a is None or b is None:
         return missing(NAME, contract.TIMING, a)
-    a, b = (contract.with_direction(t) for t in (a, b))
-    # a pass timed in one run only is said so; the ratios of a pass both timed are judged
-    return per_direction(NAME, contract.TIMING, a, b, lambda a, b, direction: judge(
-        ratios(a), ratios(b), direction, point))
+    return judge(a, b, samples.load(run, a, "run"), samples.load(ref, b, "reference"))
 
 
-def judge(a: pd.DataFrame, b: pd.DataFrame, direction: str, point: list[str]) -> list[dict]:
-    """One pass's ratios, each within its grid's band."""
-    unique({"run": a, "reference": b}, point, contract.TIMING)
-    keys = [set(map(tuple, t[point].itertuples(index=False))) for t in (a, b)]
+def judge(a: pd.DataFrame, b: pd.DataFrame, run_samples: samples.Samples,
+          ref_samples: samples.Samples) -> list[dict]:
+    """The rows of two runs' timing tables: families, the samples' problems, then per pass the
+    points only one run has, the statuses, and the ratios."""
+    for frame, side in ((a, "run"), (b, "reference")):
+        dropped = len(frame) - len(ratios.keyed(frame))
+        if dropped:
+            raise runs.RunError(f"{contract.TIMING} of the {side}: {dropped} rows whose key is not a point "
+                                "(B, H, N, d whole numbers, causal True or False)")
+    numbers = []
+    ra, rb = ratios.side(a), ratios.side(b)
+    rows = per_direction(NAME, contract.TIMING, a, b, lambda x, y, direction: statuses(
+        x, y, ra[ra["direction"] == direction], rb[rb["direction"] == direction], direction, numbers))
+    pairs = (pd.concat(numbers, ignore_index=True) if numbers
+             else pd.DataFrame(columns=[*ratios.RATIO, "impl", "ratio_run", "ratio_ref"]))
+    pairs = with_rules(pairs, run_samples, ref_samples)
+    problems = [row(NAME, contract.TIMING_SAMPLES, "samples", None, None, verdict=NOT_COMPARABLE,
+                    reason=s.line) for s in (run_samples, ref_samples) if s.line]
+    return families.judge(pairs) + problems + rows + points(pairs)
+
+
+def statuses(a: pd.DataFrame, b: pd.DataFrame, ra: pd.DataFrame, rb: pd.DataFrame, direction: str,
+             numbers: list) -> list[dict]:
+    """One pass (its timing rows `a`, `b`, and their ratios `ra`, `rb`): the rows of the ratios
+    that are not numbers in both runs, and of the points one run lacks; the ratios that are numbers
+    in both are appended to `numbers`."""
+    unique({"run": a, "reference": b}, ratios.KEY, contract.TIMING)
+    keys = [set(r[ratios.RATIO].itertuples(index=False, name=None)) for r in (ra, rb)]
+    prefix = label_direction(direction)
     rows = only_in(NAME, *keys, "a grid point or contender the other lacks, or a point not timed there",
-                   prefix=label_direction(direction))
-    for _, r in a.merge(b, on=point, suffixes=("_run", "_ref")).iterrows():
-        band = timing_band(r["grid"], int(r["N"]))
-        diff = relative(r["ratio_run"], r["ratio_ref"])
-        label = (f"{label_direction(direction)}{r['grid']} ({r['B']}, {r['H']}, {r['N']}, {r['d']}) "
-                 f"{'causal' if r['causal'] else 'full'}")
-        metric = r["metric"] if direction == contract.FORWARD else f"{r['metric']} ({direction})"
-        rows.append(row(NAME, label, metric, r["ratio_run"], r["ratio_ref"], diff, band,
-                        AGREE if diff <= band else DISAGREE))
+                   prefix=prefix)
+    both = ra.merge(rb, on=[*ratios.RATIO, "impl"], suffixes=("_run", "_ref"))
+    fine = (both["status_run"] == contract.OK) & (both["status_ref"] == contract.OK)
+    numbers.append(both[fine][[*ratios.RATIO, "impl", "ratio_run", "ratio_ref"]])
+    for r in both[~fine].to_dict("records"):
+        said = (r["status_run"], r["status_ref"])
+        damaged = [side for side, s in zip(("run", "reference"), said, strict=True) if ratios.NO_TIME in s]
+        if damaged:
+            verdict, reason = NOT_COMPARABLE, (f"{contract.TIMING} of the {' and the '.join(damaged)}: "
+                                               f"{ratios.NO_TIME}")
+        elif said[0] == said[1]:
+            verdict, reason = AGREE, ""
+        else:
+            verdict, reason = DISAGREE, f"status differs: {said[0]} (run) against {said[1]} (reference)"
+        rows.append(row(NAME, label(r), metric(r), said[0], said[1], verdict=verdict, reason=reason,
+                        rule=BY_STATUS))
     return rows
+
+
+def label(r: dict) -> str:
+    return (f"{label_direction(r['direction'])}{r['grid']} ({r['B']}, {r['H']}, {r['N']}, {r['d']}) "
+            f"{'causal' if r['causal'] else 'full'}")
+
+
+def metric(r: dict) -> str:
+    return r["metric"] if r["direction"] == contract.FORWARD else f"{r['metric']} ({r['direction']})"
+
+
+def with_rules(pairs: pd.DataFrame, run_samples: samples.Samples, ref_samples: samples.Samples):
+    """The ratios that are numbers in both runs, with their band, the rule that judges them, the
+    tolerance it applies and their log samples (`logs_run`, `logs_ref`; None under the wider rule)."""
+    pairs = pairs.reset_index(drop=True)
+    pairs["band"] = bands.point_band(pairs["grid"], pairs["N"], pairs["direction"]) if len(pairs) else []
+    rules, logs = [], {"run": [], "ref": []}
+    at = pairs[ratios.POINT].itertuples(index=False, name=None)
+    for point, impl in zip(at, pairs["impl"], strict=True):
+        (why_a, la), (why_b, lb) = run_samples.rule(point, impl), ref_samples.rule(point, impl)
+        why = (f"{why_a} in the run" if why_a else "") or (f"{why_b} in the reference" if why_b else "")
+        rules.append(WIDER + why if why else BY_SAMPLES)
+        logs["run"].append(None if why else la)
+        logs["ref"].append(None if why else lb)
+    pairs["rule"], pairs["logs_run"], pairs["logs_ref"] = rules, logs["run"], logs["ref"]
+    sampled = pairs["rule"] == BY_SAMPLES
+    pairs["tolerance"] = np.where(sampled, pairs["band"], bands.wider(pairs["band"].to_numpy(dtype=float)))
+    return pairs
+
+
+def decide(pairs: pd.DataFrame) -> pd.DataFrame:
+    """`with_rules`' table with each ratio's `change`, Holm-adjusted `p` (NaN where its rule does not
+    test), `verdict` and `reason`: beyond its tolerance and, where tested, significant."""
+    pairs = pairs.copy()
+    pairs["change"] = ratios.change(pairs["ratio_run"], pairs["ratio_ref"])
+    beyond = np.log1p(pairs["change"].to_numpy(float)) > np.log1p(pairs["tolerance"].to_numpy(float))
+    sampled = (pairs["rule"] == BY_SAMPLES).to_numpy()
+    p = np.full(len(pairs), np.nan)
+    p[sampled] = stats.holm(stats.significance(list(pairs.loc[sampled, "logs_run"]),
+                                               list(pairs.loc[sampled, "logs_ref"])))
+    pairs["p"] = p
+    said = [verdict_of(b, q) for b, q in zip(beyond, p, strict=True)]
+    pairs["verdict"], pairs["reason"] = [v for v, _ in said], [r for _, r in said]
+    return pairs
+
+
+def points(pairs: pd.DataFrame) -> list[dict]:
+    """Each ratio that is a number in both runs, judged by its rule; Holm over the run's tested ones."""
+    if not len(pairs):
+        return []
+    pairs = decide(pairs)
+    order = {d: i for i, d in enumerate(contract.DIRECTIONS)}
+    pairs = pairs.sort_values("direction", key=lambda d: d.map(order).fillna(len(order)), kind="stable")
+    return [row(NAME, label(r), metric(r), r["ratio_run"], r["ratio_ref"], r["change"], r["tolerance"],
+                r["verdict"], r["reason"], rule=r["rule"]) for r in pairs.to_dict("records")]
+
+
+def verdict_of(beyond: bool, p: float) -> tuple[str, str]:
+    """(verdict, reason) of a change beyond its band or not, and its Holm-adjusted p (NaN: untested)."""
+    if not beyond:
+        return AGREE, ""
+    if np.isnan(p):
+        return DISAGREE, "beyond its band"
+    if p <= stats.ALPHA:
+        return DISAGREE, f"beyond its band and significant (Holm-adjusted p = {p:.1e})"
+    return AGREE, f"beyond its band, within noise (Holm-adjusted p = {p:.2f})"

@@ -11,18 +11,21 @@ A part is a module of this package with
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pandas as pd
 
 from minimodel.report import runs
-from minimodel.report.compare import correctness, cpu_bytes, gpu_bytes, inputs, symbolic, timing
+from minimodel.report.compare import correctness, cpu_bytes, families, gpu_bytes, inputs, symbolic, timing
 from minimodel.report.compare.rows import AGREE, COLUMNS, DISAGREE, NOT_COMPARABLE
 from minimodel.report.runs import REFERENCE
 
 PARTS = (symbolic, cpu_bytes, correctness, timing, gpu_bytes, inputs)
 NOTHING = "nothing compared"  # the verdict when every part was not comparable: no agreement shown
 EXACT = {"exact parts": 0.0}  # the tolerance of every number that must be identical
+SHOWN = 10  # disagreements the console shows, before "and N more"
+WIDTH = 110  # characters of a disagreement's reason the console shows (comparison.csv has them all)
 
 
 def compare_runs(run: str | Path, reference: str | Path = REFERENCE) -> tuple[pd.DataFrame, dict]:
@@ -33,13 +36,18 @@ def compare_runs(run: str | Path, reference: str | Path = REFERENCE) -> tuple[pd
     table = pd.DataFrame([r for part in PARTS for r in part.compare(run, reference)], columns=COLUMNS)
     counts = {part: g["verdict"].value_counts().to_dict() for part, g in table.groupby("part", sort=False)}
     disagree = table[table["verdict"] == DISAGREE]
+    disagree = disagree.sort_values("part", key=lambda part: part != families.NAME, kind="stable")
     informed = table["part"] == inputs.NAME
     compared = table["verdict"].isin([AGREE, DISAGREE]) & ~informed
+    timed = table[table["part"] == timing.NAME]
     verdict = {
         **shown,
         "verdict": DISAGREE if len(disagree) else AGREE if compared.any() else NOTHING,
+        "families": [families.line(r) for r in table[table["part"] == families.NAME].to_dict("records")],
         "compared": int(compared.sum()),
         "parts": counts,
+        "timing_rules": {str(k): int(n) for k, n in timed.loc[timed["rule"] != "", "rule"]
+                         .value_counts().items()},
         "not_comparable": {part: sorted(set(g["reason"])) for part, g in
                            table[table["verdict"] == NOT_COMPARABLE].groupby("part")},
         "disagreements": disagree[["part", "item", "metric", "reason"]].to_dict("records")[:50],
@@ -50,15 +58,55 @@ def compare_runs(run: str | Path, reference: str | Path = REFERENCE) -> tuple[pd
 
 
 def summary_text(verdict: dict) -> str:
-    """The verdict as the console shows it: counts per part, reasons, each disagreement."""
+    """The verdict as the console shows it, in a few lines: the families' verdict first, counts per
+    part, the rules that judged the timing, reasons, the first disagreements; every row is in
+    comparison.csv."""
     lines = [f"{verdict['run']} against {verdict['reference']}: {verdict['verdict']}"]
     if verdict["verdict"] == NOTHING:
         lines.append("  no number could be compared, so nothing says the runs agree: every part below "
                      "is not comparable")
-    for part, counts in verdict["parts"].items():
-        lines.append(f"  {part}: " + ", ".join(f"{n} {v}" for v, n in counts.items()))
+    parts = dict(verdict["parts"])
+    if families.NAME in parts:  # read first: a family moves less than its points
+        lines.append(f"  {families.NAME} (geometric mean per pass, grid, d and ratio): "
+                     + ", ".join(f"{n} {v}" for v, n in parts.pop(families.NAME).items()))
+    for part, counts in parts.items():
+        said = ", ".join(f"{n} {v}" for v, n in counts.items())
+        if part == inputs.NAME:
+            said += (": code, parameters or environment that changed between the two runs, expected "
+                     "between runs and never a failure, listed so that a moved number can be traced")
+        lines.append(f"  {part}: {said}")
+    if verdict.get("timing_rules"):
+        lines.append("  timing judged by: " + ", ".join(f"{n} {rule}" for rule, n in verdict["timing_rules"]
+                                                         .items()))
     for part, reasons in verdict["not_comparable"].items():
-        lines += [f"  {part} not comparable: {r}" for r in reasons]
-    lines += [f"  DISAGREE {d['part']}: {d['item']} {d['metric']} {d['reason']}"
-              for d in verdict["disagreements"]]
+        lines += [f"  {part} not comparable: {r}" for r in reasons[:3]]
+        if len(reasons) > 3:
+            lines.append(f"  {part} not comparable: and {len(reasons) - 3} more reasons")
+    shown = verdict["disagreements"][:SHOWN]
+    lines += [f"  DISAGREE {d['part']}: {d['metric']}, {d['item']}: {shorter(d['reason'])}" for d in shown]
+    more = sum(n.get(DISAGREE, 0) for n in verdict["parts"].values()) - len(shown)
+    if more > 0:
+        lines.append(f"  and {more} more disagreements: every row is in comparison.csv")
     return "\n".join(lines)
+
+
+def shorter(text: str) -> str:
+    return text if len(text) <= WIDTH else text[:WIDTH - 3].rstrip() + "..."
+
+
+def gate(path: str | Path, fail: bool) -> tuple[bool, str]:
+    """(whether the run passes, what to say) for the verdict.json at `path`: a verdict other than
+    agree fails it when `fail` (the config's compare.fail_on_disagree)."""
+    verdict = json.loads(Path(path).read_text())
+    folder = Path(path).parent
+    said = (f"compare: {verdict['verdict']} ({verdict['run']} against {verdict['reference']}); "
+            f"{folder} holds comparison.csv (every row), verdict.json and comparison.png")
+    if verdict["verdict"] == AGREE:
+        return True, said
+    if not fail:
+        return True, said + "; compare.fail_on_disagree is false, so the run does not fail on it"
+    count = sum(n.get(DISAGREE, 0) for n in verdict["parts"].values())
+    first = "; ".join(f"{d['metric']}, {d['item']}" for d in verdict["disagreements"][:3])
+    why = f"{count} disagreements, the first: {first}" if count else "no number could be compared"
+    return False, (f"{said}; {why}. The run fails on it: compare.fail_on_disagree: false in the config "
+                   "keeps its exit status 0")

@@ -1,0 +1,118 @@
+"""How far a timing ratio, and a family's geometric mean, may move between two runs on one GPU model
+as noise: the bands, derived from real H200 runs (`derive`; `tests/test_compare_bands.py` derives
+them again from the committed runs and holds these numbers to it).
+
+The data: the committed reference (results/reference/nvidia-h200, the run of 21e12cb) and the one
+before it (commit 33adea8, the run of c601386; tests/data/timing_33adea8.csv), one number a side:
+421 ratios that are numbers in both, 46 families of two points or more.
+
+The model: a ratio's log change between runs, x = ln(run / reference), has an exponential tail
+(Laplace), P(|x| > t) = exp(-t / b), its scale b the mean of |x|. Measured on FlashAttention's grid
+(299 ratios): 132, 46, 19, 11 and 7 changes beyond 1, 2, 3, 4 and 5 %, where the Laplace fit says
+128, 55, 24, 10 and 4; a normal of the same spread (rms 1.73 %) expects 1.1 beyond 5 %, where 7 or
+more has a chance of 2e-4. A power tail (a generalized Pareto over the largest 10-50 %) cannot be
+fitted stably from 300 values: its band moves from 24 % to 88 % with the threshold. The exponential
+tail is the lightest the data does not refute.
+
+The level: a whole run of `RUN_RATIOS` ratios has at most `CHANCE` (1 %) chance of one ratio beyond
+its band by noise: each ratio 1 - 0.99 ** (1 / 450) = 2.2e-5, so the band is exp(b ln(1 / 2.2e-5))
+- 1 = exp(10.71 b) - 1, rounded up to the next half percent. Families alike, over `RUN_FAMILIES`
+(ln(1 / 2.0e-4) = 8.51).
+
+The groups, where the data says they differ (|x| compared with Mann-Whitney or Kruskal-Wallis):
+the lab grid's N >= 1024 points move less than FlashAttention's grid (p = 0.005) and than its own
+N < 1024 kernels of 3-21 us (p = 0.015), which move as FlashAttention's grid does (p = 0.67); on
+FlashAttention's grid the three passes differ (p = 0.011: forward + backward moves most), so each
+has its band there; on the lab grid they do not (p = 0.81 below N = 1024, 0.14 above), nor does N
+within FlashAttention's grid (p = 0.89). The families do not differ by pass or grid (mean |x|
+0.47-0.64 %): one band.
+
+The derived bands (b: mean |x|; band), from the two runs:
+- FlashAttention's grid: forward b = 0.90 %: 10.5 %; backward 1.12 %: 13.0 %; fwd+bwd 1.58 %: 18.5 %;
+- the lab grid, every pass: N >= 1024 b = 0.74 %: 8.5 %; N < 1024 1.72 %: 20.5 %;
+- a family's geometric mean: b = 0.56 %: 5.0 %.
+A run without samples, or a point with fewer than `MIN_SAMPLES` a side, is judged by the wider
+max(band, `OLDER_FLOOR`) (asv's factor 1.1): without samples no test can tell noise from a change.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pandas as pd
+
+from minimodel import contract
+from minimodel.report.compare import ratios
+
+CHANCE = 0.01  # a whole run's chance of one false alarm
+RUN_RATIOS = 450  # the ratios of a run the bands are set for (the reference has 447)
+RUN_FAMILIES = 50  # and its families (the reference has 48)
+STEP = 0.005  # bands are rounded up to a half percent
+OLDER_FLOOR = 0.10  # the wider rule: max(band, 10 %)
+MIN_SAMPLES = 10  # samples a side for the significance test
+LAB_LARGE_N = 1024  # the lab grid's points from here on move less
+
+FA, LAB = contract.FLASHATTENTION_GRID, contract.LAB_GRID
+LARGE, SMALL = f"{LAB} N >= {LAB_LARGE_N}", f"{LAB} N < {LAB_LARGE_N}"
+EVERY_PASS = "every pass"  # a group whose passes move alike
+SPLIT_BY_PASS = (FA,)  # the grids whose passes have bands of their own
+POINT_BANDS = {
+    (FA, contract.FORWARD): 0.105, (FA, contract.BACKWARD): 0.13, (FA, contract.FWD_BWD): 0.185,
+    (LARGE, EVERY_PASS): 0.085, (SMALL, EVERY_PASS): 0.205,
+}
+FAMILY_BAND = 0.05
+WIDEST = max(POINT_BANDS.values())  # a grid or pass the data has not seen
+# How a timing row was judged (its `rule`): its band and both runs' samples, or the wider band
+# (followed by why), or its status (not a number on a side).
+BY_SAMPLES, WIDER, BY_STATUS = "band and samples", "wider band: ", "status"
+
+
+def group(grid, n, direction) -> list[tuple[str, str]]:
+    """The group each point's band is derived on (arrays or scalars alike): FlashAttention's grid
+    and its pass, or the lab grid by its N."""
+    grid, n = np.atleast_1d(np.asarray(grid, dtype=object)), np.atleast_1d(np.asarray(n))
+    where = np.where(grid == LAB, np.where(n >= LAB_LARGE_N, LARGE, SMALL), grid)
+    passes = np.atleast_1d(np.asarray(direction, dtype=object))
+    return [(g, d if g in SPLIT_BY_PASS else EVERY_PASS) for g, d in zip(where, passes, strict=True)]
+
+
+def point_band(grid, n, direction) -> np.ndarray:
+    """Each point's band: `WIDEST` where the data has none (a grid or pass of no committed run)."""
+    return np.array([POINT_BANDS.get(g, WIDEST) for g in group(grid, n, direction)])
+
+
+def wider(band):
+    """The rule for a point without samples, or with too few: max(band, OLDER_FLOOR)."""
+    return np.maximum(band, OLDER_FLOOR)
+
+
+def level(items: int, chance: float = CHANCE) -> float:
+    """The chance per item that keeps `items` of them at `chance` of one false alarm (Sidak)."""
+    return 1 - (1 - chance) ** (1 / items)
+
+
+def laplace_band(log_changes, items: int) -> float:
+    """The band, rounded up to STEP, that a Laplace-tailed log change (scale: mean |x|) passes with
+    `level(items)`: exp(b ln(1 / level)) - 1."""
+    scale = float(np.mean(np.abs(log_changes)))
+    return round(math.ceil(round(math.expm1(scale * math.log(1 / level(items))) / STEP, 6)) * STEP, 4)
+
+
+def changes(timings: list[pd.DataFrame]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(ratio changes, family changes) over every pair of the runs' timing tables: each ratio's
+    `lc` with its `group`; each family's mean `lc` over the points both runs timed (two or more)."""
+    sides = [ratios.side(t) for t in timings]
+    points = pd.concat([ratios.log_changes(a, b) for a, b in itertools.combinations(sides, 2)],
+                       ignore_index=True)
+    points["group"] = group(points["grid"], points["N"], points["direction"])
+    families = points.groupby(ratios.FAMILY).agg(lc=("lc", "mean"), points=("lc", "size")).reset_index()
+    return points, families[families["points"] >= 2].reset_index(drop=True)
+
+
+def derive(timings: list[pd.DataFrame]) -> tuple[dict, float]:
+    """(POINT_BANDS, FAMILY_BAND) as the runs' timing tables give them."""
+    points, families = changes(timings)
+    bands = {group: laplace_band(g["lc"], RUN_RATIOS) for group, g in points.groupby("group")}
+    return bands, laplace_band(families["lc"], RUN_FAMILIES)

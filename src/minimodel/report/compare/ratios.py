@@ -1,0 +1,90 @@
+"""A run's timing ratios: at each point and pass, another implementation's time over the kernel's
+(kernel/<contender>), and what each side said where it gave no time.
+
+A ratio is a number only when both of its rows are `ok` with a positive, finite `ms`; otherwise it
+is its status ("naive: out of memory", "kernel: skipped: ..."), compared as words, never as a
+number (a NaN ratio judged as a number is never equal to itself).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from minimodel import contract
+
+POINT = ["direction", "grid", "B", "H", "N", "d", "causal"]  # a point of one pass
+KEY = [*POINT, "impl"]  # a timing row's key, and its samples' (contract.TIMING_SAMPLES)
+RATIO = [*POINT, "metric"]  # a ratio's key
+FAMILY = ["direction", "grid", "d", "metric"]  # the points a family's geometric mean is taken over
+# The kernel's speed against another implementation (their time over the kernel's), by metric name;
+# every contender timed beside them is kernel/<its name>.
+RATIOS = dict(zip(("kernel/cudnn", "kernel/fa2", "kernel/naive"),
+                  (contract.SDPA_CUDNN, contract.SDPA_FLASH, contract.NAIVE), strict=True))
+NO_TIME = "ok, but without a positive ms"  # a row that says ok and gives no usable time: damaged
+BOOLEANS = {"true": True, "false": False, "1": True, "0": False, "1.0": True, "0.0": False}  # causal
+
+
+def names(impls) -> dict[str, str]:
+    """metric name -> implementation, for the implementations a table holds."""
+    held = set(impls)
+    contenders = {f"kernel/{i}": i for i in sorted(held) if i not in contract.IMPLEMENTATIONS}
+    return {m: i for m, i in (RATIOS | contenders).items() if i in held}
+
+
+def keyed(frame: pd.DataFrame) -> pd.DataFrame:
+    """`frame` with its key columns in one type each (a CSV's True/False and 1/0 alike), its rows
+    whose key is not a point (a number missing, causal neither true nor false) left out."""
+    frame = contract.with_direction(frame)
+    for column in ("B", "H", "N", "d"):
+        if not pd.api.types.is_integer_dtype(frame[column]):
+            frame[column] = pd.to_numeric(frame[column], errors="coerce")
+    if not pd.api.types.is_bool_dtype(frame["causal"]):
+        frame["causal"] = frame["causal"].astype(str).str.strip().str.lower().map(BOOLEANS)
+    bad = frame[["B", "H", "N", "d", "causal"]].isna().any(axis=1)
+    if bad.any():
+        frame = frame[~bad].copy()
+    for column in ("B", "H", "N", "d"):
+        if not pd.api.types.is_integer_dtype(frame[column]):
+            frame[column] = frame[column].astype(np.int64)
+    frame["causal"] = frame["causal"].astype(bool)
+    for column in ("direction", "grid", "impl"):
+        if not pd.api.types.is_string_dtype(frame[column]) or frame[column].isna().any():
+            frame[column] = frame[column].astype(str)
+    return frame
+
+
+def side(timing: pd.DataFrame) -> pd.DataFrame:
+    """One run's ratios (`RATIO` columns, `impl`, `status`, `ratio`): `status` is contract.OK when
+    both implementations gave a time (then `ratio` is their quotient), else what each one that did
+    not said; NaN `ratio` then."""
+    timing = keyed(timing)
+    ms = pd.to_numeric(timing["ms"], errors="coerce")
+    ok = timing["status"].astype(str) == contract.OK
+    timing["said"] = timing["status"].astype(str).where(~ok | (np.isfinite(ms) & (ms > 0)), NO_TIME)
+    timing["ms"] = ms.where(timing["said"] == contract.OK)
+    kernel = timing[timing["impl"] == contract.TRITON][[*POINT, "said", "ms"]]
+    metric = {i: m for m, i in names(timing["impl"]).items()}
+    others = timing[timing["impl"].isin(metric)][[*POINT, "impl", "said", "ms"]]
+    both = others.merge(kernel, on=POINT, suffixes=("", "_kernel"))
+    both["metric"] = both["impl"].map(metric)
+    fine = (both["said"] == contract.OK) & (both["said_kernel"] == contract.OK)
+    both["ratio"] = (both["ms"] / both["ms_kernel"]).where(fine)
+    kernel_said = np.where(both["said_kernel"] == contract.OK, "", "kernel: " + both["said_kernel"])
+    impl_said = np.where(both["said"] == contract.OK, "", both["impl"] + ": " + both["said"])
+    both["status"] = [contract.OK if f else f"{a}; {b}" if a and b else a or b
+                      for f, a, b in zip(fine, kernel_said, impl_said, strict=True)]
+    return both[[*RATIO, "impl", "status", "ratio"]].reset_index(drop=True)
+
+
+def change(run, ref):
+    """The change of a ratio between two runs, either way: max/min - 1 (0.10: one is 10 % above)."""
+    return np.expm1(np.abs(np.log(np.asarray(run, dtype=float) / np.asarray(ref, dtype=float))))
+
+
+def log_changes(run: pd.DataFrame, ref: pd.DataFrame) -> pd.DataFrame:
+    """The ratios that are numbers in both of two runs' `side` tables, with `lc`: ln(run / ref)."""
+    both = run.merge(ref, on=RATIO, suffixes=("_run", "_ref"))
+    both = both[both["ratio_run"].notna() & both["ratio_ref"].notna()].copy()
+    both["lc"] = np.log(both["ratio_run"] / both["ratio_ref"])
+    return both.reset_index(drop=True)

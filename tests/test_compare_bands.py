@@ -1,0 +1,79 @@
+"""The timing bands, derived again from the committed H200 runs: the reference and the run before it
+(commit 33adea8, tests/data/timing_33adea8.csv: its timing.csv's key, status and ms columns, from
+`git show 33adea8:results/reference/nvidia-h200/gpu/timing/timing.csv`). `compare.bands`' docstring
+states these numbers."""
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from conftest import REFERENCE
+from scipy import stats
+
+from minimodel import contract
+from minimodel.report.compare import bands, ratios
+
+DATA = Path(__file__).resolve().parent / "data"
+
+
+@pytest.fixture(scope="module")
+def runs():
+    return [pd.read_csv(REFERENCE / contract.TIMING), pd.read_csv(DATA / "timing_33adea8.csv")]
+
+
+@pytest.fixture(scope="module")
+def changes(runs):
+    return bands.changes(runs)
+
+
+def test_the_bands_are_the_ones_the_committed_runs_give(runs, changes):
+    points, families = changes
+    assert (len(points), len(families)) == (421, 46)
+    derived, family = bands.derive(runs)
+    assert derived == bands.POINT_BANDS and family == bands.FAMILY_BAND
+    # the run the level is set for is at least the reference's size
+    side = ratios.side(runs[0])
+    numbers = side[side["ratio"].notna()]
+    assert len(numbers) <= bands.RUN_RATIOS
+    assert (numbers.groupby(ratios.FAMILY).size() >= 2).sum() <= bands.RUN_FAMILIES
+    assert 1 - (1 - bands.level(bands.RUN_RATIOS)) ** bands.RUN_RATIOS == pytest.approx(bands.CHANCE)
+
+
+def test_no_committed_change_lies_beyond_its_band(changes):
+    points, families = changes
+    band = bands.point_band(points["grid"], points["N"], points["direction"])
+    assert (np.abs(points["lc"]) < np.log1p(band)).all()
+    assert (np.abs(families["lc"]) < np.log1p(bands.FAMILY_BAND)).all()
+    assert bands.FAMILY_BAND < min(bands.POINT_BANDS.values())  # a family moves less than its points
+
+
+def test_the_tail_is_exponential_not_normal(changes):
+    """On FlashAttention's grid: the counts beyond 1-5 % against the Laplace fit's, and the normal
+    of the same spread, which 7 changes beyond 5 % refute."""
+    points, _ = changes
+    x = np.abs(points.loc[points["grid"] == contract.FLASHATTENTION_GRID, "lc"].to_numpy())
+    beyond = [0.01, 0.02, 0.03, 0.04, 0.05]
+    assert [int((x > t).sum()) for t in beyond] == [132, 46, 19, 11, 7]
+    laplace = [len(x) * np.exp(-t / x.mean()) for t in beyond]
+    assert np.round(laplace).astype(int).tolist() == [128, 55, 24, 10, 4]
+    normal = len(x) * 2 * stats.norm.sf(0.05 / np.sqrt(np.mean(x ** 2)))
+    assert round(normal, 1) == 1.1 and stats.poisson.sf(6, normal) < 3e-4
+
+
+def test_the_groups_differ_where_the_data_says(changes):
+    points, _ = changes
+    where = pd.Series([g for g, _ in points["group"]], index=points.index)
+    x = np.abs(points["lc"])
+
+    def apart(a, b):
+        return stats.mannwhitneyu(x[where == a], x[where == b]).pvalue
+
+    def passes(grid):
+        each = [x[(where == grid) & (points["direction"] == d)] for d in contract.DIRECTIONS]
+        return stats.kruskal(*each).pvalue
+
+    assert apart(bands.LARGE, bands.FA) < 0.01 and apart(bands.LARGE, bands.SMALL) < 0.05
+    assert apart(bands.SMALL, bands.FA) > 0.5
+    assert passes(bands.FA) < 0.05 and passes(bands.LARGE) > 0.1 and passes(bands.SMALL) > 0.5
+    assert bands.SPLIT_BY_PASS == (bands.FA,)

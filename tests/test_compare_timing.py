@@ -1,0 +1,199 @@
+"""The timing verdict on runs with samples: synthetic reruns of the committed reference's grid agree,
+a real slowdown is named, statuses are compared as words, bad samples are said and judged by the
+wider band. Table-level (`timing.judge`), so that a hundred reruns take seconds."""
+
+import numpy as np
+import pandas as pd
+import pytest
+from conftest import REFERENCE
+
+from minimodel import contract
+from minimodel.report.compare import bands, families, ratios, samples, timing
+from minimodel.report.compare.rows import AGREE, DISAGREE, NOT_COMPARABLE
+
+K = 10  # samples a side
+BETWEEN = 0.025 / 1.96 / np.sqrt(2)  # a run's shift of one time: single times +-2.5 % at p95 between runs
+WITHIN = 0.01  # one sample's noise within a run
+DRIFT = 0.005  # a round's drift, common to every implementation at the point
+
+
+@pytest.fixture(scope="module")
+def base():
+    """The reference's timing rows (key, status, ms): the grid and the times the reruns start from."""
+    return pd.read_csv(REFERENCE / contract.TIMING)[[*ratios.KEY, "status", "ms"]]
+
+
+def draws(base: pd.DataFrame, rng, slower=None) -> np.ndarray:
+    """A synthetic run's samples of every ok row (rows x K): each row shifted by the run's own draw
+    (per implementation and point), then K samples with noise of their own and a drift per round
+    shared by the point's implementations; `slower`: rows (a mask of `base`) 10 % slower."""
+    ok = (base["status"] == contract.OK).to_numpy()
+    rows = base[ok]
+    point = rows.groupby(ratios.POINT, sort=False).ngroup().to_numpy()
+    shift = rng.normal(0, BETWEEN, len(rows))[:, None]
+    drift = rng.normal(0, DRIFT, (point.max() + 1, K))[point]
+    noise = rng.normal(0, WITHIN, (len(rows), K))
+    logs = np.log(rows["ms"].to_numpy())[:, None] + shift + drift + noise
+    if slower is not None:
+        logs += np.log(1.10) * slower[ok][:, None]
+    return np.exp(logs)
+
+
+def frames(base: pd.DataFrame, ms: np.ndarray) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(timing.csv, samples.csv) of a run whose ok rows took the samples `ms`."""
+    ok = (base["status"] == contract.OK).to_numpy()
+    table = base.copy()
+    table["samples"] = np.where(ok, K, np.nan)
+    table.loc[ok, "ms"] = np.median(ms, axis=1)
+    rows = base[ok]
+    long = rows[ratios.KEY].loc[rows.index.repeat(K)].reset_index(drop=True)
+    long["sample"] = np.tile(np.arange(K), len(rows))
+    long["ms"] = ms.ravel()
+    return table, long
+
+
+def rerun(base, rng, slower=None):
+    return frames(base, draws(base, rng, slower))
+
+
+def judged(run, ref) -> pd.DataFrame:
+    return pd.DataFrame(timing.judge(run[0], ref[0], samples.of(*run, "run"), samples.of(*ref, "reference")))
+
+
+class Grid:
+    """The reference's ratios as `timing.decide` and `families.decide` take them, their numbers set
+    from two runs' sample matrices (`draws`) directly: a hundred reruns in a second."""
+
+    def __init__(self, base: pd.DataFrame):
+        ok = base[base["status"] == contract.OK].reset_index(drop=True)
+        at = {key: i for i, key in enumerate(ok[ratios.KEY].itertuples(index=False, name=None))}
+        side = ratios.side(base)
+        pairs = side[side["status"] == contract.OK].reset_index(drop=True)
+        points = pairs[ratios.POINT].itertuples(index=False, name=None)
+        keys = list(zip(points, pairs["impl"], strict=True))
+        self.other = np.array([at[(*p, impl)] for p, impl in keys])
+        self.kernel = np.array([at[(*p, contract.TRITON)] for p, _ in keys])
+        pairs["band"] = bands.point_band(pairs["grid"], pairs["N"], pairs["direction"])
+        self.pairs = pairs.assign(rule=bands.BY_SAMPLES, tolerance=pairs["band"])
+
+    def disagree(self, run: np.ndarray, ref: np.ndarray) -> int:
+        pairs = self.pairs.copy()
+        for side, ms in (("run", run), ("ref", ref)):
+            median = np.median(ms, axis=1)
+            pairs[f"ratio_{side}"] = median[self.other] / median[self.kernel]
+            pairs[f"logs_{side}"] = list(np.log(ms[self.other] / ms[self.kernel]))
+        decided = (timing.decide(pairs), families.decide(pairs))
+        return sum(int((d["verdict"] == DISAGREE).sum()) for d in decided)
+
+
+def test_a_hundred_reruns_agree(base):
+    """Over the reference's 447 ratios: a shift per run, implementation and point (single times
+    +-2.5 % at p95 between runs), noise between samples and a drift per round. At least 99 of 100
+    reruns agree, points and families."""
+    grid = Grid(base)
+    assert len(grid.pairs) >= 440
+    rng = np.random.default_rng(2026)
+    alarms = [grid.disagree(draws(base, rng), draws(base, rng)) for _ in range(100)]
+    assert sum(a == 0 for a in alarms) >= 99, alarms
+
+
+def test_the_whole_comparison_decides_as_the_hundred_reruns_do(base):
+    """The tables' path (samples.csv read and checked, ratios paired by round) gives the verdicts the
+    shortcut above gives, on one rerun and on one with the kernel slower everywhere."""
+    grid = Grid(base)
+    rng = np.random.default_rng(3)
+    kernel = (base["impl"] == contract.TRITON).to_numpy()
+    for slower in (None, kernel):
+        run, ref = draws(base, rng, slower), draws(base, rng)
+        table = judged(frames(base, run), frames(base, ref))
+        assert (table["verdict"] == DISAGREE).sum() == grid.disagree(run, ref)
+    assert (table["verdict"] == DISAGREE).sum() > 0
+
+
+def test_a_slowdown_at_three_points_is_named_and_nothing_else(base):
+    """The kernel 10 % slower at three points of the lab grid's N >= 1024, the one band below 10 %
+    (`bands.POINT_BANDS`): those three points disagree, significant on their 10 samples a side, and
+    no other point does."""
+    lab = base[(base["grid"] == contract.LAB_GRID) & (base["N"] >= bands.LAB_LARGE_N)
+               & (base["direction"] == contract.FORWARD)]
+    slowed = lab[ratios.POINT].drop_duplicates().head(3)
+    assert (bands.point_band(slowed["grid"], slowed["N"], slowed["direction"]) < 0.10).all()
+    hit = base.merge(slowed.assign(hit=1), on=ratios.POINT, how="left")["hit"].eq(1).to_numpy()
+    mask = hit & (base["impl"] == contract.TRITON).to_numpy()
+    rng = np.random.default_rng(7)
+    table = judged(rerun(base, rng, slower=mask), rerun(base, rng))
+    bad = table[(table["verdict"] == DISAGREE) & (table["part"] == timing.NAME)]
+    named = {timing.label(r) for r in slowed.to_dict("records")}
+    assert set(bad["item"]) == named
+    assert bad["reason"].str.startswith("beyond its band and significant").all()
+    assert (bad["rule"] == bands.BY_SAMPLES).all()
+    others = table[(table["part"] == families.NAME) & (table["verdict"] == DISAGREE)]
+    assert set(others["item"]) <= {f"{contract.FORWARD}, the lab grid, d = 64"}
+
+
+def test_the_same_status_on_both_sides_agrees_and_a_changed_one_is_said(base):
+    """naive out of memory in both runs agrees, by its status, whatever pandas does with the NaN
+    ratio; a status that changes disagrees, naming both."""
+    run = base.copy()
+    table = pd.DataFrame(timing.judge(run, base, samples.Samples(held=False), samples.Samples(held=False)))
+    oom = table[table["run"].astype(str).str.contains(contract.OUT_OF_MEMORY)]
+    assert len(oom) == 1 and oom.iloc[0]["verdict"] == AGREE and oom.iloc[0]["rule"] == bands.BY_STATUS
+    assert not (table["verdict"] == DISAGREE).any()
+    changed = base.index[(base["impl"] == contract.SDPA_CUDNN) & (base["status"] == contract.OK)][0]
+    run.loc[changed, ["status", "ms"]] = [contract.OUT_OF_MEMORY, np.nan]
+    table = pd.DataFrame(timing.judge(run, base, samples.Samples(held=False), samples.Samples(held=False)))
+    bad = table[table["verdict"] == DISAGREE]
+    assert len(bad) == 1 and bad.iloc[0]["metric"].startswith("kernel/cudnn")
+    assert bad.iloc[0]["reason"] == (f"status differs: sdpa_cudnn: {contract.OUT_OF_MEMORY} (run) against "
+                                     f"{contract.OK} (reference)")
+
+
+def test_an_ok_row_without_a_time_is_not_judged_as_a_number(base):
+    run = base.copy()
+    row = base.index[(base["impl"] == contract.NAIVE) & (base["status"] == contract.OK)][0]
+    run.loc[row, "ms"] = np.nan
+    table = pd.DataFrame(timing.judge(run, base, samples.Samples(held=False), samples.Samples(held=False)))
+    said = table[table["reason"].str.contains(ratios.NO_TIME, regex=False)]
+    assert len(said) == 1 and said.iloc[0]["verdict"] == NOT_COMPARABLE
+    assert not (table["verdict"] == DISAGREE).any()
+
+
+def test_an_older_run_is_judged_by_the_wider_band_and_each_row_says_so(base):
+    rng = np.random.default_rng(1)
+    new = rerun(base, rng)
+    table = pd.DataFrame(timing.judge(new[0], base, samples.of(*new, "run"), samples.of(base, None, "ref")))
+    numbers = table[(table["part"] == timing.NAME) & table["difference"].notna()]
+    assert len(numbers) >= 440
+    assert (numbers["rule"] == bands.WIDER + samples.NONE + " in the reference").all()
+    point = numbers["item"].str.extract(r"^(?:(?P<direction>\S+): )?(?P<grid>\w+) \(\d+, \d+, (?P<N>\d+)")
+    point["direction"] = point["direction"].fillna(contract.FORWARD)
+    band = bands.point_band(point["grid"], point["N"].astype(int), point["direction"])
+    assert (numbers["tolerance"].to_numpy() == np.maximum(band, 0.10)).all()
+    assert set(numbers["tolerance"]) > {0.10}  # a band below 10 % is widened, one above is kept
+
+
+def test_damaged_samples_are_one_line_and_their_rows_take_the_wider_band(base):
+    rng = np.random.default_rng(2)
+    run, ref = rerun(base, rng), rerun(base, rng)
+    long = run[1].copy()
+    first = long.index[(long["impl"] == contract.TRITON) & (long["grid"] == contract.FLASHATTENTION_GRID)]
+    long.loc[first[0], "ms"] = np.nan  # a NaN
+    fa2 = long.index[long["impl"] == contract.SDPA_FLASH]
+    long.loc[fa2[0], "ms"] = -1.0  # a non-positive time
+    long = long.drop(index=long.index[long["impl"] == contract.SDPA_CUDNN][:1])  # a count short
+    unknown = long.iloc[:1].assign(impl="nobody")
+    long = pd.concat([long, unknown], ignore_index=True)
+    table = pd.DataFrame(timing.judge(run[0], ref[0], samples.of(run[0], long, "run"),
+                                      samples.of(*ref, "reference")))
+    lines = table[table["metric"] == "samples"]
+    assert len(lines) == 1
+    line = lines.iloc[0]["reason"]
+    assert line.startswith(f"{contract.TIMING_SAMPLES} of the run: 3 rows' samples missing or damaged (")
+    assert "a NaN or non-positive ms" in line and "9 samples where timing.csv says 10" in line
+    assert "1 sample rows of no timed row (unknown keys)" in line
+    damaged = table[table["rule"] == bands.WIDER + samples.DAMAGED + " in the run"]
+    ratios_at = ratios.side(base)
+    at_kernel = ratios_at.merge(long.loc[[first[0]], ratios.POINT].drop_duplicates(), on=ratios.POINT)
+    # the kernel's point: every ratio there that is a number; fa2's and cudnn's: their own
+    assert len(damaged) == at_kernel["ratio"].notna().sum() + 2
+    assert not (table["verdict"] == DISAGREE).any()
