@@ -25,6 +25,18 @@ test: install  # the test suite, then the linters (snakemake --lint, ruff, snake
 	$(BIN)/python -m pytest
 	$(MAKE) --no-print-directory lint
 
+# The comparison's tests under pandas 3, as on the GPU machine (requirements/cuda-h200.txt); the venv
+# keeps pandas 2 (the slurm plugin needs pandas < 3): pandas 3 alone, on the venv's numpy, goes into
+# an overlay first on PYTHONPATH.
+PANDAS3 := $(VENV)/pandas3
+test-pandas3: install
+	test -f $(PANDAS3)/.installed || { $(BIN)/python -m pip install --quiet --no-deps --target $(PANDAS3) \
+		"pandas>=3,<3.1" && touch $(PANDAS3)/.installed; }
+	PYTHONPATH=$(abspath $(PANDAS3)) $(BIN)/python -c "import pandas, sys; \
+		sys.exit(0 if pandas.__version__.startswith('3.') else f'pandas {pandas.__version__}, not 3')"
+	PYTHONPATH=$(abspath $(PANDAS3)) $(BIN)/python -m pytest -n auto -p no:cacheprovider tests/test_compare_timing.py \
+		tests/test_compare_bands.py tests/test_compare.py tests/test_compare_backward.py
+
 verify: install
 	$(BIN)/python -m minimodel verify results
 
