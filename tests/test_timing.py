@@ -167,28 +167,27 @@ class _Counting:
         self.released = True
 
 
-def test_rounds_interleave_in_rotated_order_and_a_failed_sample_ends_only_its_own():
-    log = []
-    fakes = {name: _Counting(name, log, fail_at=2 if name == "b" else None) for name in "abc"}
-    rows = {name: {"status": "ok", "ms": 1.0} for name in fakes}
-    prepared = {name: (rows[name], Prepared({}, fake.sample, fake.release)) for name, fake in fakes.items()}
-    failures = {name: (lambda row=rows[name]: timing_rows.failures_in_status(row)) for name in fakes}
-    taken = timing_point.rounds(prepared, 4, failures)
-    assert log == ["a", "b", "c", "b", "c", "a", "c", "a", "b", "a", "c"]  # round 4 has no b
-    assert sorted(taken) == ["a", "c"] and all(len(v) == 4 for v in taken.values())
-    assert rows["b"]["status"] == "failed: its process died" and rows["b"]["ms"] is None
+def test_rounds_take_every_implementation_once_each_in_shuffled_orders_and_a_failure_ends_only_its_own():
+    def run(seed, fail_b=True):
+        log = []
+        fakes = {name: _Counting(name, log, fail_at=2 if fail_b and name == "b" else None) for name in "abcd"}
+        rows = {name: {"status": "ok", "ms": 1.0} for name in fakes}
+        prepared = {name: (rows[name], Prepared({}, f.sample, f.release)) for name, f in fakes.items()}
+        failures = {name: (lambda row=rows[name]: timing_rows.failures_in_status(row)) for name in fakes}
+        return timing_point.rounds(prepared, 6, failures, seed), log, rows, fakes
+
+    taken, log, rows, fakes = run(7, fail_b=False)
+    orders = [log[4 * i:4 * i + 4] for i in range(6)]
+    assert all(sorted(o) == list("abcd") for o in orders)  # each round: every implementation once
+    assert len({tuple(o) for o in orders}) > 1  # not one order every round
+    behind = {(o[i - 1], o[i]) for o in orders for i in range(1, 4)}
+    assert len({pair[0] for pair in behind if pair[1] == "a"}) > 1  # a follows more than one neighbour
+    assert run(7, fail_b=False)[1] == log and run(8, fail_b=False)[1] != log  # the seed fixes the orders
+    taken, log, rows, fakes = run(7)
+    assert sorted(taken) == list("acd") and all(len(v) == 6 for v in taken.values())
+    assert log.count("b") == 3 and rows["b"]["status"] == "failed: its process died"
+    assert rows["b"]["ms"] is None
     assert fakes["b"].released and not fakes["a"].released
-
-
-def test_the_grids_follow_the_config():
-    cfg = grids.default_timing_config()
-    fa = grids.flashattention_grid(cfg)
-    assert {p.B * p.N for p in fa} == {cfg["fa_tokens"]}
-    assert {p.H * p.d for p in fa} == {cfg["fa_model_dim"]}
-    lab = grids.lab_grid(cfg)
-    assert {(p.B, p.H, p.d) for p in lab} == {(cfg["lab_batch"], cfg["lab_heads"],
-                                               cfg["lab_head_dim"])}
-    assert len(lab) == 2 * len(cfg["lab_n"]) and len(fa) == 2 * len(cfg["fa_n"]) * len(cfg["fa_head_dims"])
 
 
 @pytest.mark.gpu

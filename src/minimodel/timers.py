@@ -14,6 +14,7 @@ processes (below both, so that the contenders never reach up into the GPU stage 
 """
 
 import logging
+import math
 import statistics
 import time
 
@@ -70,7 +71,7 @@ class Sampler:
     """
 
     REPLAYS = 5
-    MAX_CALLS = 10_000  # calls in one graph: a 1 µs call and a 40 ms sample stay well under it
+    MAX_CALLS = 2_000  # calls in one graph: a 3 µs kernel's 8 ms replay; capturing more costs host time
 
     def __init__(self, make, sample_ms: float, warmup_ms: float | None = None, rep_ms: float | None = None,
                  host_cost: bool = False):
@@ -111,10 +112,15 @@ class Sampler:
         torch.cuda.synchronize()
         self.graph, self.call = graph, fn  # the call holds what the graph reads (a saved forward)
 
-    def sample(self) -> float:
-        """One sample: ms per call, the median over REPLAYS replays of the graph."""
+    def sample(self, warmup_ms: float = 0.0) -> float:
+        """One sample: ms per call, the median over REPLAYS replays of the graph, after about
+        `warmup_ms` of untimed replays. On a GPU at its power limit the clocks follow the work of
+        the last tens of ms: the warm-up lets them settle on this call, not on whatever ran before
+        it (notes/timing.md)."""
         if self.graph is None:
-            return bench_ms(self.call, 0, self.sample_ms)
+            return bench_ms(self.call, warmup_ms, self.sample_ms)
+        for _ in range(math.ceil(warmup_ms / (self.sample_ms / self.REPLAYS))):
+            self.graph.replay()
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         times = []
         for _ in range(self.REPLAYS):

@@ -38,6 +38,7 @@ class TimingCase:
     rep_ms: float
     sample_ms: float = 40.0
     host_cost: bool = False  # also read the host's cost per call (`timers.host_ms`)
+    sample_warmup_ms: float = 0.0  # untimed replays before each sample (`timers.Sampler.sample`)
 
 
 def timing_inputs(case: TimingCase, count: int = 3) -> tuple[torch.Tensor, ...]:
@@ -78,7 +79,7 @@ def maker(fn, case: TimingCase, direction: str):
     return (lambda: autograd_call(forward, leaves, do, direction)), q, isinstance(fn, SequenceFirst)
 
 
-_PREPARED: dict[str, Sampler] = {}
+_PREPARED: dict = {}  # the prepared call ("call", a Sampler) and its samples' warm-up
 
 
 def prepare(fn, payload) -> dict:
@@ -90,7 +91,7 @@ def prepare(fn, payload) -> dict:
     heads, has_nan = first_heads(make(), like, bnhd)
     sampler = Sampler(make, case.sample_ms, case.warmup_ms, case.rep_ms,
                       host_cost=case.host_cost and direction == contract.FORWARD)
-    _PREPARED["call"] = sampler
+    _PREPARED["call"], _PREPARED["warmup_ms"] = sampler, case.sample_warmup_ms
     return {"heads": heads, "has_nan": has_nan, "eager_ms": sampler.eager_ms, "host_ms": sampler.host_ms,
             "timing": sampler.timing}
 
@@ -99,12 +100,12 @@ def sample(fn, payload) -> float:
     """One sample of the prepared call, in ms."""
     if "call" not in _PREPARED:
         raise RuntimeError("sample asked before prepare")
-    return _PREPARED["call"].sample()
+    return _PREPARED["call"].sample(_PREPARED["warmup_ms"])
 
 
 def release(fn, payload) -> None:
-    for sampler in _PREPARED.values():
-        sampler.release()
+    if "call" in _PREPARED:
+        _PREPARED["call"].release()
     _PREPARED.clear()
     if torch.cuda.is_initialized():
         torch.cuda.empty_cache()

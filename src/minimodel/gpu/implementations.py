@@ -106,7 +106,7 @@ class Local:
         sampler = Sampler(make, case.sample_ms, case.warmup_ms, case.rep_ms, host_cost=case.host_cost)
         measured = {"heads": heads, "has_nan": has_nan, "eager_ms": sampler.eager_ms,
                     "host_ms": sampler.host_ms, "timing": sampler.timing, **extra}
-        return Prepared(measured, sampler.sample, sampler.release)
+        return Prepared(measured, functools.partial(sampler.sample, case.sample_warmup_ms), sampler.release)
 
 
 class Remote:

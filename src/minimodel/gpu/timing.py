@@ -103,7 +103,7 @@ def run(cfg: dict, random_seed: int, cpu_prediction: dict | None = None, progres
             for direction in directions(cfg):
                 host_cost = p.grid == contract.LAB_GRID and direction == contract.FORWARD
                 case = TimingCase(p.B, p.H, p.N, p.d, p.causal, random_seed + i, cfg["warmup_ms"],
-                                  cfg["rep_ms"], cfg["sample_ms"], host_cost)
+                                  cfg["rep_ms"], cfg["sample_ms"], host_cost, cfg["sample_warmup_ms"])
                 got, taken = time_pass(p, direction, order, case, cfg["samples"], ceilings)
                 rows += got
                 samples += taken

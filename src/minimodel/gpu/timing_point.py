@@ -6,9 +6,10 @@ backward's dO after them, so its Q, K, V are the forward's):
 1. each implementation that runs there (`runs_at`) is prepared (`prepare`): one checked call on a
    poisoned allocator, its eager time, a CUDA graph; one that does not gets a row saying why;
 2. then `samples` rounds: each round takes one sample of every prepared implementation, in an
-   order rotated by one each round, so that clock and thermal drift between rounds land on all
-   of them alike, and round i of one implementation is taken beside round i of every other (the
-   comparison pairs their samples by round);
+   order shuffled each round (`rounds`), so that clock and thermal drift between rounds land on
+   all of them alike, and round i of one implementation is taken beside round i of every other
+   (the comparison pairs their samples by round); before each sample, `sample_warmup_ms` of
+   untimed replays of the same call let the clocks settle on it;
    (an implementation that holds most of the device's memory once prepared is sampled at once
    instead, its rounds back to back, and released before the next is prepared: `interleaved`);
 3. each row's `ms` is the median of its samples, `samples` their count; the samples themselves go
@@ -21,6 +22,7 @@ correctness rule (`minimodel.correctness_rule`): `checked`, `err_vs_fp64`, and t
 from __future__ import annotations
 
 import dataclasses
+import random
 import statistics
 
 import torch
@@ -87,15 +89,21 @@ def crowded() -> bool:
     return free < ALONE_BELOW * total
 
 
-def rounds(prepared: dict, samples: int, failures: dict) -> dict:
-    """name -> its samples: `samples` rounds over `prepared` (name -> (row, Prepared)), each in the
-    order rotated by one from the round before. A sample that fails ends that implementation's
-    sampling (`failures`: name -> the context manager that records it in its row)."""
+def rounds(prepared: dict, samples: int, failures: dict, seed: int = 0) -> dict:
+    """name -> its samples: `samples` rounds over `prepared` (name -> (row, Prepared)), each in an
+    order of its own, shuffled from `seed` (the same seed, the same orders). A sample that fails
+    ends that implementation's sampling (`failures`: name -> the context manager that records it
+    in its row).
+
+    Shuffled, not rotated: rotating a fixed order by one keeps every implementation behind the
+    same neighbour in every round, and on the H200 a sample carries some of the clock state its
+    predecessor left (up to 6 % in a run of 40 ms samples: notes/timing.md), so a rotation would
+    give each implementation a bias of its own; shuffled, each follows every other in turn."""
     taken = {name: [] for name in prepared}
-    order = list(prepared)
-    for i in range(samples):
-        shift = i % len(order) if order else 0
-        for name in order[shift:] + order[:shift]:
+    order, shuffle = list(prepared), random.Random(seed).shuffle
+    for _ in range(samples):
+        shuffle(order)
+        for name in list(order):
             if name not in prepared:
                 continue
             with failures[name]():
@@ -129,11 +137,11 @@ def time_pass(point: Point, direction: str, impls, case: TimingCase, samples: in
             prepared[impl.name] = (row, ready)
             row["interleaved"] = not crowded()
         if not row["interleaved"] and impl.name in prepared:  # sampled now, then its memory goes back
-            taken_alone.update(rounds({impl.name: prepared.pop(impl.name)}, samples, failures))
+            taken_alone.update(rounds({impl.name: prepared.pop(impl.name)}, samples, failures, case.seed))
             ready.release()
             torch.cuda.empty_cache()
     try:
-        taken = taken_alone | rounds(prepared, samples, failures)
+        taken = taken_alone | rounds(prepared, samples, failures, case.seed)
     finally:
         for _, ready in prepared.values():
             ready.release()
