@@ -56,10 +56,11 @@ def test_a_gluon_configuration_is_checked_when_made():
                                             get_bwd_config(128, True, "cuda").BLOCK_N2)
 
 
-@pytest.mark.parametrize("arch", [80, 86, 89])
+# on Hopper too, for now: the Gluon kernel was not faster than tl's on the H200 (notes/backward.md)
+@pytest.mark.parametrize("arch", [80, 86, 89, HOPPER])
 @pytest.mark.parametrize("d", [16, 32, 64, 128, 256])
 @pytest.mark.parametrize("causal", [False, True])
-def test_the_policy_keeps_tl_off_hopper_and_under_the_interpreter(arch, d, causal):
+def test_the_policy_runs_tl_on_every_architecture_and_under_the_interpreter(arch, d, causal):
     assert get_bwd_config(d, causal, "cuda", arch).path == "tl"
     assert get_bwd_config(d, causal, "cpu").path == "tl"
 
