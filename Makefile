@@ -34,8 +34,7 @@ test-pandas3: install
 		"pandas>=3,<3.1" && touch $(PANDAS3)/.installed; }
 	PYTHONPATH=$(abspath $(PANDAS3)) $(BIN)/python -c "import pandas, sys; \
 		sys.exit(0 if pandas.__version__.startswith('3.') else f'pandas {pandas.__version__}, not 3')"
-	PYTHONPATH=$(abspath $(PANDAS3)) $(BIN)/python -m pytest -n auto -p no:cacheprovider tests/test_compare_timing.py \
-		tests/test_compare_bands.py tests/test_compare.py tests/test_compare_backward.py
+	PYTHONPATH=$(abspath $(PANDAS3)) $(BIN)/python -m pytest -n auto -p no:cacheprovider tests/test_compare*.py
 
 verify: install
 	$(BIN)/python -m minimodel verify results

@@ -77,3 +77,20 @@ def test_the_groups_differ_where_the_data_says(changes):
     assert apart(bands.SMALL, bands.FA) > 0.5
     assert passes(bands.FA) < 0.05 and passes(bands.LARGE) > 0.1 and passes(bands.SMALL) > 0.5
     assert bands.SPLIT_BY_PASS == (bands.FA,)
+
+
+def test_the_docs_give_the_bands_the_committed_runs_give(changes):
+    """docs/reproducing.md's table of bands: each group's mean change and band as derived here."""
+    points, families = changes
+    text = (REFERENCE.parents[2] / "docs" / "reproducing.md").read_text()
+    labels = {(bands.FA, contract.FORWARD): "FlashAttention's grid, forward",
+              (bands.FA, contract.BACKWARD): "FlashAttention's grid, backward",
+              (bands.FA, contract.FWD_BWD): "FlashAttention's grid, forward + backward",
+              (bands.LARGE, bands.EVERY_PASS): "lab grid, N ≥ 1024, every pass",
+              (bands.SMALL, bands.EVERY_PASS): "lab grid, N < 1024 (3–21 µs kernels), every pass"}
+    assert set(labels) == set(bands.POINT_BANDS)
+    for group, label in labels.items():
+        mean = np.abs(points.loc[points["group"].map(lambda g, group=group: g == group), "lc"]).mean()
+        assert f"| {label} | {mean * 100:.2f} % | {bands.POINT_BANDS[group] * 100:.1f} % |" in text, label
+    mean = np.abs(families["lc"]).mean()
+    assert f"| a family's geometric mean | {mean * 100:.2f} % | {bands.FAMILY_BAND * 100:.1f} % |" in text

@@ -10,22 +10,31 @@ Each part is judged by what should travel between machines (paths: `minimodel.co
 - correctness (`gpu/correctness/`): every case's verdict equal, the errors side by side; a run
   under the interpreter and one on CUDA check different grids: not comparable.
 - timing (`gpu/timing/`): on the same GPU model, the ratios that should travel (kernel against
-  SDPA's cuDNN and FlashAttention-2 backends, and against naive PyTorch) within the band of
-  their grid (`timing_band`); on another GPU, or without one, not comparable.
+  SDPA's cuDNN and FlashAttention-2 backends, against naive PyTorch, against each contender), and
+  first their families' geometric means (per pass, grid, d and ratio). A ratio disagrees when its
+  change is beyond its band (`bands`, derived from two H200 runs) and, where both runs hold 10
+  samples of it or more, significant (`stats`: Welch on the log samples, Holm over the run); a run
+  without samples, fewer, or damaged ones: beyond max(band, 10 %). The same non-ok status on both
+  sides agrees, a changed one disagrees ("status differs"). On another GPU, or without one, not
+  comparable.
 - GPU bytes (`gpu/bytes/`): on the same GPU model, DRAM reads and bytes stored into the L2
   within GPU_BYTES_TOLERANCE; on another GPU, or without one, not comparable.
 - inputs: per rule, which code, parameters and environment differ between the two manifests,
-  so that a reader sees why numbers moved. Informational, never a failure.
+  so that a reader sees why numbers moved. Expected between two runs; informational, never a
+  failure.
 Every table part is judged per pass (`direction`: the forward, the backward alone, the two
-together) with the same bands; a table without the column (a run made before the backward) is all
-forward, and a pass only one run holds is not comparable, with the reason.
+together) by the same rules (timing's bands differ by pass on FlashAttention's grid); a table
+without the column (a run made before the backward) is all forward, and a pass only one run holds
+is not comparable, with the reason.
 The machine's own ceilings (the roofline) are not compared.
 
 Both folders are first checked against their own manifests (`minimodel.report.runs`).
-Writes `comparison.csv` (one row per judged number), `verdict.json` and `comparison.png`. The
+Writes `comparison.csv` (one row per judged number, its `rule` the way it was judged),
+`verdict.json` and `comparison.png` whatever the verdict, then prints a summary of a few lines. The
 verdict is "agree" (exit 0: not comparable is not a failure), "disagree" when something that
 should agree does not, or "nothing compared" when no number could be compared at all (exit 1
 for both); a folder that cannot be compared, or an --out inside a committed reference, exits 2.
+docs/reproducing.md says how the timing verdict decides.
 """
 
 from __future__ import annotations

@@ -38,7 +38,7 @@ def figure(table: pd.DataFrame, verdict: dict):
         for band in sorted(set(ratios["tolerance"])):
             right.axvspan(-band * 100, band * 100, color=COLORS[AGREE], alpha=0.06)
         right.axvline(0, color="black", lw=0.8)
-        right.set_xlabel("speed ratio, run against reference (% change; shaded: the grids' bands)")
+        right.set_xlabel("speed ratio, run against reference (% change; shaded: the bands applied)")
         right.set_ylabel("")
     else:
         reasons = verdict["not_comparable"].get(timing.NAME, ["no timing rows"])
