@@ -1,14 +1,17 @@
 rule compare:
-    """This run against a reference run: the numbers that should travel between machines agree."""
+    """This run against a reference run: the numbers that should travel between machines agree.
+    Succeeds whatever the verdict, so that its outputs stay: rule compare_verdict fails the run.
+    """
     input:
         # the tables and the manifests the comparison reads of this run: it runs after their rules
-        run=[out(name) for name in COMPARED + REFERENCE_MANIFESTS],
-        # what the reference holds: one made by an older version may lack a stage, which the
-        # comparison then reports as not comparable
+        # (and the timing samples, which a run made before them lacks: runs.OPTIONAL_TABLES)
+        run=[out(name) for name in COMPARED + [C.TIMING_SAMPLES] + REFERENCE_MANIFESTS],
+        # what the reference holds: one made by an older version may lack a stage, or the samples,
+        # which the comparison then reports as not comparable, or judges by the wider band
         reference=(
             [
                 str(COMPARE_REFERENCE / name)
-                for name in COMPARED + REFERENCE_MANIFESTS
+                for name in COMPARED + [C.TIMING_SAMPLES] + REFERENCE_MANIFESTS
                 if (PROJECT / COMPARE_REFERENCE / name).exists()
             ]
             if COMPARE_REFERENCE
@@ -29,9 +32,7 @@ rule compare:
         ),
         manifest=manifest_of("compare"),
     log:
-        # kept when the comparison fails: Snakemake deletes a failed job's outputs, not its logs
-        text=logfile("compare"),
-        table=out(C.LOGS, "compare.csv"),
+        logfile("compare"),
     conda:
         CONDA_ENV
     params:
@@ -40,3 +41,23 @@ rule compare:
         ),
     script:
         "../../scripts/compare.py"
+
+
+rule compare_verdict:
+    """Fails the run with a short message when the verdict is not agree and
+    compare.fail_on_disagree is true: after compare wrote its outputs, and after verify.
+    """
+    input:
+        verdict=rules.compare.output.verdict,
+        verified=out(C.VERIFY),
+    output:
+        out(C.LOGS, "compare_verdict.txt"),
+    log:
+        logfile("compare_verdict"),
+    localrule: True
+    conda:
+        CONDA_ENV
+    params:
+        fail=config["compare"]["fail_on_disagree"],
+    script:
+        "../../scripts/compare_verdict.py"
