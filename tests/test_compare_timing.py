@@ -2,12 +2,18 @@
 a real slowdown is named, statuses are compared as words, bad samples are said and judged by the
 wider band. Table-level (`timing.judge`), so that a hundred reruns take seconds."""
 
+import json
+import shutil
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
 from conftest import REFERENCE
+from test_compare import vouch
 
 from minimodel import contract
+from minimodel.report import compare
 from minimodel.report.compare import bands, families, ratios, samples, timing
 from minimodel.report.compare.rows import AGREE, DISAGREE, NOT_COMPARABLE
 
@@ -197,3 +203,44 @@ def test_damaged_samples_are_one_line_and_their_rows_take_the_wider_band(base):
     # the kernel's point: every ratio there that is a number; fa2's and cudnn's: their own
     assert len(damaged) == at_kernel["ratio"].notna().sum() + 2
     assert not (table["verdict"] == DISAGREE).any()
+
+
+def with_samples(folder, ms: np.ndarray, base: pd.DataFrame) -> None:
+    """`folder` (a copy of the reference) as a run with samples: timing.csv's `samples` and ms their
+    median, samples.csv beside it, both vouched for by the stage's manifest."""
+    table, long = frames(base, ms)
+    timing_csv = pd.read_csv(folder / contract.TIMING)
+    timing_csv["ms"], timing_csv["samples"] = table["ms"].to_numpy(), table["samples"].to_numpy()
+    timing_csv.to_csv(folder / contract.TIMING, index=False)
+    long.to_csv(folder / contract.TIMING_SAMPLES, index=False)
+    owner = folder / contract.manifest("gpu_timing")
+    m = json.loads(owner.read_text())
+    m["outputs"].append({"path": str(Path(m["outputs"][0]["path"]).parent / "samples.csv"),
+                         "kind": "output", "sha256": "", "size": 0})
+    owner.write_text(json.dumps(m))
+    vouch(folder / contract.TIMING)
+    vouch(folder / contract.TIMING_SAMPLES)
+
+
+def test_two_runs_with_samples_are_judged_by_them_and_an_older_one_by_the_wider_band(run, tmp_path, base):
+    """Folders, as `python -m minimodel compare` reads them: samples.csv checked against the
+    manifests like every table; a reference without one judges every ratio by the wider band."""
+    rng = np.random.default_rng(5)
+    other = tmp_path / "other"
+    shutil.copytree(run, other)
+    with_samples(run, draws(base, rng), base)
+    with_samples(other, draws(base, rng), base)
+    table, verdict = compare.compare_runs(run, other)
+    assert verdict["verdict"] == AGREE, verdict["disagreements"]
+    numbers = table[(table["part"] == timing.NAME) & table["difference"].notna()]
+    assert len(numbers) >= 440 and (numbers["rule"] == bands.BY_SAMPLES).all()
+    assert verdict["families"][0].count("[") == 2  # an interval a side
+    assert verdict["timing_rules"][bands.BY_SAMPLES] == len(numbers)
+    table, verdict = compare.compare_runs(run, REFERENCE)
+    numbers = table[(table["part"] == timing.NAME) & table["difference"].notna()]
+    assert (numbers["rule"] == bands.WIDER + samples.NONE + " in the reference").all()
+    long = pd.read_csv(run / contract.TIMING_SAMPLES)
+    long.loc[0, "ms"] *= 2  # edited since the stage wrote it
+    long.to_csv(run / contract.TIMING_SAMPLES, index=False)
+    with pytest.raises(compare.RunError, match="gpu/timing/samples.csv: bytes changed since rule gpu_timing"):
+        compare.compare_runs(run, other)
