@@ -141,6 +141,8 @@ FAILED_CHECK = "failed its correctness check"
 OUT_OF_MEMORY = "out of memory"
 UNSUPPORTED = "unsupported"
 NO_GPU_TIMING = "no CUDA device on this machine: GPU timing was not possible"
+# Why bfloat16 is skipped under Triton's CPU interpreter: the kernel's cases, a Triton contender's.
+BF16_INTERPRETER_REASON = "tl.dot on bf16 operands is wrong under Triton's interpreter (3.6)"
 
 # ---- the lab's constants ---------------------------------------------------------------------
 # The tile the lab asks its questions with (theory 02 and lab 01: B_r = B_c = 64).

@@ -40,7 +40,7 @@ def check_case(child: Child, case: Case, tolerance) -> dict:
     status, out = child.call("output", case)
     if status == SKIPPED:  # the contender declined this case
         return _row(child.contender, case, skipped=True, reason=out, passed=None)
-    if status != "ok":
+    if status != contract.OK:
         return {**row, "passed": False, "reason": out}
     has_nan = bool(torch.isnan(out).any())
     err = (out.double() - exact).abs().max().item()
@@ -61,7 +61,7 @@ def check_backward_case(child: Child, case: Case) -> dict:
     status, got = child.call("grads", case)
     if status == SKIPPED:
         return _row(child.contender, case, contract.BACKWARD, skipped=True, reason=got, passed=None)
-    if status != "ok":
+    if status != contract.OK:
         return _row(child.contender, case, contract.BACKWARD, skipped=False, reason=got, has_nan=None,
                     err_kernel_vs_fp64=None, passed=False)
     errors = grad_errors(got, exact, lowp)

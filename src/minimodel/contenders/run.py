@@ -34,7 +34,7 @@ import torch
 
 from minimodel import contract
 from minimodel.contenders import timed
-from minimodel.contenders.spec import Contender, load, prepared
+from minimodel.contenders.spec import Contender, ContenderError, load, prepared
 from minimodel.contenders.timed import ContenderOutputError, validated
 from minimodel.provenance.project import RULE_LOG_ENV, SRC
 from minimodel.subprocesses import die_with_parent
@@ -169,7 +169,9 @@ def _serve(conn_in: Connection, conn_out: Connection) -> None:
     try:
         fn = load(contender, search)
     except Exception as err:  # a user's module may raise anything on import
-        _send(conn_out, ("error", f"{type(err).__name__}: {err}"))
+        # a ContenderError already names the file and line; anything else is named by its type
+        _send(conn_out, ("error", str(err) if isinstance(err, ContenderError)
+                         else f"{type(err).__name__}: {err}"))
         return
     _send(conn_out, ("ready", None))
     while True:
@@ -178,7 +180,7 @@ def _serve(conn_in: Connection, conn_out: Connection) -> None:
         except EOFError:
             return
         try:
-            _send(conn_out, ("ok", TASKS[task](fn, payload)))
+            _send(conn_out, (contract.OK, TASKS[task](fn, payload)))
         except NotImplementedError as err:  # the contender declines this point: a skipped row
             _send(conn_out, (SKIPPED, declined(err)))
         except Exception as err:  # a user's function may raise anything
@@ -261,7 +263,7 @@ class Child:
             self._start()
 
     def call(self, task: str, payload):
-        """("ok", result), (SKIPPED, why) when the contender raised NotImplementedError, or
+        """(contract.OK, result), (SKIPPED, why) when the contender raised NotImplementedError, or
         ("error", one line saying what went wrong). A module that failed to load is not tried
         again: every later point gets the same reason."""
         if self.load_error:

@@ -48,9 +48,8 @@ BHND, BNHD = "bhnd", "bnhd"
 LAYOUTS = (BHND, BNHD)
 KEYS = {"fn", "devices", "dtypes", "head_dims", "causal", "gqa", "triton", "timeout_s", "grids", "layout",
         "backward"}
-# bf16 tl.dot is wrong under Triton 3.6's interpreter (minimodel.kernel.flash says the same)
-BF16_INTERPRETER_REASON = ("bfloat16 skipped: tl.dot on bf16 operands is wrong under Triton's "
-                           "interpreter (3.6)")
+# a Triton contender's bf16 cases under the interpreter: the kernel's reason (minimodel.contract)
+BF16_INTERPRETER_REASON = f"bfloat16 skipped: {contract.BF16_INTERPRETER_REASON}"
 
 
 class ContenderError(ValueError):

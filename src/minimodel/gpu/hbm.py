@@ -292,7 +292,7 @@ def _profile_rows(ncu: str, rows: list[dict], contender, workdir: Path) -> pd.Da
             if outcome.startswith(contract.SKIPPED):  # the contender declined the point
                 rows[i]["status"] = outcome
             elif not outcome.startswith(MARKED):
-                rows[i]["status"] = f"failed: {outcome}"
+                rows[i]["status"] = f"{contract.FAILED}: {outcome}"
         unreached = [i for i, row in enumerate(rows) if todo[i] and i not in result.outcome]
         if result.returncode == 0 and not unreached:
             break
@@ -300,7 +300,7 @@ def _profile_rows(ncu: str, rows: list[dict], contender, workdir: Path) -> pd.Da
             raise ncu_tool.ProbeMismatch(f"the probe stopped before rows {unreached}:\n{result.log[-3000:]}")
         if result.returncode in (0, RESTART):  # it stopped after a recorded error that left CUDA
             continue  # unusable (ncu may or may not pass its exit code on): the rest, afresh
-        reason = ("failed: " + (
+        reason = (f"{contract.FAILED}: " + (
             f"no answer within its time limit of {contender.timeout_s:g} s: stopped"
             if result.returncode is None else
             f"its process died (exit code {result.returncode}): {result.last_words()}"))
@@ -321,10 +321,10 @@ def _profile_rows(ncu: str, rows: list[dict], contender, workdir: Path) -> pd.Da
             raise
         for row in rows:  # none of its numbers can be trusted to belong to its row
             if row["status"] == contract.MEASURED or row.get("kernels") is not None:
-                row.update(_unmeasured(f"failed: {str(err).splitlines()[0][:200]}"))
+                row.update(_unmeasured(f"{contract.FAILED}: {str(err).splitlines()[0][:200]}"))
         return pd.DataFrame(columns=KERNEL_COLUMNS)
     for i, error in raised.items():
-        rows[i].update(_unmeasured(f"failed: {error}"))
+        rows[i].update(_unmeasured(f"{contract.FAILED}: {error}"))
     kernels.insert(1, "profile", profile)
     return kernels
 

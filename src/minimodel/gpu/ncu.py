@@ -30,6 +30,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from minimodel import contract
 from minimodel.provenance import project
 from minimodel.subprocesses import STAGE_PID_ENV, die_with_parent
 
@@ -258,7 +259,8 @@ def assign(kernels: pd.DataFrame, rows: list[dict], measured_status: str,
         missing = [c for c in NCU_METRICS.values() if not math.isfinite(row[c])]
         ratio, extra = FOREIGN_WRITE_SLACK
         if missing:  # ncu gave "n/a" for a kernel: no number is better than a wrong one
-            row["status"] = f"failed: ncu gave no value of {', '.join(missing)} for a kernel of this call"
+            row["status"] = (f"{contract.FAILED}: ncu gave no value of {', '.join(missing)} for a kernel "
+                             "of this call")
         elif row["dram_write_bytes"] > ratio * row["l2_write_bytes"] + extra:
             over = row["dram_write_bytes"] / row["l2_write_bytes"] if row["l2_write_bytes"] else math.inf
             row["status"] = FOREIGN_WRITES.format(ratio=over)

@@ -7,9 +7,11 @@ from __future__ import annotations
 import torch
 import triton
 
+from minimodel import contract
+
 SUPPORTED_HEAD_DIMS = (16, 32, 64, 128, 256)
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
-BF16_INTERPRETER_REASON = "tl.dot on bf16 operands is wrong under Triton's interpreter (3.6)"
+BF16_INTERPRETER_REASON = contract.BF16_INTERPRETER_REASON
 
 # Triton decided when the kernels were defined (a run sets the switch before importing).
 INTERPRETED = triton.knobs.runtime.interpret
