@@ -25,7 +25,7 @@ from tqdm import tqdm
 from minimodel import contract
 from minimodel.correctness_rule import failure_reason, grad_errors, reference_grads
 from minimodel.gpu.correctness import backward_cases
-from minimodel.kernel.backward import BwdConfig, default_bwd_config, flash_attn_backward
+from minimodel.kernel.backward import BwdConfig, flash_attn_backward, launch_bwd_config
 from minimodel.kernel.flash import flash_attn_forward, launch_config
 
 
@@ -49,8 +49,8 @@ def check_backward_case(B: int, H: int, N: int, d: int, causal: bool, dtype: str
 
     err_kernel_vs_fp64, err_torch_vs_fp64 and tolerance are those of the gradient nearest its
     tolerance (`worst`), so the row reads as a forward row does; err_<grad>_* give all three.
-    path: the backward's kernel ("tl"); forward_path: the forward kernel whose O and LSE it took
-    ("gluon" or "tl"); then the backward's tiles (`BwdConfig`).
+    path: the backward's dK/dV kernel ("gluon" or "tl"); forward_path: the forward kernel whose O
+    and LSE it took ("gluon" or "tl"); then the backward's tiles (`BwdConfig`).
     """
     H_kv = H_kv or H
     q, k, v, do = random_inputs(B, H, N, d, getattr(torch, dtype), H_kv, device, layout, generator)
@@ -58,10 +58,10 @@ def check_backward_case(B: int, H: int, N: int, d: int, causal: bool, dtype: str
     lowp = reference_grads(q, k, v, do, causal, sm_scale)
     o, lse = flash_attn_forward(q, k, v, causal=causal, sm_scale=sm_scale, return_lse=True)
     got = flash_attn_backward(q, k, v, o, lse, do, causal, sm_scale, config)
-    cfg = config or default_bwd_config(q, causal)
+    cfg = launch_bwd_config(q, k, v, causal, config, do)  # what the call ran: Gluon or tl
     row = {"B": B, "H": H, "H_kv": H_kv, "N": N, "d": d, "causal": causal, "dtype": dtype, "layout": layout}
     row.update(grad_errors(got, exact, lowp))
-    row.update({"skipped": False, "reason": failure_reason(row), "path": "tl",
+    row.update({"skipped": False, "reason": failure_reason(row), "path": cfg.path,
                 "forward_path": launch_config(q, k, v, causal).path, **cfg.as_dict()})
     return row
 

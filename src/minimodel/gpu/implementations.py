@@ -31,7 +31,7 @@ from minimodel.contenders.timed import TimingCase
 from minimodel.gpu.grids import Point
 from minimodel.gpu.timing_rows import Declined, Failed
 from minimodel.kernel import attention, flash_attn_forward, launch_config
-from minimodel.kernel.backward import backward_fn, default_bwd_config
+from minimodel.kernel.backward import backward_fn, launch_bwd_config
 from minimodel.timers import Sampler, autograd_call, first_heads
 
 
@@ -84,8 +84,9 @@ class Local:
             return (lambda: lambda: fn(q, k, v)), q, extra
         q, k, v, do = inputs
         if self.name == contract.TRITON and direction == contract.BACKWARD:
-            extra = {"path": "tl", "forward_path": launch_config(q, k, v, causal).path,
-                     **{f"cfg_{key}": val for key, val in default_bwd_config(q, causal).as_dict().items()}}
+            cfg = launch_bwd_config(q, k, v, causal, do=do)  # what the call runs: Gluon or tl
+            extra = {"path": cfg.path, "forward_path": launch_config(q, k, v, causal).path,
+                     **{f"cfg_{key}": val for key, val in cfg.as_dict().items()}}
             return (lambda: backward_fn(q, k, v, causal, do=do)), q, extra
         fn = (functools.partial(attention, causal=causal) if self.name == contract.TRITON
               else functools.partial(getattr(builtin, self.name), causal=causal))
