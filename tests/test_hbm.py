@@ -183,7 +183,7 @@ def test_measure_runs_the_plan_under_ncu_and_fills_every_row(tmp_path, as_if_on_
     assert (table["l2_write_bytes"] == table["H"] * 32).all()  # the row's own numbers, in order
     assert (table["model_read_bytes"] > 0).all() and len(kernels) == 32
     command = (tmp_path / "work" / "project_0.log").read_text().splitlines()[0]
-    for option in (*hbm.NCU_OPTIONS, "-m minimodel.gpu.hbm", ",".join(hbm.NCU_METRICS)):
+    for option in (*hbm.NCU_OPTIONS, "-m minimodel.gpu.hbm_probe", ",".join(hbm.NCU_METRICS)):
         assert option in command
 
 

@@ -15,7 +15,7 @@ flash (`minimodel.gpu.hbm_backward`).
   so neither the inputs nor the output can stay in it.
 
 How a measurement is made (`measure`): the project's rows run in one profiled process, each
-contender's in its own (`python -m minimodel.gpu.hbm PLAN` under ncu, `probe`): for each row, fresh
+contender's in its own (`python -m minimodel.gpu.hbm_probe PLAN` under ncu): for each row, fresh
 inputs are drawn and the implementation runs once unprofiled (compilation, library set-up), then
 a marker kernel and the implementation run inside ncu's NVTX range. A contender that raises at a
 row gets a failed row with the error; one that hangs past its `timeout_s`, or kills its process,
@@ -28,27 +28,20 @@ the same points with a status that says why nothing was measured.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
-import sys
 from pathlib import Path
 
 import pandas as pd
 import torch
 
 from minimodel import contract, symbolic
-from minimodel.attention_ref import attn_naive
 from minimodel.contenders.builtin import not_run_reason
-from minimodel.contenders.registry import SEARCH
-from minimodel.contenders.run import _cuda_usable, declined, one_line
-from minimodel.contenders.spec import Contender, load, prepared
-from minimodel.contenders.timed import validated
 from minimodel.gpu import hbm_backward
 from minimodel.gpu import ncu as ncu_tool
+from minimodel.gpu.hbm_probe import MARKED, PROBE, RAISED_AFTER_MARK, RESTART
 from minimodel.gpu.ncu import KERNEL_COLUMNS, NCU_METRICS, NCU_OPTIONS, find_ncu  # noqa: F401
-from minimodel.kernel import flash_attn_forward, launch_config
+from minimodel.kernel import launch_config
 from minimodel.provenance import project
-from minimodel.subprocesses import exit_with_stage
 
 DTYPE = "float16"
 REGIMES = ("one head", "many heads")
@@ -58,9 +51,6 @@ NO_NCU = (f"{contract.NOT_MEASURED}: Nsight Compute (ncu) was not found on PATH,
 NO_PERMISSION = (f"{contract.NOT_MEASURED}: ncu may not read the GPU's performance counters here "
                  "(ERR_NVGPUCTRPERM; an administrator can allow it for all users)")
 ELEMENT_BYTES = symbolic.DTYPE_BYTES[DTYPE]
-MARKED = "marked"  # the probe's record of a row it profiled
-RAISED_AFTER_MARK = f"{MARKED}, then "  # ... of a row whose profiled call raised: then the error
-RESTART = 75  # the probe's exit code after a contender left CUDA unusable: the rest, afresh
 MODEL_COLUMNS = ("model_B_r", "model_B_c", "model_read_bytes", "model_write_bytes",
                  *(f"model_{convention}_bytes" for convention in contract.CONVENTIONS))
 
@@ -133,81 +123,6 @@ def planned_rows(cfg: dict, l2_bytes: int, reason: str, contenders=()) -> list[d
 
 
 # ---- the profiled process -------------------------------------------------------------------
-
-def _implementation(row: dict, contender):
-    causal = row["causal"]
-    if contender is not None:  # its layout's inputs (`prepared`) are made before the marked call
-        return lambda q, k, v: contender(q, k, v, causal=causal)
-    if row["impl"] == contract.NAIVE_SCHEME:  # theory 02's three steps, the softmax in fp16 storage
-        return lambda q, k, v: attn_naive(q, k, v, causal=causal, fp32_softmax=False)
-    return lambda q, k, v: flash_attn_forward(q, k, v, causal=causal)
-
-
-def probe(spec: dict, plan_path: Path) -> int:
-    """Run every row whose status is `contract.MEASURED`: once unprofiled, then marked in the NVTX range.
-
-    Each row's outcome is recorded as it ends (`ncu.record_row`). The project's rows let an error
-    end the process; a contender's error is recorded for its row, and the next row runs. A
-    contender that does not load has that error recorded for every row. Returns the exit code:
-    `RESTART` after an error that left CUDA unusable, so the rows left go to a fresh process.
-    """
-    import triton  # the marker kernel is defined in the profiled process only
-    import triton.language as tl
-
-    @triton.jit
-    def minimodel_bytes_marker(X):
-        tl.store(X, 1)
-
-    todo = [i for i, row in enumerate(spec["rows"]) if row["status"] == contract.MEASURED]
-    contender = None
-    if spec.get("contender"):
-        entry = {k: tuple(v) if isinstance(v, list) else v for k, v in spec["contender"].items()}
-        try:
-            contender = load(Contender(**entry), SEARCH)
-        except Exception as err:  # noqa: BLE001 (a user's module may raise anything on import)
-            for i in todo:
-                ncu_tool.record_row(plan_path, i, f"its module did not load: {one_line(err)[:240]}")
-            return 0
-    marker_buffer = torch.zeros(1, device="cuda", dtype=torch.int32)
-    for i in todo:
-        row = spec["rows"][i]
-        gen = torch.Generator(device="cuda").manual_seed(row["input_seed"])
-        q, k, v = (torch.randn(row["B"], row["H"], row["N"], row["d"], device="cuda",
-                               dtype=getattr(torch, row["dtype"]), generator=gen) for _ in range(3))
-        backward = hbm_backward.is_backward(row)  # its forward runs here, outside the range
-        fn = hbm_backward.call(row, q, k, v, gen) if backward else _implementation(row, contender)
-        args = () if backward else prepared(contender, q, k, v) if contender is not None else (q, k, v)
-        marked = False
-        try:
-            with torch.enable_grad() if backward else torch.no_grad():
-                validated(fn(*args), q)  # compiles, sets up libraries: not in the profiled range
-                torch.cuda.synchronize()
-                with torch.cuda.nvtx.range(ncu_tool.NVTX_RANGE):
-                    minimodel_bytes_marker[(1,)](marker_buffer)
-                    marked = True
-                    out = fn(*args)
-                    torch.cuda.synchronize()
-        except NotImplementedError as err:  # a contender that declines this point: a skipped row
-            if contender is None or marked:
-                raise
-            ncu_tool.record_row(plan_path, i, f"{contract.SKIPPED}: {declined(err)[:240]}")
-            del q, k, v, args
-            continue
-        except Exception as err:  # noqa: BLE001 (a contender may raise anything)
-            if contender is None:
-                raise
-            ncu_tool.record_row(plan_path, i, RAISED_AFTER_MARK * marked + one_line(err)[:240])
-            del q, k, v, args  # kept in PyTorch's cache (see below), out-of-memory rows included
-            if not _cuda_usable():  # a sticky CUDA error would fail every later row
-                return RESTART
-            continue
-        ncu_tool.record_row(plan_path, i, MARKED)
-        # kept in PyTorch's cache, not handed back to the driver: memory handed back is cleared
-        # beside a later profiled kernel, and the device-wide DRAM counters count the clearing as
-        # its writes (notes/kernel.md, "DRAM writes after freed memory")
-        del q, k, v, args, out
-    return 0
-
 
 # ---- the stage ------------------------------------------------------------------------------
 
@@ -282,7 +197,7 @@ def _profile_rows(ncu: str, rows: list[dict], contender, workdir: Path) -> pd.Da
         if not any(todo):
             return pd.DataFrame(columns=KERNEL_COLUMNS)
         profile = f"{name}_{attempt}"
-        result = ncu_tool.profile(ncu, "minimodel.gpu.hbm", {**spec, "rows": rows}, workdir, profile,
+        result = ncu_tool.profile(ncu, PROBE, {**spec, "rows": rows}, workdir, profile,
                                   contender.timeout_s if contender else None)
         if result.no_permission:
             raise ncu_tool.NoCounterPermission(result.log[-500:])
@@ -350,18 +265,3 @@ def summary(table: pd.DataFrame, ncu: str | None, l2_bytes: int) -> dict:
             "device": device, "device_l2_bytes": device_l2, "plan_l2_bytes": l2_bytes, "ncu": ncu,
             "ncu_version": ncu_tool.ncu_version(ncu) if measured else None,
             "ncu_options": NCU_OPTIONS, "metrics": NCU_METRICS, "dtype": DTYPE}
-
-
-def main(argv: list[str] | None = None) -> int:
-    """The profiled process: `python -m minimodel.gpu.hbm PLAN.json` (run by `measure` under ncu)."""
-    argv = sys.argv[1:] if argv is None else argv
-    exit_with_stage()  # ncu's launchers stand between this process and the stage
-    if len(argv) != 1:
-        print("usage: python -m minimodel.gpu.hbm PLAN.json  (run under ncu by the gpu_bytes rule)",
-              file=sys.stderr)
-        return 2
-    return probe(json.loads(Path(argv[0]).read_text()), Path(argv[0]))
-
-
-if __name__ == "__main__":
-    sys.exit(main())
