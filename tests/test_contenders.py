@@ -222,7 +222,7 @@ def test_three_contenders_through_the_whole_workflow(tmp_path):
     stats = dry.stdout.split("Job stats:")[1].split("total")[0]
     jobs = {line.split()[0] for line in stats.splitlines()[3:] if line.strip()}
     assert jobs == {"gpu_correctness", "gpu_bytes", "gpu_timing", "plots", "readme", "compare", "verify",
-                    "all"}, stats
+                    "compare_verdict", "all"}, stats
 
 
 @pytest.mark.workflow

@@ -5,13 +5,13 @@ rule compare:
     input:
         # the tables and the manifests the comparison reads of this run: it runs after their rules
         # (and the timing samples, which a run made before them lacks: runs.OPTIONAL_TABLES)
-        run=[out(name) for name in COMPARED + [C.TIMING_SAMPLES] + REFERENCE_MANIFESTS],
+        run=[out(name) for name in COMPARED + REFERENCE_MANIFESTS],
         # what the reference holds: one made by an older version may lack a stage, or the samples,
         # which the comparison then reports as not comparable, or judges by the wider band
         reference=(
             [
                 str(COMPARE_REFERENCE / name)
-                for name in COMPARED + [C.TIMING_SAMPLES] + REFERENCE_MANIFESTS
+                for name in COMPARED + REFERENCE_MANIFESTS
                 if (PROJECT / COMPARE_REFERENCE / name).exists()
             ]
             if COMPARE_REFERENCE

@@ -24,9 +24,9 @@ import pandas as pd
 from minimodel import contract
 from minimodel.provenance import project, reading
 
-# What a comparison reads of each run, relative to its results folder. OPTIONAL_TABLES: what a run
-# made before them lacks (the timing samples), read and checked where a run has them.
-OPTIONAL_TABLES = (contract.TIMING_SAMPLES,)
+# What a comparison reads of each run, relative to its results folder (the optional tables where a
+# run has them).
+OPTIONAL_TABLES = contract.COMPARED_OPTIONAL_TABLES
 TABLES, MANIFESTS = contract.COMPARED_TABLES + OPTIONAL_TABLES, contract.COMPARED_MANIFESTS
 # Columns that a run made by older code (the committed H200 reference) names otherwise, by table:
 # old name -> today's. gpu_bytes called each point's input seed `seed`.

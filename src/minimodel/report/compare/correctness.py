@@ -60,7 +60,7 @@ def judge(a, b, direction: str, keys: list[str]) -> list[dict]:
         label = label_direction(direction) + ", ".join(f"{k}={r[k]}" for k in keys)
         if r["skipped_run"] or r["skipped_ref"]:
             same = bool(r["skipped_run"]) == bool(r["skipped_ref"])
-            rows.append(row(NAME, label, "skipped", r["reason_run"], r["reason_ref"],
+            rows.append(row(NAME, label, metric="skipped", run=r["reason_run"], reference=r["reason_ref"],
                             verdict=AGREE if same else DISAGREE))
             continue
         same = bool(r["passed_run"]) == bool(r["passed_ref"])

@@ -32,8 +32,9 @@ TOLERANCES = {NAME: GPU_BYTES_TOLERANCE}
 
 
 def compare(run: Path, ref: Path) -> list[dict]:
-    mismatch = device_mismatch(NAME, run, ref, contract.GPU_BYTES_SUMMARY, "measured",
-                               "measured no GPU bytes", "different GPU models: caches and bytes differ")
+    mismatch = device_mismatch(NAME, run, ref, contract.GPU_BYTES_SUMMARY, measured_key="measured",
+                               unmeasured="measured no GPU bytes",
+                               different="different GPU models: caches and bytes differ")
     if mismatch:
         return mismatch
     point = ["regime", "B", "H", "N", "d", "causal", "impl"]
