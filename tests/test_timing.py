@@ -190,6 +190,43 @@ def test_rounds_take_every_implementation_once_each_in_shuffled_orders_and_a_fai
     assert fakes["b"].released and not fakes["a"].released
 
 
+class _Fake:
+    """An implementation whose preparation runs out of memory while `blocker` is held."""
+
+    def __init__(self, name, held, blocker=None):
+        self.name, self.held, self.blocker = name, held, blocker
+
+    def runs_at(self, point, direction):
+        return None
+
+    def prepare(self, case, direction, inputs):
+        if self.blocker in self.held:
+            raise torch.OutOfMemoryError("CUDA out of memory (held by another)")
+        self.held.add(self.name)
+        return Prepared({"heads": (), "has_nan": False, "timing": "cuda_graph"}, lambda: 1.0,
+                        lambda: self.held.discard(self.name))
+
+
+def test_an_implementation_out_of_memory_beside_the_others_is_prepared_again_once_they_are_released(
+        monkeypatch):
+    monkeypatch.setattr(timing_point, "timing_inputs", lambda case, count: (torch.zeros(1),) * count)
+    monkeypatch.setattr(timing_point, "crowded", lambda: False)
+    monkeypatch.setattr(timing_point, "forward_reference", lambda *args: (None, float("nan")))
+    held = set()
+    impls = [_Fake("a", held), _Fake("b", held), _Fake("big", held, blocker="a"), _Fake("c", held)]
+    rows, samples = timing_point.time_pass(Point("lab", 1, 1, 64, 64, False), "forward", impls,
+                                           TimingCase(1, 1, 64, 64, False, 0, 1, 1), 3,
+                                           {"peak_flops_per_s": 1e15})
+    assert [(r["impl"], r["status"], r["samples"]) for r in rows] == [
+        ("a", "ok", 3), ("b", "ok", 3), ("big", "ok", 3), ("c", "ok", 3)]
+    assert held == set() and len(samples) == 12
+    impls = [_Fake("big", held, blocker="big2"), _Fake("big2", held, blocker="big")]
+    held.add("big2")  # held by something the stage cannot release: out of memory is the status
+    rows, _ = timing_point.time_pass(Point("lab", 1, 1, 64, 64, False), "forward", impls[:1],
+                                     TimingCase(1, 1, 64, 64, False, 0, 1, 1), 3, {"peak_flops_per_s": 1e15})
+    assert rows[0]["status"] == contract.OUT_OF_MEMORY and rows[0]["ms"] is None
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 @pytest.mark.parametrize("direction", ["forward", "backward", "fwd+bwd"])

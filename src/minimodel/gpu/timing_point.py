@@ -11,7 +11,9 @@ backward's dO after them, so its Q, K, V are the forward's):
    (the comparison pairs their samples by round); before each sample, `sample_warmup_ms` of
    untimed replays of the same call let the clocks settle on it;
    (an implementation that holds most of the device's memory once prepared is sampled at once
-   instead, its rounds back to back, and released before the next is prepared: `interleaved`);
+   instead, its rounds back to back, and released before the next is prepared: `interleaved`;
+   one that runs out of memory while others are prepared is prepared again once those are
+   sampled and released, so that holding them never makes an out-of-memory row of its own);
 3. each row's `ms` is the median of its samples, `samples` their count; the samples themselves go
    to the long table (`timing_rows.KEY`, `sample`, `ms`).
 The first head of each output (or of dQ, dK, dV) is checked against float64 on that head with the
@@ -114,6 +116,18 @@ def rounds(prepared: dict, samples: int, failures: dict, seed: int = 0) -> dict:
     return taken
 
 
+def flush(prepared: dict, samples: int, failures: dict, seed: int) -> dict:
+    """The rounds of every implementation prepared so far (`rounds`), then each released and the
+    memory handed back; `prepared` is emptied."""
+    try:
+        return rounds(prepared, samples, failures, seed)
+    finally:
+        for _, ready in prepared.values():
+            ready.release()
+        prepared.clear()
+        torch.cuda.empty_cache()
+
+
 def time_pass(point: Point, direction: str, impls, case: TimingCase, samples: int,
               ceilings: dict) -> tuple[list[dict], list[dict]]:
     """(rows, sample rows) of every implementation in `impls` at `point` in `direction`."""
@@ -130,7 +144,15 @@ def time_pass(point: Point, direction: str, impls, case: TimingCase, samples: in
             row["status"] = f"{contract.SKIPPED}: {reason}"
             continue
         with failures[impl.name]():
-            ready = impl.prepare(case, direction, inputs)
+            try:
+                ready = impl.prepare(case, direction, inputs)
+            except torch.OutOfMemoryError:
+                # the others hold memory it needs: they are sampled now and released, and it is
+                # prepared again (out of memory a second time: its status)
+                if not prepared:
+                    raise
+                taken_alone.update(flush(prepared, samples, failures, case.seed))
+                ready = impl.prepare(case, direction, inputs)
             measured = {k: v for k, v in ready.measured.items() if k not in ("heads", "has_nan")}
             row.update(measured)
             check(row, ready.measured, reference, direction)
@@ -140,11 +162,7 @@ def time_pass(point: Point, direction: str, impls, case: TimingCase, samples: in
             taken_alone.update(rounds({impl.name: prepared.pop(impl.name)}, samples, failures, case.seed))
             ready.release()
             torch.cuda.empty_cache()
-    try:
-        taken = taken_alone | rounds(prepared, samples, failures, case.seed)
-    finally:
-        for _, ready in prepared.values():
-            ready.release()
+    taken = taken_alone | flush(prepared, samples, failures, case.seed)
     sample_rows = []
     for name, values in taken.items():
         row = rows[name]
