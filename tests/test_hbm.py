@@ -222,7 +222,7 @@ def test_each_contender_is_profiled_apart_and_its_failures_stay_in_its_rows(tmp_
     fine = by["fine"]
     assert (fine["status"] == contract.MEASURED).all() and (fine["dram_read_bytes"] == fine["N"]).all()
     assert fine["model_read_bytes"].isna().all() and fine["compulsory_bytes"].gt(0).all()
-    at_512 = lambda part: (part["N"] == 512) & ~part["causal"]  # noqa: E731
+    at_512 = lambda part: (part["N"] == 512) & ~part["causal"]
     for name, status in (("raises", "failed: ValueError: deliberate"),
                          ("hangs", "failed: no answer within its time limit of 1 s: stopped"),
                          ("dies", "failed: its process died (exit code 139): Segmentation fault in the "

@@ -163,7 +163,7 @@ def cuda_problem() -> str | None:
     try:
         torch.cuda.init()
         reason = "torch sees no CUDA device"
-    except Exception as err:  # noqa: BLE001 (the driver's own words are the message)
+    except Exception as err:
         reason = f"CUDA could not start: {str(err).splitlines()[0]}"
     return f"{reason} (CUDA_VISIBLE_DEVICES={visible!r})" if visible is not None else reason
 
