@@ -21,8 +21,8 @@ install: $(VENV)/.installed
 run: install
 	$(BIN)/snakemake --cores $(CORES)
 
-test: install  # the test suite, then the linters (snakemake --lint, ruff, snakefmt)
-	$(BIN)/python -m pytest
+test: install  # the test suite on every core, its slowest tests named (docs/testing.md), then the linters
+	$(BIN)/python -m pytest -n auto --durations=25
 	$(MAKE) --no-print-directory lint
 
 # The comparison's tests under pandas 3, as on the GPU machine (requirements/cuda-h200.txt); the venv

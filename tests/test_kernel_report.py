@@ -1,9 +1,13 @@
 """The kernel compiled for Hopper on a machine without a GPU: what it reports, and that it is read right.
 
 The compiles run in a subprocess: Triton decides once per process whether kernels are compiled
-or interpreted, and this test session, without a GPU, interprets them.
+or interpreted, and this test session, without a GPU, interprets them. One subprocess runs every
+report the tests below read (`RUNS`), each with its own table and exit status: torch and Triton
+are imported once (about 4 s), not once per report, and a kernel two reports share is compiled
+once (Triton's cache).
 """
 
+import json
 import os
 import subprocess
 import sys
@@ -17,15 +21,60 @@ import pytest
 from minimodel.kernel import SHARED_MEMORY, SUPPORTED_HEAD_DIMS
 
 ROOT = Path(__file__).resolve().parents[1]
+# (the reports share one process: under pytest-xdist the module is on one worker, conftest's ONE_WORKER)
+
+# name -> the arguments of `python tools/kernel_report.py` whose table the tests read
+GLUON_THREE = ("--d", "64", "--n", "4096", "--gluon", "--consumers", "3")
+CAPPED = ("--d", "64", "--n", "4096", "--config", "128", "128", "8", "2", "--tma")
+RUNS = {
+    "shipped": ("--d", "64", "--n", "1024"),
+    "uncapped": CAPPED,
+    "capped": (*CAPPED, "--maxnreg", "128"),
+    "over_shared": ("--d", "128", "--n", "4096", "--config", "128", "128", "8", "4", "--tma"),
+    **{f"policy_{arch}": ("--policy", "--arch", str(arch)) for arch in (80, 89, 90)},
+    **{f"gluon_{d}": ("--d", str(d), "--n", "4096", "--config", "128", "128", "4", "3", "--gluon")
+       for d in (64, 128)},
+    "three_consumers_64": (*GLUON_THREE, "--config", "192", "64", "4", "2"),
+    "three_consumers_128": (*GLUON_THREE, "--config", "192", "128", "4", "2"),
+}
+
+# kernel_report.main on each run in turn, as the command line would run it: its printout in
+# <name>.log, its table in <name>.csv, then its exit status (or the exception) in <name>.status
+DRIVER = """
+import contextlib, json, sys, traceback
+from pathlib import Path
+
+sys.path.insert(0, sys.argv[1])
+import kernel_report
+
+out = Path(sys.argv[3])
+for name, args in json.loads(sys.argv[2]).items():
+    with open(out / f"{name}.log", "w") as log, contextlib.redirect_stdout(log):
+        try:
+            status = kernel_report.main([*args, "--csv", str(out / f"{name}.csv")])
+        except BaseException:  # an exception, or argparse's SystemExit
+            status = traceback.format_exc()
+    (out / f"{name}.status").write_text(str(status))
+"""
 
 
-def run_report(tmp_path, *args) -> pd.DataFrame:
+@pytest.fixture(scope="module")
+def reports(tmp_path_factory) -> Path:
+    """The folder of every report of `RUNS`, made by one kernel_report process."""
+    out = tmp_path_factory.mktemp("kernel_report")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    out = tmp_path / "report.csv"
-    proc = subprocess.run([sys.executable, str(ROOT / "tools" / "kernel_report.py"), "--csv", str(out),
-                           *args], env=env, capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-c", DRIVER, str(ROOT / "tools"), json.dumps(RUNS), str(out)],
+                          env=env, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return pd.read_csv(out)
+    return out
+
+
+def run_report(reports: Path, name: str) -> pd.DataFrame:
+    """The table of the report `name`, which exited 0."""
+    status = (reports / f"{name}.status").read_text()
+    said = (reports / f"{name}.log").read_text()
+    assert status == "0", f"kernel_report.py {' '.join(RUNS[name])}: exit {status}\n{said[-3000:]}"
+    return pd.read_csv(reports / f"{name}.csv")
 
 
 def test_signature_specializes_as_a_launch_does():
@@ -42,8 +91,8 @@ def test_signature_specializes_as_a_launch_does():
     assert set(attrs) == {(0,), (2,)}  # the pointer and the multiple of 16
 
 
-def test_shipped_configs_compile_for_hopper_and_fit(tmp_path):
-    frame = run_report(tmp_path, "--d", "64", "--n", "1024")
+def test_shipped_configs_compile_for_hopper_and_fit(reports):
+    frame = run_report(reports, "shipped")
     assert len(frame) == 2 and "error" not in frame
     assert frame["fits_shared"].all() and (frame["spill_stack_bytes"] == 0).all()
     assert frame["registers"].between(1, 255).all()
@@ -52,26 +101,25 @@ def test_shipped_configs_compile_for_hopper_and_fit(tmp_path):
     assert (frame["instructions"] > frame[["mufu", "ffma", "fmul", "fadd", "hgmma"]].sum(axis=1)).all()
 
 
-def test_a_register_cap_is_compiled_in(tmp_path):
+def test_a_register_cap_is_compiled_in(reports):
     # 128 x 128, 8 warps at d = 64 takes 155 registers uncapped; two programs per multiprocessor
     # need at most 128 (65,536 registers for 512 threads)
-    args = ("--d", "64", "--n", "4096", "--config", "128", "128", "8", "2", "--tma")
-    free = run_report(tmp_path, *args)
-    capped = run_report(tmp_path, *args, "--maxnreg", "128")
+    free = run_report(reports, "uncapped")
+    capped = run_report(reports, "capped")
     assert (free["registers"] > 128).all()
     assert (capped["registers"] <= 128).all() and (capped["spill_stack_bytes"] == 0).all()
 
 
-def test_a_config_over_the_shared_memory_limit_is_reported(tmp_path):
-    frame = run_report(tmp_path, "--d", "128", "--n", "4096", "--config", "128", "128", "8", "4", "--tma")
+def test_a_config_over_the_shared_memory_limit_is_reported(reports):
+    frame = run_report(reports, "over_shared")
     assert not frame["fits_shared"].any()
     assert (frame["shared_bytes"] > SHARED_MEMORY[90]).all()
 
 
 @pytest.mark.parametrize("arch", [80, 89, 90])
-def test_every_config_the_policy_can_pick_compiles_without_spills_and_fits(tmp_path, arch):
+def test_every_config_the_policy_can_pick_compiles_without_spills_and_fits(reports, arch):
     # A100 (sm_80), L40S and Ada (sm_89), H100/H200 (sm_90): each TMA config with its fallback
-    frame = run_report(tmp_path, "--policy", "--arch", str(arch))
+    frame = run_report(reports, f"policy_{arch}")
     assert len(frame) >= 10 and set(frame["d"]) == set(SUPPORTED_HEAD_DIMS)
     assert "error" not in frame or frame["error"].isna().all()
     assert (frame["spill_stack_bytes"] == 0).all() and frame["fits_shared"].all()
@@ -82,20 +130,19 @@ def test_every_config_the_policy_can_pick_compiles_without_spills_and_fits(tmp_p
 
 
 @pytest.mark.parametrize("d", [64, 128])
-def test_the_gluon_kernel_compiles_for_hopper_at_every_head_dim_it_is_built_for(tmp_path, d):
+def test_the_gluon_kernel_compiles_for_hopper_at_every_head_dim_it_is_built_for(reports, d):
     # three K/V stages at d = 128 take 229,728 of the 232,448 bytes a program may use
-    frame = run_report(tmp_path, "--d", str(d), "--n", "4096", "--config", "128", "128", "4", "3", "--gluon")
+    frame = run_report(reports, f"gluon_{d}")
     assert "error" not in frame or frame["error"].isna().all()
     assert (frame["spill_stack_bytes"] == 0).all() and frame["fits_shared"].all()
     assert frame["GLUON"].all() and (frame["hgmma"] > 0).all()
 
 
-def test_the_gluon_kernel_with_three_consumers_compiles_for_hopper(tmp_path):
+def test_the_gluon_kernel_with_three_consumers_compiles_for_hopper(reports):
     # three warpgroups of 64 query rows at 160 registers: 64-key tiles fit, 128-key tiles spill
     # (notes/kernel.md, "Three consumer warpgroups at d = 64")
-    shape = ("--d", "64", "--n", "4096", "--gluon", "--consumers", "3")
-    fits = run_report(tmp_path, *shape, "--config", "192", "64", "4", "2")
+    fits = run_report(reports, "three_consumers_64")
     assert (fits["CONSUMERS"] == 3).all() and (fits["spill_stack_bytes"] == 0).all()
     assert fits["fits_shared"].all() and (fits["hgmma"] > 0).all()
-    spills = run_report(tmp_path, *shape, "--config", "192", "128", "4", "2")
+    spills = run_report(reports, "three_consumers_128")
     assert (spills["spill_stack_bytes"] > 0).all()

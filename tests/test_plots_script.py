@@ -12,6 +12,9 @@ from minimodel import contract
 from minimodel.provenance import manifest
 
 REF = ROOT / "results" / "reference" / "nvidia-h200"
+# figures that draw both passes, besides the backward's own: the correctness figure, a panel per pass
+# (report/correctness_figure.py)
+BOTH_PASSES = {"correctness"}
 
 
 def _run_script(tmp_path, monkeypatch, timing=REF / contract.TIMING_SUMMARY,
@@ -31,9 +34,18 @@ def _run_script(tmp_path, monkeypatch, timing=REF / contract.TIMING_SUMMARY,
     runpy.run_path(str(ROOT / "scripts" / "plots.py"), init_globals={"snakemake": job})
 
 
-def test_every_figure_is_drawn(tmp_path, monkeypatch):
-    _run_script(tmp_path, monkeypatch)
-    assert sorted(p.stem for p in tmp_path.glob("*.png")) == sorted(contract.FIGURES)
+@pytest.fixture(scope="module")
+def reference_figures(tmp_path_factory):
+    """Every figure drawn from the committed reference's tables, once for the module's tests
+    (under pytest-xdist the module is on one worker: conftest's ONE_WORKER)."""
+    folder = tmp_path_factory.mktemp("reference_figures")
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        _run_script(folder, monkeypatch)
+    return folder
+
+
+def test_every_figure_is_drawn(reference_figures):
+    assert sorted(p.stem for p in reference_figures.glob("*.png")) == sorted(contract.FIGURES)
 
 
 def test_without_a_gpu_every_figure_is_drawn_too(tmp_path, monkeypatch):
@@ -51,11 +63,13 @@ def test_a_figure_the_script_has_no_arguments_for_is_refused(tmp_path, monkeypat
     assert not list(tmp_path.glob("*.png"))
 
 
-def test_the_forward_figures_are_byte_identical_with_backward_rows_beside(tmp_path, monkeypatch):
+def test_the_forward_figures_are_byte_identical_with_backward_rows_beside(tmp_path, monkeypatch,
+                                                                          reference_figures):
     """The reference's forward rows as a run made before the backward wrote them (no `direction`
     column), then with a `direction` column and backward rows added (copies of the forward's, so
     that a figure reading them would change), then the reference as committed (its own backward and
-    forward + backward rows): each draws the forward's figures byte for byte the same."""
+    forward + backward rows): each draws the forward's figures byte for byte the same (those that
+    draw the backward's rows too, the backward's own and `BOTH_PASSES`, aside)."""
     import pandas as pd
 
     before, after = {}, {}
@@ -69,12 +83,14 @@ def test_the_forward_figures_are_byte_identical_with_backward_rows_beside(tmp_pa
                            if name == contract.TIMING else frame.assign(direction=contract.BACKWARD)])
         after[name] = tmp_path / f"after_{name.replace('/', '_')}"
         twice.to_csv(after[name], index=False)
-    for side, tables in (("before", before), ("after", after), ("reference", None)):
+    for side, tables in (("before", before), ("after", after)):
         (tmp_path / side).mkdir()
         _run_script(tmp_path / side, monkeypatch, tables=tables)
-    for name in contract.FIGURES:
-        if not name.startswith("backward_"):
-            drawn = {side: (tmp_path / side / f"{name}.png").read_bytes()
-                     for side in ("before", "after", "reference")}
-            assert drawn["before"] == drawn["after"] == drawn["reference"], name
+    folders = {"before": tmp_path / "before", "after": tmp_path / "after", "reference": reference_figures}
+    forward_only = [name for name in contract.FIGURES
+                    if not name.startswith("backward_") and name not in BOTH_PASSES]
+    assert forward_only
+    for name in forward_only:
+        drawn = {side: (folder / f"{name}.png").read_bytes() for side, folder in folders.items()}
+        assert drawn["before"] == drawn["after"] == drawn["reference"], name
     assert (tmp_path / "after" / "backward_tflops_vs_n.png").stat().st_size > 0

@@ -36,7 +36,7 @@ TOOLS = ("munged", "mungekey", "munge", "unmunge", "slurmctld", "slurmd", "sbatc
          "squeue", "scontrol", "sinfo")
 GPU_MODEL = "testgpu"  # the fake GPU's model, as gres.conf names it
 LOCAL_RULES = ("symbolic", "cpu_bytes", "plots", "readme", "verify")
-pytestmark = pytest.mark.workflow
+pytestmark = pytest.mark.workflow  # on one xdist worker: conftest's ONE_WORKER
 
 
 def _unavailable() -> str | None:
@@ -235,8 +235,9 @@ def _sbatch(said: str, rule: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def runs(slurm_cluster, tmp_path_factory):
-    """The tiny config through the SLURM profile, and the same config run locally."""
+def runs(slurm_cluster, tmp_path_factory, request):
+    """The tiny config through the SLURM profile, and the same config run locally (the session's
+    shared run, read only: asked for once SLURM is known to be there, and made by then)."""
     on_slurm = _copy_tree(tmp_path_factory.mktemp("on_slurm"))
     started = time.monotonic()
     proc, said = _snakemake(on_slurm, slurm_cluster, *SLURM_ARGS, "--verbose", *CONFIGS)
@@ -245,12 +246,8 @@ def runs(slurm_cluster, tmp_path_factory):
     print(f"workflow through SLURM: {seconds:.0f} s")
     for rule in ("gpu_correctness", "gpu_timing", "gpu_bytes"):
         print(_sbatch(said, rule))
-    local = _copy_tree(tmp_path_factory.mktemp("local"))
-    proc, out = _snakemake(local, slurm_cluster, "--cores", "2", "--configfile", "config/tiny.yaml",
-                           "--until", "symbolic", "cpu_bytes", "gpu_correctness")
-    assert proc.returncode == 0, out[-6000:]
-    return {"slurm": on_slurm, "local": local, "said": said, "jobs": _jobs(slurm_cluster),
-            "env": slurm_cluster}
+    return {"slurm": on_slurm, "local": request.getfixturevalue("tiny_run").root, "said": said,
+            "jobs": _jobs(slurm_cluster), "env": slurm_cluster}
 
 
 def test_gpu_rules_went_through_sbatch_asking_for_a_gpu(runs):

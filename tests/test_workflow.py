@@ -1,4 +1,10 @@
-"""The whole workflow end to end on a tiny config, in a temporary copy of the repository."""
+"""The whole workflow end to end on a tiny config, in a temporary copy of the repository.
+
+The tests that read a finished run read the session's one tiny run (conftest's `tiny_run`); one
+Snakemake at a time runs in its folder (`one_at_a_time`), whichever xdist worker starts it. A test
+that edits a finished run (a table, a manifest, a module) edits a copy of it of its own
+(`own_run`), so nothing has to be run again to put the shared one back.
+"""
 
 import json
 import os
@@ -10,7 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import copy_project
+from conftest import copy_of_tiny_run, copy_project, one_at_a_time, user_env
 
 from minimodel import contract
 from minimodel.provenance import io, manifest, reading, verify
@@ -20,23 +26,26 @@ pytestmark = pytest.mark.workflow
 
 def snakemake(workdir, *args, check=True, cwd=None):
     """Snakemake as a user starts it: no PYTHONPATH, so the installed minimodel is another tree's."""
-    env = dict(os.environ)
-    env.pop("TRITON_INTERPRET", None)  # the rule decides, as in a real run
-    env.pop("PYTHONPATH", None)
-    proc = subprocess.run(
-        [sys.executable, "-m", "snakemake", "--cores", "2", "--configfile",
-         str(workdir / "config" / "tiny.yaml"), *args], cwd=cwd or workdir, env=env,
-        capture_output=True, text=True)
+    with one_at_a_time(workdir):
+        proc = subprocess.run(
+            [sys.executable, "-m", "snakemake", "--cores", "2", "--configfile",
+             str(workdir / "config" / "tiny.yaml"), *args], cwd=cwd or workdir, env=user_env(),
+            capture_output=True, text=True)
     if check and proc.returncode:
         pytest.fail(f"snakemake {' '.join(args)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}")
     return proc
 
 
-@pytest.fixture(scope="module")
-def workdir(tmp_path_factory):
-    root = copy_project(tmp_path_factory.mktemp("workflow"))
-    snakemake(root)
-    return root
+@pytest.fixture
+def workdir(tiny_run):
+    """The shared finished run's project: read only."""
+    return tiny_run.root
+
+
+@pytest.fixture
+def own_run(tiny_run, tmp_path):
+    """A copy of the finished run of this test's own, to edit."""
+    return copy_of_tiny_run(tiny_run, tmp_path / "project")
 
 
 def test_every_rule_writes_its_outputs_and_manifest(workdir):
@@ -126,24 +135,19 @@ def test_the_report_opens_on_the_runs_headline_numbers_and_links_every_figure(wo
         assert "contender" in items[path]["caption"], name  # which ones it draws, or that it draws none
 
 
-def test_the_workflow_runs_and_hashes_the_code_of_its_own_tree(workdir):
+def test_the_workflow_runs_and_hashes_the_code_of_its_own_tree(own_run):
     import minimodel
 
-    assert Path(minimodel.__file__).resolve().parent != (workdir / "src" / "minimodel").resolve()
-    m = json.loads((workdir / "results" / "symbolic" / "manifest.json").read_text())
+    assert Path(minimodel.__file__).resolve().parent != (own_run / "src" / "minimodel").resolve()
+    m = json.loads((own_run / "results" / "symbolic" / "manifest.json").read_text())
     modules = [e for e in m["inputs"] if e["kind"] == "module"]
     assert modules and all(e["path"].startswith("src/minimodel/") for e in modules)
     for e in modules:
-        assert io.sha256_file(workdir / e["path"]) == e["sha256"]
-    module = workdir / "src" / "minimodel" / "symbolic.py"
-    source = module.read_text()
-    module.write_text(source + "\nraise RuntimeError('this tree was edited')\n")
-    try:
-        proc = snakemake(workdir, "--forcerun", "symbolic", "--until", "symbolic", check=False)
-        assert proc.returncode != 0 and "this tree was edited" in proc.stdout + proc.stderr
-    finally:
-        module.write_text(source)
-        snakemake(workdir)
+        assert io.sha256_file(own_run / e["path"]) == e["sha256"]
+    module = own_run / "src" / "minimodel" / "symbolic.py"
+    module.write_text(module.read_text() + "\nraise RuntimeError('this tree was edited')\n")
+    proc = snakemake(own_run, "--forcerun", "symbolic", "--until", "symbolic", check=False)
+    assert proc.returncode != 0 and "this tree was edited" in proc.stdout + proc.stderr
 
 
 def test_each_manifest_records_exactly_the_code_its_rule_lists(workdir):
@@ -173,10 +177,17 @@ def test_outputs_get_the_mode_of_the_umask(workdir):
         assert stat.S_IMODE(path.stat().st_mode) == 0o666 & ~mask, path
 
 
+@pytest.fixture(scope="module")
+def unrun(tmp_path_factory):
+    """A copy of the project that has run nothing: enough for runs that stop before any job."""
+    return copy_project(tmp_path_factory.mktemp("unrun"))
+
+
 @pytest.fixture
-def a_reference(workdir):
-    """A committed reference run's folder (one manifest is enough to mark it), removed afterwards."""
-    folder = workdir / "results" / "reference" / "machine"
+def a_reference(unrun):
+    """A committed reference run's folder in `unrun` (one manifest is enough to mark it), removed
+    afterwards."""
+    folder = unrun / "results" / "reference" / "machine"
     (folder / "symbolic").mkdir(parents=True)
     (folder / "symbolic" / "manifest.json").write_text("{}")
     yield folder
@@ -190,16 +201,9 @@ def a_reference(workdir):
     ("config", "is config/ in the project, outside results/"),
     ("results/reference/machine", "holds a committed reference run"),
 ])
-def test_results_dir_over_the_project_or_a_reference_is_refused(workdir, a_reference, results_dir,
-                                                                 says):
-    proc = snakemake(workdir, "-n", "--config", f"results_dir={results_dir}", check=False)
+def test_results_dir_over_the_project_or_a_reference_is_refused(unrun, a_reference, results_dir, says):
+    proc = snakemake(unrun, "-n", "--config", f"results_dir={results_dir}", check=False)
     assert proc.returncode != 0 and says in proc.stdout + proc.stderr
-
-
-@pytest.fixture(scope="module")
-def unrun(tmp_path_factory):
-    """A copy of the project that has run nothing: enough for runs that stop before any job."""
-    return copy_project(tmp_path_factory.mktemp("unrun"))
 
 
 def refusal(proc, starts):
@@ -285,74 +289,71 @@ def test_a_yaml_error_in_a_configfile_names_the_file(unrun, tmp_path):
     assert proc.returncode != 0 and "bad.yaml" in proc.stdout + proc.stderr
 
 
-def test_a_reference_is_a_target_only_when_asked(workdir, a_reference):
-    proc = snakemake(workdir, "-n", "--config", "results_dir=results/reference/machine",
+def test_a_reference_is_a_target_only_when_asked(unrun, a_reference):
+    proc = snakemake(unrun, "-n", "--config", "results_dir=results/reference/machine",
                      "overwrite_reference=True")
     assert "symbolic" in proc.stdout
 
 
-def test_a_tampered_table_is_refused_and_its_rule_reruns(workdir):
-    table = workdir / "results" / "symbolic" / "bytes.csv"
+def test_a_tampered_table_is_refused_and_its_rule_reruns(own_run):
+    table = own_run / "results" / "symbolic" / "bytes.csv"
     original = table.read_bytes()
-    readme = (workdir / "results" / "README.md").read_bytes()
+    readme = (own_run / "results" / "README.md").read_bytes()
     table.write_bytes(original[:-2] + bytes([original[-2] ^ 1]) + original[-1:])
     tampered = io.sha256_file(table)
-    proc = snakemake(workdir, check=False)
+    proc = snakemake(own_run, check=False)
     said = proc.stdout + proc.stderr
     assert proc.returncode != 0
     assert "refusing input results/symbolic/bytes.csv, made by rule symbolic" in said
     assert "output bytes changed since rule symbolic wrote it" in said
-    for m in reading.find_manifests(workdir / "results"):  # nothing was built on it
+    for m in reading.find_manifests(own_run / "results"):  # nothing was built on it
         assert tampered not in m.read_text(), m
-    # the next run re-makes the table (its manifest was withdrawn), then what reads it
-    proc = snakemake(workdir)
+    # the next run re-makes the table (its manifest was withdrawn), then what reads it, the README too
+    proc = snakemake(own_run, "--until", "readme")
     assert "rule symbolic" in proc.stdout + proc.stderr
     assert table.read_bytes() == original
-    assert (workdir / "results" / "README.md").read_bytes() == readme
+    assert (own_run / "results" / "README.md").read_bytes() == readme
 
 
-def test_a_corrupt_manifest_is_named_and_its_rule_reruns(workdir):
-    path = workdir / "results" / "cpu" / "roofline" / "manifest.json"
+def test_a_corrupt_manifest_is_named_and_its_rule_reruns(own_run):
+    path = own_run / "results" / "cpu" / "roofline" / "manifest.json"
     path.write_text('{"rule": "cpu_roofline", "outputs": [')
-    proc = snakemake(workdir, check=False)
+    proc = snakemake(own_run, check=False)
     said = proc.stdout + proc.stderr
     assert proc.returncode != 0 and "JSONDecodeError" in said and "Traceback" not in said
     assert "results/cpu/roofline/manifest.json is not a readable manifest" in said
-    proc = snakemake(workdir)
+    proc = snakemake(own_run, "--until", "cpu_roofline")  # the rule itself; what reads it follows
     assert "rule cpu_roofline" in proc.stdout + proc.stderr
     assert manifest.load_manifest(path)["rule"] == "cpu_roofline"
 
 
-def test_verify_names_a_tampered_output_and_a_changed_module(workdir, tmp_path, monkeypatch, capsys):
-    monkeypatch.chdir(tmp_path)  # verify resolves paths from the manifests, wherever it runs
-    assert verify.main([str(workdir / "results"), "--strict"]) == 0  # a fresh run: nothing stale
-    said = (workdir / "results" / "verify" / "verify.txt").read_text().splitlines()
+def test_verify_names_a_tampered_output_and_a_changed_module(own_run, tmp_path, monkeypatch, capsys):
+    (tmp_path / "elsewhere").mkdir()  # not the run's folder, nor one above it
+    monkeypatch.chdir(tmp_path / "elsewhere")  # verify resolves paths from the manifests, wherever it runs
+    assert verify.main([str(own_run / "results"), "--strict"]) == 0  # a fresh run: nothing stale
+    said = (own_run / "results" / "verify" / "verify.txt").read_text().splitlines()
     assert said[-1].endswith("nothing damaged, nothing stale; exit 0")  # the rule's own check agrees
-    run_level = workdir / "results" / "verify" / "manifest.json"
+    run_level = own_run / "results" / "verify" / "manifest.json"
     text = run_level.read_text()
     run_level.write_text(text.replace('"rule": "verify"', '"rule": "verified"'))
-    assert verify.main([str(workdir / "results")]) == 1
+    assert verify.main([str(own_run / "results")]) == 1
     run_level.write_text(text)
-    table = workdir / "results" / "symbolic" / "bytes.csv"
+    table = own_run / "results" / "symbolic" / "bytes.csv"
     original = table.read_bytes()
     table.write_bytes(original[:-2] + bytes([original[-2] ^ 1]) + original[-1:])
     capsys.readouterr()
-    assert verify.main([str(workdir / "results")]) == 1
+    assert verify.main([str(own_run / "results")]) == 1
     assert f"damaged  {table}: bytes differ from what rule symbolic wrote" in capsys.readouterr().out
     table.write_bytes(original)
 
-    module = workdir / "src" / "minimodel" / "symbolic.py"
-    source = module.read_text()
-    module.write_text(source + "\n# edited\n")
-    try:
-        stale = {(f.path, f.rule) for f in verify.check(workdir / "results").stale}
-        assert (str(module), "symbolic") in stale and verify.check(workdir / "results").damaged == []
-        assert verify.main([str(workdir / "results"), "--strict"]) == 1
-        # and the workflow knows to re-run exactly what imports it
-        dry = snakemake(workdir, "-n")
-        assert "symbolic" in dry.stdout and "gpu_correctness " not in dry.stdout
-    finally:
-        module.write_text(source)
+    module = own_run / "src" / "minimodel" / "symbolic.py"
+    module.write_text(module.read_text() + "\n# edited\n")
+    stale = {(f.path, f.rule) for f in verify.check(own_run / "results").stale}
+    assert (str(module), "symbolic") in stale and verify.check(own_run / "results").damaged == []
+    assert verify.main([str(own_run / "results"), "--strict"]) == 1
+    # and the workflow knows to re-run exactly what imports it
+    dry = snakemake(own_run, "-n")
+    assert "symbolic" in dry.stdout and "gpu_correctness " not in dry.stdout
 
 
 def test_lint_is_clean(workdir):
@@ -360,23 +361,19 @@ def test_lint_is_clean(workdir):
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
-def test_a_failing_sweep_fails_the_rule_and_keeps_its_table(workdir):
-    module = workdir / "src" / "minimodel" / "correctness_rule.py"
+def test_a_failing_sweep_fails_the_rule_and_keeps_its_table(own_run):
+    module = own_run / "src" / "minimodel" / "correctness_rule.py"
     source = module.read_text()
     # a rule no result can meet: every case fails
     module.write_text(source.replace("TORCH_MULTIPLE = 2.0", "TORCH_MULTIPLE = -1.0")
                       .replace("ABS_FLOOR = 1e-3", "ABS_FLOOR = -1.0"))
-    try:
-        proc = snakemake(workdir, "--forcerun", "gpu_correctness", "--until", "gpu_correctness",
-                         check=False)
-        assert proc.returncode != 0
-        assert not (workdir / "results" / "gpu" / "correctness" / "manifest.json").exists()
-        kept = pd.read_csv(workdir / "results" / "logs" / "gpu_correctness.csv")
-        ran = kept[~kept["skipped"].astype(bool)]
-        assert len(ran) > 0 and not ran["passed"].astype(bool).any()
-    finally:
-        module.write_text(source)
-        snakemake(workdir, "--until", "gpu_correctness")
+    assert module.read_text() != source
+    proc = snakemake(own_run, "--forcerun", "gpu_correctness", "--until", "gpu_correctness", check=False)
+    assert proc.returncode != 0
+    assert not (own_run / "results" / "gpu" / "correctness" / "manifest.json").exists()
+    kept = pd.read_csv(own_run / "results" / "logs" / "gpu_correctness.csv")
+    ran = kept[~kept["skipped"].astype(bool)]
+    assert len(ran) > 0 and not ran["passed"].astype(bool).any()
 
 
 CONTENDERS = """
@@ -412,20 +409,21 @@ SCALE = 1.0
 """
 
 
-def test_two_contenders_one_chatty_one_with_a_helper_outside_the_checkout(tmp_path):
-    """The tiny config's console with two contenders, one printing 2,000 lines per call: under
-    300 lines, every bar on lines of its own, the chatter in the rule's log. The other's module,
-    wrap.py, lives outside the checkout and imports a helper there: editing the helper makes the
-    rules that run it out of date, and their manifests record the helper's new hash."""
-    root = copy_project(tmp_path / "project", ("contenders.yaml", CONTENDERS))
+def test_two_contenders_one_chatty_one_with_a_helper_outside_the_checkout(tiny_run, tmp_path):
+    """The tiny config's finished run, run again with two contenders added (the rules that run
+    them, and what reads their outputs), one contender printing 2,000 lines per call: a console
+    under 300 lines, every bar on lines of its own, the chatter in the rule's log. The other's
+    module, wrap.py, lives outside the checkout and imports a helper there: editing the helper
+    makes the rules that run it out of date, and their manifests record the helper's new hash."""
+    root = copy_of_tiny_run(tiny_run, tmp_path / "project")
+    (root / "config" / "contenders.yaml").write_text(CONTENDERS)
     (root / "examples" / "chatty.py").write_text(CHATTY)
     mine = tmp_path / "mine"
     mine.mkdir()
     (mine / "wrap.py").write_text(WRAP)
     helper = mine / "my_attn.py"
     helper.write_text(MY_ATTN)
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["PYTHONPATH"] = str(mine)
+    env = {**user_env(), "PYTHONPATH": str(mine)}
 
     def run(*args):
         return subprocess.run([sys.executable, "-m", "snakemake", "--cores", "2", "--configfile",
@@ -435,6 +433,7 @@ def test_two_contenders_one_chatty_one_with_a_helper_outside_the_checkout(tmp_pa
     proc = run()
     said = proc.stdout + proc.stderr
     assert proc.returncode == 0, said[-3000:]
+    assert "rule gpu_correctness:" in said  # the copy was up to date: the contenders made it rerun
     assert len(said.splitlines()) < 300, said
     assert "chatty line" not in said and "\r" not in said and "it/s][" not in said
     log = root / "results" / "logs" / "gpu_correctness.log"
