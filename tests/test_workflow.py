@@ -455,7 +455,7 @@ def test_two_contenders_one_chatty_one_with_a_helper_outside_the_checkout(tiny_r
     dry = run("-n")
     stats = dry.stdout.split("Job stats:")[1].split("total")[0]
     assert "gpu_correctness" in stats and "gpu_bytes" not in stats, dry.stdout  # bytes runs neither
-    assert any(line.strip().startswith("reason:") and str(helper) in line
+    assert any(line.strip().lower().startswith("reason:") and str(helper) in line
                for line in dry.stdout.split("rule gpu_correctness:")[1].splitlines()[:12]), dry.stdout
     proc = run("--until", "gpu_correctness")
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
