@@ -1,21 +1,22 @@
 """Test set-up: the device the kernel tests run on, a copy of the committed reference run for the
-comparison's tests, a copy of the project for workflow tests, and one tiny workflow run that the
-tests which only read a finished run share.
+comparison's tests, a copy of the project for workflow tests, one tiny workflow run that the
+tests which only read a finished run share, and what the session makes beside its tests.
 
 Without CUDA the kernel runs under Triton's CPU interpreter, switched on here (`minimodel.entry`)
 before any test module imports the kernel. The development tools in tools/ are importable by name
 (`import tune`), through pytest's `pythonpath` setting in pyproject.toml.
 
-The shared run (`tiny_run`, `snakemake_until`) is made once per session, under pytest-xdist too:
-in a folder every worker sees, under a file lock, by the first worker whose tests need it. That
-worker starts it in a thread as its first test starts, so the run goes on beside the tests before
-the first test that reads it (docs/testing.md). A test that changes a finished run changes a copy
-of it (`copy_of_tiny_run`), never the shared one; one that starts Snakemake in the shared run's
-folder holds `one_at_a_time(root)` while it runs.
+What takes minutes and only waits or runs a subprocess is a background resource (`background`):
+the shared tiny run (`tiny_run`, `snakemake_until`), kernel_report's compiles, the runs through
+SLURM. Each is made once per session, under pytest-xdist too: in a folder every worker sees,
+under a file lock, by the first worker whose tests need it, in a thread started as its first test
+starts, so it goes on beside the tests collected before those that read it (docs/testing.md). A
+test that changes a finished run changes a copy of it (`copy_of_tiny_run`), never the shared one;
+one that starts Snakemake in the shared run's folder holds `one_at_a_time(root)` while it runs.
 
 Under pytest-xdist (`make test`: `pytest -n auto`) every test is a unit of its own that any worker
 may take, but for the modules of `ONE_WORKER`, whose tests share what a module-scoped fixture
-made; those go first, the longest units of work.
+made; those go first.
 """
 
 import contextlib
@@ -25,6 +26,7 @@ import shutil
 import subprocess
 import sys
 import threading
+import traceback
 from pathlib import Path
 from typing import NamedTuple
 
@@ -83,8 +85,6 @@ def user_env() -> dict:
 # Modules whose tests run on one xdist worker, and why. (`--dist loadgroup` would say this with marks,
 # but pytest-xdist 3.8 under pytest 9.2 drops the groups and spreads the tests: pytest-xdist#1386.)
 ONE_WORKER = {
-    "tests/test_slurm.py": "one SLURM cluster and one run of the workflow through it, for the module",
-    "tests/test_kernel_report.py": "one process compiles every kernel the module's tests read",
     "tests/test_plots_script.py": "the committed reference's figures, drawn once for two tests",
 }
 
@@ -92,7 +92,7 @@ ONE_WORKER = {
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
     """xdist's load scheduling by scopes: a module of `ONE_WORKER` is one scope, any other test is
-    one of its own. Scopes of more tests are sent first."""
+    one of its own. Scopes of more tests are sent first, the others in the order collected."""
     if config.getoption("dist") != "load":
         return None
     # not at the top: pytest-xdist is needed only with -n (the dev extra installs it)
@@ -106,87 +106,142 @@ def pytest_xdist_make_scheduler(config, log):
     return OneWorkerModules(config, log)
 
 
+class Background:
+    """A session's resource made once, beside the tests rather than before them: `make(folder)`
+    builds it in a folder every xdist worker sees and returns what it found (JSON). The first
+    worker whose tests need it starts it in a thread as its first test starts, under a file lock,
+    so the other workers find it made or wait for it; the tests that read it are collected last
+    (`pytest_collection_modifyitems`), by when it is made. `make` returning {"skip": reason}
+    skips the tests that read it; an exception fails them, with its traceback."""
+
+    def __init__(self, name: str, make, also_wanted_by=lambda item: False):
+        self.name, self.make, self.also_wanted_by = name, make, also_wanted_by
+        self.thread: threading.Thread | None = None
+        self.home: Path | None = None  # the session's shared folder, once the session started
+
+    def wanted_by(self, item: pytest.Item) -> bool:
+        return self.name in getattr(item, "fixturenames", ()) or self.also_wanted_by(item)
+
+    @property
+    def folder(self) -> Path:
+        return self.home / self.name
+
+    def _build(self) -> None:
+        made = self.home / f"{self.name}.json"
+        with FileLock(self.home / f"{self.name}.lock"):
+            if made.exists():
+                return
+            shutil.rmtree(self.folder, ignore_errors=True)  # what an interrupted session left
+            self.folder.mkdir(parents=True)
+            try:
+                found = self.make(self.folder)
+            except Exception:
+                found = {"error": traceback.format_exc()}
+            partial = made.with_suffix(".partial")
+            partial.write_text(json.dumps(found))
+            partial.replace(made)  # whole, or not there
+
+    def start(self) -> None:
+        self.thread = threading.Thread(target=self._build, name=self.name)
+        self.thread.start()
+
+    def result(self) -> dict:
+        """What `make` found: waits for the thread of this worker, or for another worker's."""
+        if self.thread is not None:
+            self.thread.join()
+        self._build()  # made by another worker, or made now
+        found = json.loads((self.home / f"{self.name}.json").read_text())
+        if "error" in found:
+            pytest.fail(f"{self.name} failed to be made:\n{found['error']}")
+        if "skip" in found:
+            pytest.skip(found["skip"])
+        return found
+
+
+BACKGROUND: dict[str, Background] = {}
+
+
+def background(name: str, make, also_wanted_by=lambda item: False):
+    """Register `make` as the session's background resource `name`; returns the session fixture
+    of that name (assign it in the test module), which gives (its folder, what `make` found)."""
+    BACKGROUND[name] = Background(name, make, also_wanted_by)
+
+    @pytest.fixture(scope="session", name=name)
+    def fixture() -> tuple[Path, dict]:
+        resource = BACKGROUND[name]
+        return resource.folder, resource.result()
+
+    return fixture
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items):
+    """The tests that read a background resource last, each in the order collected: by the time a
+    worker reaches them, what they read has been made beside the tests before them."""
+    items.sort(key=lambda item: any(b.wanted_by(item) for b in BACKGROUND.values()))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _background(request, tmp_path_factory):
+    """Every background resource a test of this session reads, started at once; at the session's
+    end, waited for (another worker may be reading it)."""
+    base = tmp_path_factory.getbasetemp()
+    home = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    for resource in BACKGROUND.values():
+        resource.home = home
+        if any(resource.wanted_by(item) for item in request.session.items):
+            resource.start()
+    yield
+    for resource in BACKGROUND.values():
+        if resource.thread is not None:
+            resource.thread.join()
+        resource.thread = None
+
+
 class TinyRun(NamedTuple):
     """The shared run: its copy of the project, and the console of `snakemake` there."""
     root: Path
     proc: subprocess.CompletedProcess
 
 
-class _Shared:
-    """The session's one tiny run, in `folder` (seen by every xdist worker): made under the lock
-    by the first worker to get there; its console is kept in <folder>/tiny_run.json."""
-
-    def __init__(self, folder: Path):
-        self.root = folder / "tiny_run"
-        self.said = folder / "tiny_run.json"
-        self.lock = FileLock(folder / "tiny_run.lock")
-        self.running = FileLock(folder / "tiny_run.snakemake.lock")  # one Snakemake in it at a time
-        self.thread: threading.Thread | None = None
-
-    def make(self) -> None:
-        with self.lock:
-            if self.said.exists():
-                return
-            shutil.rmtree(self.root, ignore_errors=True)  # what an interrupted session left
-            copy_project(self.root)
-            proc = subprocess.run([sys.executable, "-m", "snakemake", "--cores", "2", "--configfile",
-                                   TINY_CONFIG], cwd=self.root, env=user_env(), capture_output=True,
-                                  text=True)
-            said = {"returncode": proc.returncode, "stdout": proc.stdout, "stderr": proc.stderr}
-            partial = self.said.with_suffix(".partial")
-            partial.write_text(json.dumps(said))
-            partial.replace(self.said)  # whole, or not there
-
-    def start(self) -> None:
-        """Begin the run beside this worker's tests (unless another worker has made it)."""
-        self.thread = threading.Thread(target=self.make, name="tiny workflow run")
-        self.thread.start()
-
-    def result(self) -> TinyRun:
-        if self.thread is not None:
-            self.thread.join()
-        self.make()  # made by another worker, or made now
-        said = json.loads(self.said.read_text())
-        proc = subprocess.CompletedProcess(["snakemake", "--configfile", TINY_CONFIG], **said)
-        if proc.returncode:
-            pytest.fail(f"the shared tiny workflow run failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}")
-        return TinyRun(self.root, proc)
+def _make_tiny_run(folder: Path) -> dict:
+    copy_project(folder)
+    proc = subprocess.run([sys.executable, "-m", "snakemake", "--cores", "2", "--configfile", TINY_CONFIG],
+                          cwd=folder, env=user_env(), capture_output=True, text=True)
+    return {"returncode": proc.returncode, "stdout": proc.stdout, "stderr": proc.stderr}
 
 
-_SHARED: list[_Shared] = []  # this session's, once its first test has started
+def _uses_snakemake_until(item: pytest.Item) -> bool:
+    """A test whose own code calls `snakemake_until`."""
+    code = getattr(getattr(item, "function", None), "__code__", None)
+    return code is not None and "snakemake_until" in code.co_names
 
 
-def _needs_tiny_run(item: pytest.Item) -> bool:
-    return "tiny_run" in getattr(item, "fixturenames", ()) or (
-        getattr(getattr(item, "module", None), "snakemake_until", None) is snakemake_until)
+BACKGROUND["tiny_run"] = Background("tiny_run", _make_tiny_run, _uses_snakemake_until)
 
 
-@pytest.fixture(scope="session", autouse=True)
-def _shared_tiny_run(request, tmp_path_factory):
-    """The session's shared run, started at once if a test this session runs needs it."""
-    base = tmp_path_factory.getbasetemp()
-    shared = _Shared(base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base)
-    _SHARED.append(shared)
-    if any(_needs_tiny_run(item) for item in request.session.items):
-        shared.start()
-    yield
-    if shared.thread is not None:
-        shared.thread.join()  # another worker may be waiting for it
-    _SHARED.clear()
+def _the_tiny_run() -> TinyRun:
+    resource = BACKGROUND["tiny_run"]
+    proc = subprocess.CompletedProcess(["snakemake", "--configfile", TINY_CONFIG], **resource.result())
+    if proc.returncode:
+        pytest.fail(f"the shared tiny workflow run failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}")
+    return TinyRun(resource.folder, proc)
 
 
 @pytest.fixture(scope="session")
 def tiny_run() -> TinyRun:
     """The whole workflow, run once on the tiny config in a copy of the project. Read it only:
     other tests, on other workers too, read the same files (`copy_of_tiny_run` to change one)."""
-    return _SHARED[0].result()
+    return _the_tiny_run()
 
 
 def one_at_a_time(root: Path):
-    """Held while Snakemake runs in `root`: the shared run's lock if `root` is its folder, where
+    """Held while Snakemake runs in `root`: a lock if `root` is the shared run's folder, where
     tests on other workers start Snakemake too; nothing for any other folder."""
-    shared = _SHARED[0]
-    return shared.running if root == shared.root else contextlib.nullcontext()
+    shared = BACKGROUND["tiny_run"]
+    if root != shared.folder:
+        return contextlib.nullcontext()
+    return FileLock(shared.home / "tiny_run.snakemake.lock")
 
 
 def copy_of_tiny_run(tiny: TinyRun, root: Path) -> Path:
@@ -199,6 +254,6 @@ def copy_of_tiny_run(tiny: TinyRun, root: Path) -> Path:
 def snakemake_until(tmp_path: Path, rule: str) -> tuple[Path, subprocess.CompletedProcess]:
     """The tiny config's run that ran `rule` and the console it printed: the shared run, read only
     (`tmp_path` is the caller's own folder, unused)."""
-    tiny = _SHARED[0].result()
+    tiny = _the_tiny_run()
     assert f"rule {rule}:" in tiny.proc.stderr, f"the shared tiny run ran no job of rule {rule}"
     return tiny.root, tiny.proc

@@ -4,7 +4,8 @@ The compiles run in a subprocess: Triton decides once per process whether kernel
 or interpreted, and this test session, without a GPU, interprets them. One subprocess runs every
 report the tests below read (`RUNS`), each with its own table and exit status: torch and Triton
 are imported once (about 4 s), not once per report, and a kernel two reports share is compiled
-once (Triton's cache).
+once (Triton's cache). It runs in the background from the session's start (conftest's
+`background`): its minute of compiling goes on beside the other tests.
 """
 
 import json
@@ -17,15 +18,14 @@ from types import SimpleNamespace
 import kernel_report
 import pandas as pd
 import pytest
+from conftest import background
 
 from minimodel.kernel import SHARED_MEMORY, SUPPORTED_HEAD_DIMS
 
 ROOT = Path(__file__).resolve().parents[1]
-# (the reports share one process: under pytest-xdist the module is on one worker, conftest's ONE_WORKER)
-
-# name -> the arguments of `python tools/kernel_report.py` whose table the tests read
 GLUON_THREE = ("--d", "64", "--n", "4096", "--gluon", "--consumers", "3")
 CAPPED = ("--d", "64", "--n", "4096", "--config", "128", "128", "8", "2", "--tma")
+# name -> the arguments of `python tools/kernel_report.py` whose table the tests read
 RUNS = {
     "shipped": ("--d", "64", "--n", "1024"),
     "uncapped": CAPPED,
@@ -58,19 +58,21 @@ for name, args in json.loads(sys.argv[2]).items():
 """
 
 
-@pytest.fixture(scope="module")
-def reports(tmp_path_factory) -> Path:
-    """The folder of every report of `RUNS`, made by one kernel_report process."""
-    out = tmp_path_factory.mktemp("kernel_report")
+def make_reports(folder: Path) -> dict:
+    """Every report of `RUNS` in `folder`, made by one kernel_report process."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    proc = subprocess.run([sys.executable, "-c", DRIVER, str(ROOT / "tools"), json.dumps(RUNS), str(out)],
+    proc = subprocess.run([sys.executable, "-c", DRIVER, str(ROOT / "tools"), json.dumps(RUNS), str(folder)],
                           env=env, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return out
+    return {}
 
 
-def run_report(reports: Path, name: str) -> pd.DataFrame:
+kernel_reports = background("kernel_reports", make_reports)
+
+
+def run_report(kernel_reports: tuple[Path, dict], name: str) -> pd.DataFrame:
     """The table of the report `name`, which exited 0."""
+    reports = kernel_reports[0]
     status = (reports / f"{name}.status").read_text()
     said = (reports / f"{name}.log").read_text()
     assert status == "0", f"kernel_report.py {' '.join(RUNS[name])}: exit {status}\n{said[-3000:]}"
@@ -91,8 +93,8 @@ def test_signature_specializes_as_a_launch_does():
     assert set(attrs) == {(0,), (2,)}  # the pointer and the multiple of 16
 
 
-def test_shipped_configs_compile_for_hopper_and_fit(reports):
-    frame = run_report(reports, "shipped")
+def test_shipped_configs_compile_for_hopper_and_fit(kernel_reports):
+    frame = run_report(kernel_reports, "shipped")
     assert len(frame) == 2 and "error" not in frame
     assert frame["fits_shared"].all() and (frame["spill_stack_bytes"] == 0).all()
     assert frame["registers"].between(1, 255).all()
@@ -101,25 +103,25 @@ def test_shipped_configs_compile_for_hopper_and_fit(reports):
     assert (frame["instructions"] > frame[["mufu", "ffma", "fmul", "fadd", "hgmma"]].sum(axis=1)).all()
 
 
-def test_a_register_cap_is_compiled_in(reports):
+def test_a_register_cap_is_compiled_in(kernel_reports):
     # 128 x 128, 8 warps at d = 64 takes 155 registers uncapped; two programs per multiprocessor
     # need at most 128 (65,536 registers for 512 threads)
-    free = run_report(reports, "uncapped")
-    capped = run_report(reports, "capped")
+    free = run_report(kernel_reports, "uncapped")
+    capped = run_report(kernel_reports, "capped")
     assert (free["registers"] > 128).all()
     assert (capped["registers"] <= 128).all() and (capped["spill_stack_bytes"] == 0).all()
 
 
-def test_a_config_over_the_shared_memory_limit_is_reported(reports):
-    frame = run_report(reports, "over_shared")
+def test_a_config_over_the_shared_memory_limit_is_reported(kernel_reports):
+    frame = run_report(kernel_reports, "over_shared")
     assert not frame["fits_shared"].any()
     assert (frame["shared_bytes"] > SHARED_MEMORY[90]).all()
 
 
 @pytest.mark.parametrize("arch", [80, 89, 90])
-def test_every_config_the_policy_can_pick_compiles_without_spills_and_fits(reports, arch):
+def test_every_config_the_policy_can_pick_compiles_without_spills_and_fits(kernel_reports, arch):
     # A100 (sm_80), L40S and Ada (sm_89), H100/H200 (sm_90): each TMA config with its fallback
-    frame = run_report(reports, f"policy_{arch}")
+    frame = run_report(kernel_reports, f"policy_{arch}")
     assert len(frame) >= 10 and set(frame["d"]) == set(SUPPORTED_HEAD_DIMS)
     assert "error" not in frame or frame["error"].isna().all()
     assert (frame["spill_stack_bytes"] == 0).all() and frame["fits_shared"].all()
@@ -130,19 +132,19 @@ def test_every_config_the_policy_can_pick_compiles_without_spills_and_fits(repor
 
 
 @pytest.mark.parametrize("d", [64, 128])
-def test_the_gluon_kernel_compiles_for_hopper_at_every_head_dim_it_is_built_for(reports, d):
+def test_the_gluon_kernel_compiles_for_hopper_at_every_head_dim_it_is_built_for(kernel_reports, d):
     # three K/V stages at d = 128 take 229,728 of the 232,448 bytes a program may use
-    frame = run_report(reports, f"gluon_{d}")
+    frame = run_report(kernel_reports, f"gluon_{d}")
     assert "error" not in frame or frame["error"].isna().all()
     assert (frame["spill_stack_bytes"] == 0).all() and frame["fits_shared"].all()
     assert frame["GLUON"].all() and (frame["hgmma"] > 0).all()
 
 
-def test_the_gluon_kernel_with_three_consumers_compiles_for_hopper(reports):
+def test_the_gluon_kernel_with_three_consumers_compiles_for_hopper(kernel_reports):
     # three warpgroups of 64 query rows at 160 registers: 64-key tiles fit, 128-key tiles spill
     # (notes/kernel.md, "Three consumer warpgroups at d = 64")
-    fits = run_report(reports, "three_consumers_64")
+    fits = run_report(kernel_reports, "three_consumers_64")
     assert (fits["CONSUMERS"] == 3).all() and (fits["spill_stack_bytes"] == 0).all()
     assert fits["fits_shared"].all() and (fits["hgmma"] > 0).all()
-    spills = run_report(reports, "three_consumers_128")
+    spills = run_report(kernel_reports, "three_consumers_128")
     assert (spills["spill_stack_bytes"] > 0).all()

@@ -1,6 +1,8 @@
 """The workflow submitted through workflow/profiles/slurm to a real one-node SLURM cluster.
 
-The fixture starts a munged, slurmctld and slurmd of its own from Debian's packages (`.ci/run`
+Everything is submitted by `make_slurm_runs`, from the session's start, beside the other tests
+(conftest's `background`: the runs mostly wait on SLURM); the tests read what each step did.
+It starts a munged, slurmctld and slurmd of its own from Debian's packages (`.ci/run`
 installs them), everything under a temporary folder: the configuration (SLURM_CONF points the
 daemons and every client at it), the state, spool, pid and log files, munged's key and socket,
 on TCP ports free at the time. Two runs on one host do not touch each other, nor a real SLURM
@@ -23,11 +25,12 @@ import socket
 import subprocess
 import sys
 import time
+import traceback
 from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import copy_project
+from conftest import background, copy_project
 
 from minimodel.provenance import manifest
 
@@ -36,7 +39,7 @@ TOOLS = ("munged", "mungekey", "munge", "unmunge", "slurmctld", "slurmd", "sbatc
          "squeue", "scontrol", "sinfo")
 GPU_MODEL = "testgpu"  # the fake GPU's model, as gres.conf names it
 LOCAL_RULES = ("symbolic", "cpu_bytes", "plots", "readme", "verify")
-pytestmark = pytest.mark.workflow  # on one xdist worker: conftest's ONE_WORKER
+pytestmark = pytest.mark.workflow
 
 
 def _unavailable() -> str | None:
@@ -180,18 +183,6 @@ def cluster(state: Path):
         _stop(state / "munge" / "munged.pid")
 
 
-@pytest.fixture(scope="module")
-def slurm_cluster(tmp_path_factory):
-    """The test's cluster, in a temporary folder: nothing outside it changes."""
-    reason = _unavailable()
-    if reason:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"the SLURM test must run under CI: {reason}")
-        pytest.skip(reason)
-    with cluster(tmp_path_factory.mktemp("slurm")) as env:
-        yield env
-
-
 def _copy_tree(root: Path) -> Path:
     return copy_project(root, ("no_gpu_needed.yaml", "gpu:\n  require_cuda: false\n"))
 
@@ -224,58 +215,153 @@ def _jobs(env: dict) -> list[dict]:
     return jobs
 
 
-def _sbatch(said: str, rule: str) -> str:
-    """The sbatch options the plugin used for `rule` (--verbose prints them), its job name masked:
-    a random name per run."""
+def _sbatch(said: str, rule: str, workdir: Path) -> str:
+    """The sbatch options the plugin used for `rule` (--verbose prints them), its job name masked
+    (a random name per run), and the folder it ran in (its log's and its job's)."""
     lines = [line for line in said.splitlines()
              if "sbatch call:" in line and f"--comment rule_{rule} " in line]
     assert len(lines) == 1, f"{rule}: {len(lines)} sbatch calls"
-    options = lines[0].split("sbatch call:")[1].split("--wrap")[0]
+    options = lines[0].split("sbatch call:")[1].split("--wrap")[0].replace(str(workdir), "WORKDIR")
     return " ".join(re.sub(r"--job-name \S+", "--job-name NAME", options).split())
 
 
-@pytest.fixture(scope="module")
-def runs(slurm_cluster, tmp_path_factory, request):
-    """The tiny config through the SLURM profile, and the same config run locally (the session's
-    shared run, read only: asked for once SLURM is known to be there, and made by then)."""
-    on_slurm = _copy_tree(tmp_path_factory.mktemp("on_slurm"))
-    started = time.monotonic()
-    proc, said = _snakemake(on_slurm, slurm_cluster, *SLURM_ARGS, "--verbose", *CONFIGS)
-    seconds = time.monotonic() - started
-    assert proc.returncode == 0, said[-6000:]
-    print(f"workflow through SLURM: {seconds:.0f} s")
-    for rule in ("gpu_correctness", "gpu_timing", "gpu_bytes"):
-        print(_sbatch(said, rule))
-    return {"slurm": on_slurm, "local": request.getfixturevalue("tiny_run").root, "said": said,
-            "jobs": _jobs(slurm_cluster), "env": slurm_cluster}
+def _rerun_gpu_timing(workdir: Path, env: dict, *profile_args):
+    return _snakemake(workdir, env, *profile_args, "--slurm-status-command", "squeue", *QUICK, "--verbose",
+                      *CONFIGS, "--forcerun", "gpu_timing", "--until", "gpu_timing")
 
 
-def test_gpu_rules_went_through_sbatch_asking_for_a_gpu(runs):
+def _ran(proc_said) -> dict:
+    proc, said = proc_said
+    return {"returncode": proc.returncode, "said": said}
+
+
+def _as_profile(reruns: Path, env: dict) -> dict:
+    submitted = len(_jobs(env))
+    return {**_ran(_rerun_gpu_timing(reruns, env, "--profile", "workflow/profiles/slurm")),
+            "submitted_before": submitted, "submitted_after": len(_jobs(env))}
+
+
+def _options(reruns: Path, env: dict) -> dict:
+    """The profile's OPTION lines switched on, as a user would: gpu_model and --exclusive."""
+    shipped = (reruns / "workflow" / "profiles" / "slurm" / "config.yaml").read_text()
+    options = shipped.replace('# gpu_model: "h200"', f'gpu_model: "{GPU_MODEL}"').replace(
+        '# slurm_extra: "--exclusive"', 'slurm_extra: "--exclusive"')
+    (reruns / "workflow" / "profiles" / "slurm_options").mkdir()
+    (reruns / "workflow" / "profiles" / "slurm_options" / "config.yaml").write_text(options)
+    ran = _ran(_snakemake(reruns, env, "--workflow-profile", "workflow/profiles/slurm_options",
+                          "--slurm-status-command", "squeue", *QUICK, "--verbose", *CONFIGS, "--forcerun",
+                          "gpu_timing", "gpu_bytes", "--until", "gpu_timing", "gpu_bytes"))
+    return {**ran, "shipped": shipped, "options": options, "jobs": _jobs(env)}
+
+
+def _second_cluster(state: Path, first: dict) -> dict:
+    jobs = len(_jobs(first))
+    state.mkdir()
+    with cluster(state) as second:
+        _run("sbatch", "--comment", "second_cluster", "--wrap", "true", env=second)
+        comments = [j["Comment"] for j in _jobs(second)]
+    return {"conf": second["SLURM_CONF"], "comments": comments, "submitted_before": jobs,
+            "submitted_after": len(_jobs(first)), "first_conf_is_file": Path(first["SLURM_CONF"]).is_file()}
+
+
+def _no_usable_gpu(reruns: Path, env: dict) -> dict:
+    # gpu.require_cuda left at its default: inside a SLURM job given a GPU, a GPU is demanded
+    ran = _ran(_snakemake(reruns, env, *SLURM_ARGS, "--configfile", "config/tiny.yaml", "--forcerun",
+                          "gpu_correctness", "--until", "gpu_correctness"))
+    log = reruns / "results" / "logs" / "gpu_correctness.log"
+    return {**ran, "log": log.read_text() if log.exists() else None,
+            "manifest_left": (reruns / "results" / "gpu" / "correctness" / "manifest.json").exists()}
+
+
+def make_slurm_runs(folder: Path) -> dict:
+    """Everything the tests below read, in their order, on one cluster in `folder`: the tiny config
+    through the SLURM profile (in on_slurm/, left as that run left it), then, in a copy of that
+    run (reruns/), gpu_timing again with the profile given as --profile, alone and beside the
+    default one, then with the profile's options, a second cluster beside the first, and a GPU job
+    on a node without a usable GPU. Each step is kept as it went (its exit status and console, or
+    its exception), so that a test fails for its own step."""
+    reason = _unavailable()
+    if reason:
+        if os.environ.get("CI") == "true":
+            raise RuntimeError(f"the SLURM test must run under CI: {reason}")
+        return {"skip": reason}
+    (folder / "cluster").mkdir()
+    found = {}
+    with cluster(folder / "cluster") as env:
+        found["slurm_conf"] = env["SLURM_CONF"]
+        on_slurm = _copy_tree(folder / "on_slurm")
+        started = time.monotonic()
+        found["main"] = _ran(_snakemake(on_slurm, env, *SLURM_ARGS, "--verbose", *CONFIGS))
+        found["main"].update(seconds=time.monotonic() - started, jobs=_jobs(env))
+        if found["main"]["returncode"]:
+            return found
+        reruns = shutil.copytree(on_slurm, folder / "reruns", symlinks=True)
+        steps = {"as_profile": lambda: _as_profile(reruns, env),
+                 "as_profile_alone": lambda: _ran(_rerun_gpu_timing(
+                     reruns, env, "--profile", "workflow/profiles/slurm", "--workflow-profile", "none")),
+                 "options": lambda: _options(reruns, env),
+                 "second_cluster": lambda: _second_cluster(folder / "second", env),
+                 "no_usable_gpu": lambda: _no_usable_gpu(reruns, env)}
+        for name, step in steps.items():
+            try:
+                found[name] = step()
+            except Exception:
+                found[name] = {"error": traceback.format_exc()}
+    return found
+
+
+# under CI a missing SLURM fails the tests (make_slurm_runs raises); elsewhere they skip
+slurm_runs = background("slurm_runs", make_slurm_runs)
+
+
+def _step(slurm_runs, name: str, succeeded: bool | None = True) -> dict:
+    """What step `name` of `make_slurm_runs` found; its Snakemake exited 0 (`succeeded`), or not."""
+    step = slurm_runs[1].get(name)
+    assert step is not None, f"step {name} never ran: {slurm_runs[1]['main']['said'][-6000:]}"
+    assert "error" not in step, step.get("error")
+    if succeeded is not None:
+        assert (step["returncode"] == 0) == succeeded, step["said"][-6000:]
+    return step
+
+
+@pytest.fixture
+def main_run(slurm_runs) -> dict:
+    """The tiny config through the SLURM profile: its console, the jobs slurmctld held after it
+    and its folder."""
+    main = _step(slurm_runs, "main")
+    print(f"workflow through SLURM: {main['seconds']:.0f} s")
     for rule in ("gpu_correctness", "gpu_timing", "gpu_bytes"):
-        jobs = [j for j in runs["jobs"] if j["rule"] == rule]
+        print(_sbatch(main["said"], rule, slurm_runs[0] / "on_slurm"))
+    return {**main, "folder": slurm_runs[0] / "on_slurm"}
+
+
+def test_gpu_rules_went_through_sbatch_asking_for_a_gpu(main_run):
+    for rule in ("gpu_correctness", "gpu_timing", "gpu_bytes"):
+        jobs = [j for j in main_run["jobs"] if j["rule"] == rule]
         assert len(jobs) == 1, f"{rule}: {len(jobs)} SLURM jobs"
         job = jobs[0]
         assert job["JobState"] == "COMPLETED" and job["Partition"] == "gpu"
         assert "gpu:1" in job.get("TresPerJob", ""), job
-        m = manifest.load_manifest(runs["slurm"] / "results" / "gpu" / rule.split("_")[1]
+        m = manifest.load_manifest(main_run["folder"] / "results" / "gpu" / rule.split("_")[1]
                                    / "manifest.json")
         assert m["environment"]["slurm"]["job_id"] == job["JobId"]
         assert m["environment"]["slurm"]["partition"] == "gpu"
         assert m["environment"]["host"] == socket.gethostname()
     for rule in ("cpu_bytes_part", "cpu_roofline"):
-        assert any(j["rule"] == rule for j in runs["jobs"]), rule
+        assert any(j["rule"] == rule for j in main_run["jobs"]), rule
 
 
-def test_light_rules_ran_on_the_submitting_host(runs):
-    submitted = {j["rule"] for j in runs["jobs"]}
+def test_light_rules_ran_on_the_submitting_host(main_run):
+    submitted = {j["rule"] for j in main_run["jobs"]}
     assert submitted == {"cpu_bytes_part", "cpu_roofline", "gpu_correctness", "gpu_timing", "gpu_bytes"}
     for rule in LOCAL_RULES:
-        assert f"localrule {rule}:" in runs["said"]
-    symbolic = manifest.load_manifest(runs["slurm"] / "results" / "symbolic" / "manifest.json")
+        assert f"localrule {rule}:" in main_run["said"]
+    symbolic = manifest.load_manifest(main_run["folder"] / "results" / "symbolic" / "manifest.json")
     assert symbolic["environment"]["slurm"] is None
 
 
-def test_results_equal_those_of_a_local_run(runs):
+def test_results_equal_those_of_a_local_run(main_run, tiny_run):
+    runs = {"slurm": main_run["folder"], "local": tiny_run.root}  # the session's shared run, read only
     for table in ("symbolic/bytes.csv", "symbolic/formulas.csv", "symbolic/lab_table.txt"):
         assert (runs["slurm"] / "results" / table).read_bytes() == \
             (runs["local"] / "results" / table).read_bytes(), table
@@ -290,76 +376,51 @@ def test_results_equal_those_of_a_local_run(runs):
     assert verdicts[0]["backend"].eq("interpreter").all()  # require_cuda off: the honest fallback
 
 
-def test_gpu_timing_gets_the_cpus_of_its_set_threads(runs):
-    assert "--cpus-per-task=8" in _sbatch(runs["said"], "gpu_timing").split()
+def test_gpu_timing_gets_the_cpus_of_its_set_threads(main_run):
+    assert "--cpus-per-task=8" in _sbatch(main_run["said"], "gpu_timing", main_run["folder"]).split()
 
 
-def _rerun_gpu_timing(runs, *profile_args):
-    return _snakemake(runs["slurm"], runs["env"], *profile_args, "--slurm-status-command", "squeue",
-                      *QUICK, "--verbose", *CONFIGS, "--forcerun", "gpu_timing", "--until",
-                      "gpu_timing")
-
-
-def test_the_profile_given_as_profile_is_refused_before_any_job(runs):
+def test_the_profile_given_as_profile_is_refused_before_any_job(slurm_runs):
     # Snakemake would load workflow/profiles/default beside it (cores: all, resources: gpu=1)
-    submitted = len(_jobs(runs["env"]))
-    proc, said = _rerun_gpu_timing(runs, "--profile", "workflow/profiles/slurm")
-    assert proc.returncode != 0
-    assert "workflow/profiles/slurm came with --profile" in said
-    assert "Run `snakemake --workflow-profile workflow/profiles/slurm`" in said
-    assert "sbatch call:" not in said and len(_jobs(runs["env"])) == submitted
+    step = _step(slurm_runs, "as_profile", succeeded=False)
+    assert "workflow/profiles/slurm came with --profile" in step["said"]
+    assert "Run `snakemake --workflow-profile workflow/profiles/slurm`" in step["said"]
+    assert "sbatch call:" not in step["said"] and step["submitted_after"] == step["submitted_before"]
 
 
-def test_the_profile_given_as_profile_without_the_default_one_submits_the_same_job(runs):
-    proc, said = _rerun_gpu_timing(runs, "--profile", "workflow/profiles/slurm",
-                                   "--workflow-profile", "none")
-    assert proc.returncode == 0, said[-6000:]
-    print(_sbatch(said, "gpu_timing"))
-    assert _sbatch(said, "gpu_timing") == _sbatch(runs["said"], "gpu_timing")
+def test_the_profile_given_as_profile_without_the_default_one_submits_the_same_job(slurm_runs, main_run):
+    step = _step(slurm_runs, "as_profile_alone")
+    alone = _sbatch(step["said"], "gpu_timing", slurm_runs[0] / "reruns")
+    print(alone)
+    assert alone == _sbatch(main_run["said"], "gpu_timing", main_run["folder"])
 
 
-def test_the_profiles_options_ask_for_one_gpu_model_and_the_whole_node(runs):
-    """The profile's OPTION lines switched on, as a user would: gpu_model and --exclusive."""
-    shipped = (runs["slurm"] / "workflow" / "profiles" / "slurm" / "config.yaml").read_text()
-    options = shipped.replace('# gpu_model: "h200"', f'gpu_model: "{GPU_MODEL}"').replace(
-        '# slurm_extra: "--exclusive"', 'slurm_extra: "--exclusive"')
+def test_the_profiles_options_ask_for_one_gpu_model_and_the_whole_node(slurm_runs):
+    step = _step(slurm_runs, "options")
     # the two OPTION lines, and nothing else, switched on
-    assert sum(a != b for a, b in zip(options.splitlines(), shipped.splitlines(), strict=True)) == 2
-    (runs["slurm"] / "workflow" / "profiles" / "slurm_options").mkdir()
-    (runs["slurm"] / "workflow" / "profiles" / "slurm_options" / "config.yaml").write_text(options)
-    proc, said = _snakemake(runs["slurm"], runs["env"], "--workflow-profile",
-                            "workflow/profiles/slurm_options", "--slurm-status-command", "squeue",
-                            *QUICK, "--verbose", *CONFIGS, "--forcerun", "gpu_timing", "gpu_bytes",
-                            "--until", "gpu_timing", "gpu_bytes")
-    assert proc.returncode == 0, said[-6000:]
+    assert sum(a != b for a, b in zip(step["options"].splitlines(), step["shipped"].splitlines(),
+                                      strict=True)) == 2
     for rule in ("gpu_timing", "gpu_bytes"):
-        sbatch = _sbatch(said, rule)
+        sbatch = _sbatch(step["said"], rule, slurm_runs[0] / "reruns")
         print(sbatch)
         assert "--exclusive" in sbatch.split() and f"--gpus={GPU_MODEL}:1" in sbatch.split()
-        job = [j for j in _jobs(runs["env"]) if j["rule"] == rule][-1]  # this run's, the latest
+        job = [j for j in step["jobs"] if j["rule"] == rule][-1]  # this run's, the latest
         assert job["JobState"] == "COMPLETED"
         assert job["OverSubscribe"] == "NO" and job["NumCPUs"] == "16", job  # the whole node
         assert f"gpu:{GPU_MODEL}:1" in job["TresPerJob"], job
 
 
-def test_a_second_cluster_on_this_host_leaves_the_first_alone(runs, tmp_path):
-    first = runs["env"]
-    jobs = len(_jobs(first))
-    with cluster(tmp_path) as second:
-        assert second["SLURM_CONF"] != first["SLURM_CONF"]
-        _run("sbatch", "--comment", "second_cluster", "--wrap", "true", env=second)
-        assert [j["Comment"] for j in _jobs(second)] == ["second_cluster"]
-    assert len(_jobs(first)) == jobs  # the first still answers (its munged too), its jobs its own
-    assert Path(first["SLURM_CONF"]).is_file()
+def test_a_second_cluster_on_this_host_leaves_the_first_alone(slurm_runs):
+    step = _step(slurm_runs, "second_cluster", succeeded=None)
+    assert step["conf"] != slurm_runs[1]["slurm_conf"]
+    assert step["comments"] == ["second_cluster"]
+    # the first still answers (its munged too), its jobs its own
+    assert step["submitted_after"] == step["submitted_before"] and step["first_conf_is_file"]
 
 
-def test_a_gpu_job_without_a_usable_gpu_fails_naming_the_node(runs):
-    # gpu.require_cuda left at its default: inside a SLURM job given a GPU, a GPU is demanded
-    proc, said = _snakemake(runs["slurm"], runs["env"], *SLURM_ARGS, "--configfile",
-                            "config/tiny.yaml", "--forcerun", "gpu_correctness", "--until",
-                            "gpu_correctness")
-    assert proc.returncode != 0
-    log = (runs["slurm"] / "results" / "logs" / "gpu_correctness.log").read_text()
-    assert f"node {socket.gethostname()} (SLURM job" in log
-    assert "has no usable GPU: torch" in log
-    assert not (runs["slurm"] / "results" / "gpu" / "correctness" / "manifest.json").exists()
+def test_a_gpu_job_without_a_usable_gpu_fails_naming_the_node(slurm_runs):
+    step = _step(slurm_runs, "no_usable_gpu", succeeded=False)
+    assert step["log"] is not None, step["said"][-6000:]
+    assert f"node {socket.gethostname()} (SLURM job" in step["log"]
+    assert "has no usable GPU: torch" in step["log"]
+    assert not step["manifest_left"]

@@ -410,11 +410,11 @@ SCALE = 1.0
 
 
 def test_two_contenders_one_chatty_one_with_a_helper_outside_the_checkout(tiny_run, tmp_path):
-    """The tiny config's finished run, run again with two contenders added (the rules that run
-    them, and what reads their outputs), one contender printing 2,000 lines per call: a console
-    under 300 lines, every bar on lines of its own, the chatter in the rule's log. The other's
-    module, wrap.py, lives outside the checkout and imports a helper there: editing the helper
-    makes the rules that run it out of date, and their manifests record the helper's new hash."""
+    """The tiny config's finished run, its correctness stage run again with two contenders added,
+    one printing 2,000 lines per call: a console under 300 lines, every bar on lines of its own,
+    the chatter in the rule's log. The other's module, wrap.py, lives outside the checkout and
+    imports a helper there: editing the helper makes the rules that run it out of date, and their
+    manifests record the helper's new hash."""
     root = copy_of_tiny_run(tiny_run, tmp_path / "project")
     (root / "config" / "contenders.yaml").write_text(CONTENDERS)
     (root / "examples" / "chatty.py").write_text(CHATTY)
@@ -430,7 +430,7 @@ def test_two_contenders_one_chatty_one_with_a_helper_outside_the_checkout(tiny_r
                                "config/tiny.yaml", "config/contenders.yaml", *args], cwd=root, env=env,
                               capture_output=True, text=True)
 
-    proc = run()
+    proc = run("--until", "gpu_correctness")  # the one rule that runs them (gpu.correctness.contenders)
     said = proc.stdout + proc.stderr
     assert proc.returncode == 0, said[-3000:]
     assert "rule gpu_correctness:" in said  # the copy was up to date: the contenders made it rerun
