@@ -77,11 +77,8 @@ class Local:
         return fn, {"path": cfg.path, **{f"cfg_{key}": val for key, val in cfg.as_dict().items()}}
 
     def _make(self, direction: str, inputs, causal: bool):
-        """(make, like, extra): `make()` builds the call of `direction`; `like` is Q."""
-        if direction == contract.FORWARD:
-            q, k, v = inputs
-            fn, extra = self._forward(q, k, v, causal)
-            return (lambda: lambda: fn(q, k, v)), q, extra
+        """(make, like, extra) of a backward pass: `make()` builds the call of `direction` (dQ, dK,
+        dV); `like` is Q."""
         q, k, v, do = inputs
         if self.name == contract.TRITON and direction == contract.BACKWARD:
             cfg = launch_bwd_config(q, k, v, causal, do=do)  # what the call runs: Gluon or tl
@@ -97,12 +94,13 @@ class Local:
         return make, q, {}
 
     def prepare(self, case: TimingCase, direction: str, inputs) -> Prepared:
-        make, like, extra = self._make(direction, inputs, case.causal)
         if direction == contract.FORWARD:  # checked on the first head: float64 of the whole batch won't fit
+            fn, extra = self._forward(*inputs, case.causal)  # the kernel: the whole problem's configuration
+            make = lambda: lambda: fn(*inputs)
             one = [t[:1, :1] for t in inputs]
-            fn, _ = self._forward(*inputs, case.causal)  # the kernel: the whole problem's configuration
             heads, has_nan = first_heads(lambda: fn(*one), one[0])
         else:
+            make, like, extra = self._make(direction, inputs, case.causal)
             heads, has_nan = first_heads(make(), like)
         sampler = Sampler(make, case.sample_ms, case.warmup_ms, case.rep_ms, host_cost=case.host_cost)
         measured = {"heads": heads, "has_nan": has_nan, "eager_ms": sampler.eager_ms,

@@ -94,12 +94,13 @@ def run(cfg: dict, random_seed: int, cpu_prediction: dict | None = None, progres
     for child in children:  # started before the ceilings: no idle GPU between them and the points
         child.start()
     impls = implementations(children)
+    always = {impl.name: impl for impl in impls[:len(contract.IMPLEMENTATIONS)]}  # in each grid's order
+    contenders_timed = impls[len(contract.IMPLEMENTATIONS):]
     ceilings = gpu_ceilings(cfg["warmup_ms"])
     rows, samples = [], []
     try:
         for i, p in enumerate(tqdm(grids.points(cfg), desc="timing", file=progress)):
-            order = [impl for name in contract.IMPLEMENTATIONS_BY_GRID[p.grid] for impl in impls
-                     if impl.name == name] + impls[len(contract.IMPLEMENTATIONS):]
+            order = [always[name] for name in contract.IMPLEMENTATIONS_BY_GRID[p.grid]] + contenders_timed
             for direction in directions(cfg):
                 host_cost = p.grid == contract.LAB_GRID and direction == contract.FORWARD
                 case = TimingCase(p.B, p.H, p.N, p.d, p.causal, random_seed + i, cfg["warmup_ms"],

@@ -159,9 +159,7 @@ def time_pass(point: Point, direction: str, impls, case: TimingCase, samples: in
             prepared[impl.name] = (row, ready)
             row["interleaved"] = not crowded()
         if not row["interleaved"] and impl.name in prepared:  # sampled now, then its memory goes back
-            taken_alone.update(rounds({impl.name: prepared.pop(impl.name)}, samples, failures, case.seed))
-            ready.release()
-            torch.cuda.empty_cache()
+            taken_alone.update(flush({impl.name: prepared.pop(impl.name)}, samples, failures, case.seed))
     taken = taken_alone | flush(prepared, samples, failures, case.seed)
     sample_rows = []
     for name, values in taken.items():
