@@ -8,7 +8,7 @@ import torch
 import minimodel.entry  # noqa: F401 (first: compiled or interpreted is decided on import)
 from minimodel import contract
 from minimodel.contenders import registry
-from minimodel.gpu import timing, timing_rows
+from minimodel.gpu import timing
 from minimodel.provenance import machine
 from minimodel.provenance.io import write_csv, write_json
 from minimodel.provenance.manifest import stage
@@ -34,5 +34,5 @@ with stage(snakemake) as st:
         print(f"gpu_timing: no CUDA device; {snakemake.output.table} lists the {len(rows)} planned "
               "points as not run", file=st.progress)
     write_csv(snakemake.output.table, pd.DataFrame(rows))
-    write_csv(snakemake.output.samples, pd.DataFrame(samples, columns=[*timing_rows.KEY, "sample", "ms"]))
+    write_csv(snakemake.output.samples, pd.DataFrame(samples, columns=contract.TIMING_SAMPLES_COLUMNS))
     write_json(snakemake.output.summary, result)

@@ -26,9 +26,11 @@ CORRECTNESS = "gpu/correctness/correctness.csv"
 CORRECTNESS_SUMMARY = "gpu/correctness/correctness.json"
 TIMING = "gpu/timing/timing.csv"
 TIMING_SUMMARY = "gpu/timing/timing.json"
-# every timing sample: timing.csv's key columns (direction, grid, B, H, N, d, causal, impl), `sample`
-# (0 … k-1, the round it was taken in) and `ms`; timing.csv's `ms` is their median, `samples` their k
+# every timing sample: timing.csv's key columns (TIMING_KEY), `sample` (0 … k-1, the round it was
+# taken in) and `ms`; timing.csv's `ms` is their median, `samples` their k
 TIMING_SAMPLES = "gpu/timing/samples.csv"
+TIMING_KEY = ("direction", "grid", "B", "H", "N", "d", "causal", "impl")  # a timing row's, and its samples'
+TIMING_SAMPLES_COLUMNS = (*TIMING_KEY, "sample", "ms")
 GPU_BYTES = "gpu/bytes/bytes.csv"
 GPU_KERNELS = "gpu/bytes/kernels.csv"
 GPU_BYTES_SUMMARY = "gpu/bytes/bytes.json"

@@ -13,7 +13,7 @@ from minimodel import contract
 
 log = logging.getLogger(__name__)
 
-KEY = ("direction", "grid", "B", "H", "N", "d", "causal", "impl")  # a row's key, and its samples'
+KEY = contract.TIMING_KEY  # a row's key, and its samples'
 
 
 class Declined(Exception):

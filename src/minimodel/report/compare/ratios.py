@@ -13,8 +13,8 @@ import pandas as pd
 
 from minimodel import contract
 
-POINT = ["direction", "grid", "B", "H", "N", "d", "causal"]  # a point of one pass
-KEY = [*POINT, "impl"]  # a timing row's key, and its samples' (contract.TIMING_SAMPLES)
+KEY = list(contract.TIMING_KEY)  # a timing row's key, and its samples' (contract.TIMING_SAMPLES)
+POINT = [c for c in KEY if c != "impl"]  # a point of one pass
 RATIO = [*POINT, "metric"]  # a ratio's key
 FAMILY = ["direction", "grid", "d", "metric"]  # the points a family's geometric mean is taken over
 # The kernel's speed against another implementation (their time over the kernel's), by metric name;

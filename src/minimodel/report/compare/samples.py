@@ -22,7 +22,7 @@ from minimodel.report import runs
 from minimodel.report.compare import ratios
 from minimodel.report.compare.bands import MIN_SAMPLES
 
-COLUMNS = [*ratios.KEY, "sample", "ms"]
+COLUMNS = list(contract.TIMING_SAMPLES_COLUMNS)
 NAMED = 3  # rows named in the line, before "and N more"
 # Why a ratio is judged by the wider rule, by what its samples lack (`Samples.rule`).
 NONE, FEW, DAMAGED = "no samples", f"fewer than {MIN_SAMPLES} samples", "damaged samples"
