@@ -22,6 +22,7 @@ made; those go first.
 import contextlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -37,6 +38,14 @@ from filelock import FileLock
 import minimodel.entry  # noqa: F401 (first: compiled or interpreted is decided on import)
 
 HAS_CUDA = torch.cuda.is_available()
+
+# One thread per process: under pytest-xdist each worker has a core to itself, and a torch that
+# starts an OpenMP thread per core in every worker has them spin on each other's cores
+# (tests/test_references.py took 4.5 times the CPU on a busy 2-core machine, docs/testing.md).
+# The processes the tests start (Snakemake and its jobs, contenders' children, kernel_report)
+# inherit it; a rule that sets its own threads (cpu_roofline) still does. A value the user set is kept.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
 DEVICE = "cuda" if HAS_CUDA else "cpu"
 requires_gpu = pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device")
@@ -255,5 +264,7 @@ def snakemake_until(tmp_path: Path, rule: str) -> tuple[Path, subprocess.Complet
     """The tiny config's run that ran `rule` and the console it printed: the shared run, read only
     (`tmp_path` is the caller's own folder, unused)."""
     tiny = _the_tiny_run()
-    assert f"rule {rule}:" in tiny.proc.stderr, f"the shared tiny run ran no job of rule {rule}"
+    # "localrule symbolic:", or with its wildcards: "localrule cpu_bytes_part (dtype=float32):"
+    assert re.search(rf"rule {rule}( \([^)]*\))?:", tiny.proc.stderr), \
+        f"the shared tiny run ran no job of rule {rule}"
     return tiny.root, tiny.proc

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import copy_project
+from conftest import copy_of_tiny_run, copy_project
 
 from minimodel import contract
 from minimodel.contenders import ContenderError, file_sha256, load, module_path, parse
@@ -177,8 +177,12 @@ def _snakemake(root, *args):
 
 
 @pytest.mark.workflow
-def test_three_contenders_through_the_whole_workflow(tmp_path):
-    root = copy_project(tmp_path, ("mine.yaml", MINE))
+def test_three_contenders_through_the_whole_workflow(tiny_run, tmp_path):
+    """The whole workflow with three contenders added to the tiny config: a copy of the session's
+    finished run, so that what the contenders do not reach (the byte model, the CPU stage) is
+    already up to date, and every rule that runs a contender or reads what one made runs again."""
+    root = copy_of_tiny_run(tiny_run, tmp_path / "project")
+    (root / "config" / "mine.yaml").write_text(MINE)
     (root / "examples" / "bad_contenders.py").write_text(BAD)
     proc = _snakemake(root)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
