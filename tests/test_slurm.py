@@ -184,9 +184,11 @@ def cluster(state: Path):
 
 
 def _copy_tree(root: Path) -> Path:
-    # no comparison with the reference: its two local rules are test_workflow's, not the profile's
+    # no comparison with the reference: its two local rules are test_workflow's, not the profile's;
+    # one dtype of the CPU's bytes: one cpu_bytes_part job through sbatch says what two would
     return copy_project(root, ("no_gpu_needed.yaml", "gpu:\n  require_cuda: false\n"),
-                        ("no_compare.yaml", "compare:\n  reference: null\n"))
+                        ("no_compare.yaml", "compare:\n  reference: null\n"),
+                        ("one_dtype.yaml", "cpu:\n  dtypes: [float32]\n"))
 
 
 def _snakemake(workdir: Path, env: dict, *args, timeout=900):
@@ -202,7 +204,8 @@ QUICK = ("--slurm-init-seconds-before-status-checks", "2", "--seconds-between-st
 # What docs/cluster.md says to run on a cluster without an accounting database.
 SLURM_ARGS = ("--workflow-profile", "workflow/profiles/slurm", "--slurm-status-command", "squeue",
               *QUICK)
-CONFIGS = ("--configfile", "config/tiny.yaml", "config/no_gpu_needed.yaml", "config/no_compare.yaml")
+CONFIGS = ("--configfile", "config/tiny.yaml", "config/no_gpu_needed.yaml", "config/no_compare.yaml",
+           "config/one_dtype.yaml")
 
 
 def _jobs(env: dict) -> list[dict]:
@@ -368,6 +371,8 @@ def test_results_equal_those_of_a_local_run(main_run, tiny_run):
         assert (runs["slurm"] / "results" / table).read_bytes() == \
             (runs["local"] / "results" / table).read_bytes(), table
     cpu = [pd.read_csv(runs[k] / "results" / "cpu" / "bytes.csv") for k in ("slurm", "local")]
+    assert set(cpu[0]["dtype"]) == {"float32"}  # config/one_dtype.yaml: the local run's float32 rows
+    cpu[1] = cpu[1][cpu[1]["dtype"] == "float32"].reset_index(drop=True)
     counted = ["scheme", "N", "d", "dtype", "bytes_model", "bytes_instrumented", "bytes_read",
                "bytes_written", "deviation"]
     pd.testing.assert_frame_equal(cpu[0][counted], cpu[1][counted])
