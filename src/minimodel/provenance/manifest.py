@@ -32,6 +32,7 @@ from __future__ import annotations
 import ast
 import contextlib
 import datetime as dt
+import functools
 import logging
 import os
 import subprocess
@@ -60,26 +61,31 @@ PACKAGE = "minimodel"
 log = logging.getLogger(__name__)
 
 
+@functools.cache
+def _imported_names(source: bytes) -> tuple[str, ...]:
+    """The package's names a Python source imports (anywhere in it, functions too). Cached by the
+    source: the rules of a Snakefile share most of their modules, and parsing each again for every
+    rule took a fifth of a Snakemake start (docs/testing.md)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            found += [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        elif isinstance(node, ast.Import):
+            found += [a.name for a in node.names]
+    return tuple(name for name in found if name.split(".")[0] == PACKAGE)
+
+
 def _imports(path: Path, src: Path) -> set[Path]:
     """Files of the package that a Python file imports directly (anywhere in it, functions too)."""
     found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom) and node.module:
-            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
-        elif isinstance(node, ast.Import):
-            names = [a.name for a in node.names]
-        else:
-            continue
-        for name in names:
-            parts = name.split(".")
-            if parts[0] != PACKAGE:
-                continue
-            for depth in range(1, len(parts) + 1):  # a module and every package above it
-                rel = Path(*parts[1:depth]) if depth > 1 else Path()
-                for candidate in (src / rel.with_suffix(".py") if depth > 1 else None,
-                                  src / rel / "__init__.py"):
-                    if candidate is not None and candidate.exists():
-                        found.add(candidate)
+    for name in _imported_names(path.read_bytes()):
+        parts = name.split(".")
+        for depth in range(1, len(parts) + 1):  # a module and every package above it
+            rel = Path(*parts[1:depth]) if depth > 1 else Path()
+            for candidate in (src / rel.with_suffix(".py") if depth > 1 else None,
+                              src / rel / "__init__.py"):
+                if candidate is not None and candidate.exists():
+                    found.add(candidate)
     return found
 
 
