@@ -6,6 +6,7 @@
     python tools/kernel_report.py --d 64 --config 128 128 4 3 --gluon   # the Gluon kernel
     python tools/kernel_report.py --d 64 --config 192 128 4 2 --gluon --consumers 3
     python tools/kernel_report.py --policy --arch 80       # every config the policy can pick on sm_80
+    python tools/kernel_report.py --policy --arch 80 --no-sass   # the same fits, without SASS counts
 
 Each kernel of `minimodel.kernel.flash` is compiled for sm_90 (the H100/H200) exactly as a
 launch on a contiguous (B, H, N, d) fp16 problem would specialize it — integer arguments equal
@@ -118,24 +119,26 @@ def _cuobjdump(cubin: bytes, flag: str) -> str:
                               capture_output=True, text=True, check=True).stdout
 
 
-def report(config, shape=(1, 1, 4096, 64), causal: bool = False, arch: int = 90) -> dict:
-    """Registers per thread, spill stack bytes, shared memory bytes (and whether it fits), SASS counts."""
+def report(config, shape=(1, 1, 4096, 64), causal: bool = False, arch: int = 90, sass: bool = True) -> dict:
+    """Registers per thread, spill stack bytes, shared memory bytes (and whether it fits), SASS
+    counts (without `sass`, None: the disassembly is about 40 % of a kernel's report)."""
     compiled = compile_cubin(config, shape, causal, arch)
     cubin = compiled.asm["cubin"]
     usage = _cuobjdump(cubin, "--dump-resource-usage")
-    sass = _cuobjdump(cubin, "--dump-sass")
-    ops = collections.Counter(
-        m.group(1).split(".")[0]
-        for m in re.finditer(r"/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", sass))
     shared = int(compiled.metadata.shared)
-    return {
+    found = {
         "registers": int(re.search(r"REG:(\d+)", usage).group(1)),
         "spill_stack_bytes": int(re.search(r"STACK:(\d+)", usage).group(1)),
         "shared_bytes": shared,
         "fits_shared": shared <= policy.SHARED_MEMORY[arch],
-        "instructions": sum(ops.values()),
-        **{op.lower(): ops[op] for op in OPCODES},
     }
+    if not sass:
+        return {**found, "instructions": None, **{op.lower(): None for op in OPCODES}}
+    ops = collections.Counter(
+        m.group(1).split(".")[0]
+        for m in re.finditer(r"/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)",
+                             _cuobjdump(cubin, "--dump-sass")))
+    return {**found, "instructions": sum(ops.values()), **{op.lower(): ops[op] for op in OPCODES}}
 
 
 def policy_configs(arch: int) -> list[tuple]:
@@ -157,9 +160,9 @@ def policy_configs(arch: int) -> list[tuple]:
     return found
 
 
-def _report_row(cfg, shape, causal, arch) -> dict:
+def _report_row(cfg, shape, causal, arch, sass: bool = True) -> dict:
     try:
-        return report(cfg, shape, causal, arch)
+        return report(cfg, shape, causal, arch, sass)
     except Exception as err:  # e.g. a shape Triton cannot lower
         return {"error": f"{type(err).__name__}: {str(err).splitlines()[0][:120]}"}
 
@@ -184,11 +187,14 @@ def main(argv=None) -> int:
     parser.add_argument("--policy", action="store_true",
                         help="every config the policy can pick on --arch; exit 1 if one fails to compile, "
                              "spills, or needs more shared memory than the architecture has")
+    parser.add_argument("--no-sass", dest="sass", action="store_false",
+                        help="registers, spills and shared memory only: no SASS instruction counts "
+                             "(the disassembly is about 40 % of each kernel's report)")
     parser.add_argument("--csv", type=Path, help="also write the table here")
     args = parser.parse_args(argv)
     if args.policy:
         rows = [{"arch": args.arch, "d": d, "causal": causal, **cfg.as_dict(),
-                 **_report_row(cfg, (1, 1, 4096, d), causal, args.arch)}
+                 **_report_row(cfg, (1, 1, 4096, d), causal, args.arch, args.sass)}
                 for cfg, d, causal in policy_configs(args.arch)]
         return _print(rows, args.csv, check=True)
     rows, seen = [], {}
@@ -203,7 +209,7 @@ def main(argv=None) -> int:
                        policy.get_fwd_config(d, causal, "cuda", n, shape[0] * shape[1], args.sms, args.arch))
                 key = (cfg, d, causal)
                 if key not in seen:  # the same kernel serves many N: compile it once
-                    seen[key] = _report_row(cfg, shape, causal, args.arch)
+                    seen[key] = _report_row(cfg, shape, causal, args.arch, args.sass)
                 rows.append({"d": d, "causal": causal, "N": n, **cfg.as_dict(), **seen[key]})
     return _print(rows, args.csv)
 
