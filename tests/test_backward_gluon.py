@@ -41,7 +41,7 @@ def gen(request):
 
 
 def test_a_gluon_configuration_is_checked_when_made():
-    with pytest.raises(ValueError, match="GLUON keeps the separate dQ pass"):
+    with pytest.raises(ValueError, match="GLUON in one partition keeps the separate dQ pass"):
         BwdConfig(64, 128, 128, 64, 8, 2, ATOMIC_DQ=True, GLUON=True)
     with pytest.raises(ValueError, match="64 keys per warpgroup .* got BLOCK_N1 = 128, num_warps_kv = 4"):
         BwdConfig(64, 128, 128, 64, 4, 2, GLUON=True)

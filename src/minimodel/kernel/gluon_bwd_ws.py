@@ -1,0 +1,392 @@
+"""The backward's dK/dV kernel for Hopper (sm_90) in Gluon, warp-specialized as FlashAttention-3's
+(issue 39, steps 2 and 3). One program per (128 keys, batch, K/V head), three partitions:
+
+- `_produce` (the default partition, one warpgroup cut to few registers): K and V once, then
+  Q, dO, LSE and D of every query tile, through TMA, into a ring of STAGES stages;
+- `_mma` twice (two warpgroups with most of the registers), consumer w owning keys
+  [64w, 64w + 64) of the block: dK and dV in registers for the whole loop.
+
+A step, in transposed form (keys as the rows of every warpgroup MMA, as `gluon_backward`):
+    Sᵀ = K Qᵀ,  dPᵀ = V dOᵀ,  Pᵀ = exp2(Sᵀ·scale·log2 e − LSE·log2 e),
+    dV += Pᵀ dO,  dSᵀ = Pᵀ ∘ (dPᵀ − D),  dK += dSᵀ Q        (Pᵀ, dSᵀ from registers)
+and with DQ_ATOMIC the fifth GEMM, dQ = dS K: each consumer writes its dSᵀ rows to a shared
+buffer (double-buffered), both wait for the other's, and each computes half of the query tile's
+dQ over all 128 keys (half the head dim, or half the rows where the tile has 128), then adds it,
+times the softmax scale, to a float32 dQ with atomic adds. Those adds make dQ's last bits depend
+on their order: without DQ_ATOMIC the kernel writes only dK and dV and the tl dQ pass runs after
+it (`backward.arguments`), deterministic, as `gluon_backward`.
+
+Rows past N: Q, dO, K, V read as zeros (4-D descriptors, bounded per head); LSE and D come from
+1-D descriptors over (B·H·N), so a ragged tile's last columns hold the next head's values: those
+query columns get P = 0 (masked), so dS = 0 and they add nothing. Keys past N get P = 0 too (their
+dS would meet a zero K row in dQ, but P need not be finite there). Gluon has no interpreter: this
+runs compiled on sm_90 only (`bwd_config.gluon_ok`), or compiles for sm_90 on a CPU
+(tools/bwd_ws_report.py).
+"""
+
+# no `from __future__ import annotations`: an aggregate checks its fields against their annotations
+
+import torch
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
+    mbarrier,
+    tma,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+from triton.language.core import _aggregate as aggregate
+
+from minimodel.kernel.gluon_backward import KeyBlock
+from minimodel.kernel.hopper import _descriptor
+from minimodel.kernel.launch import LOG2E, grid
+
+_LOG2E = gl.constexpr(LOG2E)
+WARPS = 12  # a producer warpgroup and two MMA warpgroups: `BwdConfig.num_warps_kv` of this kernel
+MMA_REGS = gl.constexpr(240)  # registers per MMA thread: 2·128·240 + 128·24 (the producer's) <= 65,536
+MAX_ROWS = 2**31  # LSE and D are addressed as one (B·H·N) axis, by 32-bit TMA coordinates
+# LSE and D in shared memory: unswizzled, as a 1-D TMA box lands (a stage is [BLOCK_M] of them)
+ROW_LAYOUT = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=1)
+
+
+@aggregate
+class Config:
+    """Shapes and layouts, all constexpr; the register layouts are one MMA warpgroup's."""
+
+    BLOCK_M: gl.constexpr  # query rows per step
+    BLOCK_N: gl.constexpr  # keys per program: 64 per MMA warpgroup
+    WG_KEYS: gl.constexpr
+    HEAD_DIM: gl.constexpr
+    STAGES: gl.constexpr
+    IS_CAUSAL: gl.constexpr
+    DQ_ATOMIC: gl.constexpr
+    DQ_ROWS: gl.constexpr  # dQ split between the warpgroups by rows (else by head-dim columns)
+    DQ_M: gl.constexpr  # rows of one warpgroup's share of a query tile's dQ
+    DQ_N: gl.constexpr  # its columns
+    dtype: gl.constexpr
+    st_layout: gl.constexpr  # Sᵀ, dPᵀ, Pᵀ, dSᵀ in fp32: [WG_KEYS, BLOCK_M]
+    acc_layout: gl.constexpr  # dK, dV: [WG_KEYS, HEAD_DIM]
+    op_layout: gl.constexpr  # Pᵀ, dSᵀ as the left operand from registers
+    dq_layout: gl.constexpr  # one warpgroup's half of dQ
+    col_layout: gl.constexpr  # a value per query column of Sᵀ (LSE, D)
+    key_layout: gl.constexpr  # a value per key row of Sᵀ
+    kv_smem: gl.constexpr  # K, V: [BLOCK_N, HEAD_DIM]
+    q_smem: gl.constexpr  # Q, dO: [BLOCK_M, HEAD_DIM]
+    ds_smem: gl.constexpr  # dSᵀ of both warpgroups: [BLOCK_N, BLOCK_M]
+    row_smem: gl.constexpr  # LSE, D: [BLOCK_M] float32, as the 1-D descriptors write them
+
+    @gluon.constexpr_function
+    def __init__(self, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, IS_CAUSAL, DQ_ATOMIC, dtype):
+        self.BLOCK_M = gl.constexpr(BLOCK_M)
+        self.BLOCK_N = gl.constexpr(BLOCK_N)
+        self.WG_KEYS = gl.constexpr(BLOCK_N // 2)
+        self.HEAD_DIM = gl.constexpr(HEAD_DIM)
+        self.STAGES = gl.constexpr(STAGES)
+        self.IS_CAUSAL = gl.constexpr(IS_CAUSAL)
+        self.DQ_ATOMIC = gl.constexpr(DQ_ATOMIC)
+        # a warpgroup MMA has 64 rows: split the rows only where each half has 64
+        self.DQ_ROWS = gl.constexpr(BLOCK_M >= 128)
+        self.DQ_M = gl.constexpr(BLOCK_M // 2 if BLOCK_M >= 128 else BLOCK_M)
+        self.DQ_N = gl.constexpr(HEAD_DIM if BLOCK_M >= 128 else HEAD_DIM // 2)
+        self.dtype = gl.constexpr(dtype)
+        st = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_M, 16])
+        acc = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HEAD_DIM, 16])
+        self.st_layout = gl.constexpr(st)
+        self.acc_layout = gl.constexpr(acc)
+        self.op_layout = gl.constexpr(gl.DotOperandLayout(operand_index=0, parent=acc, k_width=2))
+        self.dq_layout = gl.constexpr(gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                                instr_shape=[16, self.DQ_N, 16]))
+        self.col_layout = gl.constexpr(gl.SliceLayout(0, st))
+        self.key_layout = gl.constexpr(gl.SliceLayout(1, st))
+        self.kv_smem = gl.constexpr(gl.NVMMASharedLayout.get_default_for([BLOCK_N, HEAD_DIM], dtype))
+        self.q_smem = gl.constexpr(gl.NVMMASharedLayout.get_default_for([BLOCK_M, HEAD_DIM], dtype))
+        self.ds_smem = gl.constexpr(gl.NVMMASharedLayout.get_default_for([BLOCK_N, BLOCK_M], dtype))
+        self.row_smem = gl.constexpr(ROW_LAYOUT)
+
+
+@aggregate
+class Ring:
+    """The shared memory and the barriers that connect the partitions, allocated in one place
+    (`create`). Who arrives and who waits:
+    - kv_ready: TMA completes it when K and V have landed (the producer expects their bytes);
+      each MMA warpgroup waits once.
+    - ready[s]: TMA completes it when stage s holds Q, dO, LSE and D of a step; the MMA warpgroups
+      wait on it, once per pass over the ring.
+    - empty[s] (count 2): each MMA warpgroup arrives when its GEMMs of the step in stage s are
+      done; the producer waits on it before loading stage s again.
+    - ds_ready[i] (count 2, DQ_ATOMIC): each MMA warpgroup arrives when its dSᵀ rows of a step are
+      in ds[i] (i = step % 2); both wait on it before dQ = dS K reads both halves. Two buffers: a
+      warpgroup writes ds[i] again only after passing step + 1's wait, so after the other one's
+      dQ GEMM of this step has completed."""
+
+    k: gl.shared_memory_descriptor  # [BLOCK_N, HEAD_DIM]
+    v: gl.shared_memory_descriptor
+    q: gl.shared_memory_descriptor  # [STAGES, BLOCK_M, HEAD_DIM]
+    do: gl.shared_memory_descriptor
+    lse: gl.shared_memory_descriptor  # [STAGES, BLOCK_M] float32
+    delta: gl.shared_memory_descriptor
+    ds: gl.shared_memory_descriptor  # [2, BLOCK_N, BLOCK_M]
+    kv_ready: gl.shared_memory_descriptor
+    ready: gl.shared_memory_descriptor
+    empty: gl.shared_memory_descriptor
+    ds_ready: gl.shared_memory_descriptor
+
+    @gluon.constexpr_function
+    def __init__(self, k, v, q, do, lse, delta, ds, kv_ready, ready, empty, ds_ready):
+        self.k = k
+        self.v = v
+        self.q = q
+        self.do = do
+        self.lse = lse
+        self.delta = delta
+        self.ds = ds
+        self.kv_ready = kv_ready
+        self.ready = ready
+        self.empty = empty
+        self.ds_ready = ds_ready
+
+    @gluon.jit
+    def create(C):
+        bar: gl.constexpr = mbarrier.MBarrierLayout()
+        k = gl.allocate_shared_memory(C.dtype, [C.BLOCK_N, C.HEAD_DIM], C.kv_smem)
+        v = gl.allocate_shared_memory(C.dtype, [C.BLOCK_N, C.HEAD_DIM], C.kv_smem)
+        q = gl.allocate_shared_memory(C.dtype, [C.STAGES, C.BLOCK_M, C.HEAD_DIM], C.q_smem)
+        do = gl.allocate_shared_memory(C.dtype, [C.STAGES, C.BLOCK_M, C.HEAD_DIM], C.q_smem)
+        lse = gl.allocate_shared_memory(gl.float32, [C.STAGES, C.BLOCK_M], C.row_smem)
+        delta = gl.allocate_shared_memory(gl.float32, [C.STAGES, C.BLOCK_M], C.row_smem)
+        # without DQ_ATOMIC nothing uses ds and the compiler drops it (a field must hold a value)
+        ds = gl.allocate_shared_memory(C.dtype, [2, C.BLOCK_N, C.BLOCK_M], C.ds_smem)
+        kv_ready = gl.allocate_shared_memory(gl.int64, [1], bar)
+        ready = gl.allocate_shared_memory(gl.int64, [C.STAGES, 1], bar)
+        empty = gl.allocate_shared_memory(gl.int64, [C.STAGES, 1], bar)
+        ds_ready = gl.allocate_shared_memory(gl.int64, [2, 1], bar)
+        mbarrier.init(kv_ready, count=1)
+        for s in gl.static_range(C.STAGES):
+            mbarrier.init(ready.index(s), count=1)
+            mbarrier.init(empty.index(s), count=2)
+        for i in gl.static_range(2):
+            mbarrier.init(ds_ready.index(i), count=2)
+        return Ring(k, v, q, do, lse, delta, ds, kv_ready, ready, empty, ds_ready)
+
+
+@aggregate
+class Descriptors:
+    """The TMA descriptors: Q, dO, K, V 4-D (B, H, N, d); LSE and D 1-D over (B·H·N)."""
+
+    q: tma.tensor_descriptor
+    do: tma.tensor_descriptor
+    k: tma.tensor_descriptor
+    v: tma.tensor_descriptor
+    lse: tma.tensor_descriptor
+    delta: tma.tensor_descriptor
+
+    @gluon.constexpr_function
+    def __init__(self, q, do, k, v, lse, delta):
+        self.q = q
+        self.do = do
+        self.k = k
+        self.v = v
+        self.lse = lse
+        self.delta = delta
+
+
+@gluon.jit
+def _produce(d: Descriptors, ring: Ring, blk: KeyBlock, total, C: Config):
+    """K and V once, then the step's Q, dO, LSE, D into stage t % STAGES once both MMA
+    warpgroups have released it (on the first pass the fresh barriers count as released)."""
+    mbarrier.expect(ring.kv_ready, 2 * d.k.block_type.nbytes)
+    tma.async_copy_global_to_shared(d.k, [blk.b, blk.h_kv, blk.start_n, 0], ring.kv_ready, ring.k)
+    tma.async_copy_global_to_shared(d.v, [blk.b, blk.h_kv, blk.start_n, 0], ring.kv_ready, ring.v)
+    nbytes: gl.constexpr = 2 * d.q.block_type.nbytes + 2 * d.lse.block_type.nbytes
+    for t in range(total):
+        s = t % C.STAGES
+        mbarrier.wait(ring.empty.index(s), ((t // C.STAGES) & 1) ^ 1)
+        h, start_m = blk.query(t, C)
+        row = (blk.b * blk.H + h) * blk.N + start_m  # < 2³¹ (`MAX_ROWS`)
+        bar = ring.ready.index(s)
+        mbarrier.expect(bar, nbytes)
+        tma.async_copy_global_to_shared(d.q, [blk.b, h, start_m, 0], bar, ring.q.index(s))
+        tma.async_copy_global_to_shared(d.do, [blk.b, h, start_m, 0], bar, ring.do.index(s))
+        tma.async_copy_global_to_shared(d.lse, [row], bar, ring.lse.index(s))
+        tma.async_copy_global_to_shared(d.delta, [row], bar, ring.delta.index(s))
+
+
+@gluon.jit
+def _probabilities(st, lse, blk: KeyBlock, start_m, qk_scale, WG: gl.constexpr, C: Config):
+    """Pᵀ of this warpgroup's keys; 0 where a query is past N, (causal) before the key, or the key
+    is past N. Only the diagonal band and the ragged tiles build the mask."""
+    pt = gl.exp2(st * qk_scale - gl.expand_dims(lse, 0))
+    first_key = blk.start_n + WG * C.WG_KEYS
+    if (start_m < blk.band_end) | (start_m + C.BLOCK_M > blk.N) | (first_key + C.WG_KEYS > blk.N):
+        cols = gl.expand_dims(start_m + gl.arange(0, C.BLOCK_M, layout=C.col_layout), 0)
+        keys = gl.expand_dims(first_key + gl.arange(0, C.WG_KEYS, layout=C.key_layout), 1)
+        valid = (cols < blk.N) & (keys < blk.N)
+        if C.IS_CAUSAL:
+            valid = valid & (cols >= keys)
+        pt = gl.where(valid, pt, 0.0)
+    return pt
+
+
+@aggregate
+class Grads:
+    """Where the gradients go (contiguous: dK, dV (B, H_kv, N, d) in the inputs' dtype; dQ
+    (B, H, N, d) float32, added to, with DQ_ATOMIC) and the scales."""
+
+    dk: gl.tensor
+    dv: gl.tensor
+    dq: gl.tensor
+    qk_scale: gl.tensor  # sm_scale · log2 e
+    sm_scale: gl.tensor
+
+    @gluon.constexpr_function
+    def __init__(self, dk, dv, dq, qk_scale, sm_scale):
+        self.dk = dk
+        self.dv = dv
+        self.dq = dq
+        self.qk_scale = qk_scale
+        self.sm_scale = sm_scale
+
+
+@gluon.jit
+def _dq_mma(ring: Ring, t, ds16, WG: gl.constexpr, C: Config):
+    """Hand this warpgroup's dSᵀ rows to the other one through ds[t % 2]; once both halves are
+    there, issue this warpgroup's share of dQ = dS K, asynchronously."""
+    buf = ring.ds.index(t % 2)
+    buf.slice(WG * C.WG_KEYS, C.WG_KEYS).store(ds16)
+    fence_async_shared()  # this thread's generic-proxy stores, before any MMA reads them
+    gl.thread_barrier()  # every thread of this warpgroup has stored before one thread arrives
+    mbarrier.arrive(ring.ds_ready.index(t % 2), count=1)
+    mbarrier.wait(ring.ds_ready.index(t % 2), (t // 2) & 1)
+    if C.DQ_ROWS:  # half the rows, every column
+        a = buf.slice(WG * C.DQ_M, C.DQ_M, dim=1).permute((1, 0))
+        b = ring.k
+    else:  # every row, half the columns
+        a = buf.permute((1, 0))
+        b = ring.k.slice(WG * C.DQ_N, C.DQ_N, dim=1)
+    zeros = gl.zeros([C.DQ_M, C.DQ_N], gl.float32, C.dq_layout)
+    return warpgroup_mma(a, b, zeros, use_acc=False, is_async=True)
+
+
+@gluon.jit
+def _dq_add(dq, g: Grads, blk: KeyBlock, h, start_m, WG: gl.constexpr, C: Config):
+    """Add scale · this share of dQ to g.dq (float32, contiguous (B, H, N, d)); rows past N are not."""
+    if C.DQ_ROWS:
+        row0 = start_m + WG * C.DQ_M
+        col0 = 0
+    else:
+        row0 = start_m
+        col0 = WG * C.DQ_N
+    r = gl.expand_dims(gl.arange(0, C.DQ_M, layout=gl.SliceLayout(1, C.dq_layout)), 1)
+    c = gl.expand_dims(gl.arange(0, C.DQ_N, layout=gl.SliceLayout(0, C.dq_layout)), 0)
+    base = g.dq + ((blk.b.to(gl.int64) * blk.H + h) * blk.N + row0) * C.HEAD_DIM + col0
+    if start_m + C.BLOCK_M <= blk.N:  # only the ragged tile pays for the mask (and its registers)
+        gl.atomic_add(base + r * C.HEAD_DIM + c, dq * g.sm_scale, sem="relaxed")
+    else:
+        gl.atomic_add(base + r * C.HEAD_DIM + c, dq * g.sm_scale, mask=row0 + r < blk.N, sem="relaxed")
+
+
+@gluon.jit
+def _store_rows(ptr, acc, blk: KeyBlock, WG: gl.constexpr, C: Config):
+    """This warpgroup's rows of dK or dV (contiguous (B, H_kv, N, d)) by plain stores: the other
+    warpgroup may still read K and V in shared memory. Rows past N are dropped."""
+    first = blk.start_n + WG * C.WG_KEYS
+    r = gl.expand_dims(gl.arange(0, C.WG_KEYS, layout=gl.SliceLayout(1, C.acc_layout)), 1)
+    c = gl.expand_dims(gl.arange(0, C.HEAD_DIM, layout=gl.SliceLayout(0, C.acc_layout)), 0)
+    base = ptr + ((blk.b.to(gl.int64) * (blk.H // blk.GROUP) + blk.h_kv) * blk.N + first) * C.HEAD_DIM
+    inside = (first + r < blk.N) & (c < C.HEAD_DIM)  # the column test only makes the mask 2-D
+    gl.store(base + r * C.HEAD_DIM + c, acc.to(C.dtype), mask=inside)
+
+
+@gluon.jit
+def _mma(ring: Ring, blk: KeyBlock, total, g: Grads, WG: gl.constexpr, C: Config):
+    """MMA warpgroup WG: dK, dV of keys [64·WG, 64·WG + 64) of the block, over every step; the
+    stage is released once this warpgroup's GEMMs that read it are done."""
+    k = ring.k.slice(WG * C.WG_KEYS, C.WG_KEYS)
+    v = ring.v.slice(WG * C.WG_KEYS, C.WG_KEYS)
+    dk = gl.zeros([C.WG_KEYS, C.HEAD_DIM], gl.float32, C.acc_layout)
+    dv = gl.zeros([C.WG_KEYS, C.HEAD_DIM], gl.float32, C.acc_layout)
+    mbarrier.wait(ring.kv_ready, 0)
+    for t in range(total):
+        s = t % C.STAGES
+        mbarrier.wait(ring.ready.index(s), (t // C.STAGES) & 1)
+        q = ring.q.index(s)
+        do = ring.do.index(s)
+        zeros = gl.zeros([C.WG_KEYS, C.BLOCK_M], gl.float32, C.st_layout)
+        st = warpgroup_mma(k, q.permute((1, 0)), zeros, use_acc=False, is_async=True)
+        # dPᵀ accumulates onto −D, so dPᵀ − D comes out of the MMA: in transposed form D is a value
+        # per column, BLOCK_M / 4 registers a thread, which the loop has no room to keep (LSE too,
+        # read from shared memory only where it is used)
+        delta = ring.delta.index(s).load(C.col_layout)
+        dpt = warpgroup_mma(v, do.permute((1, 0)), zeros - gl.expand_dims(delta, 0), is_async=True)
+        h, start_m = blk.query(t, C)
+        st = warpgroup_mma_wait(1, deps=[st])  # Sᵀ done; dPᵀ runs on under the exponentials
+        lse = ring.lse.index(s).load(C.col_layout) * _LOG2E
+        pt = _probabilities(st, lse, blk, start_m, g.qk_scale, WG, C)
+        p16 = gl.convert_layout(pt.to(C.dtype), C.op_layout)
+        dv = warpgroup_mma(p16, do, dv, is_async=True)
+        dpt, dv, p16 = warpgroup_mma_wait(0, deps=[dpt, dv, p16])  # frees Pᵀ's registers for dSᵀ
+        dst = (pt * dpt).to(C.dtype)
+        ds16 = gl.convert_layout(dst, C.op_layout)
+        dk = warpgroup_mma(ds16, q, dk, is_async=True)
+        if C.DQ_ATOMIC:
+            dq = _dq_mma(ring, t, dst, WG, C)
+            dk, dq, ds16 = warpgroup_mma_wait(0, deps=[dk, dq, ds16])
+            mbarrier.arrive(ring.empty.index(s), count=1)
+            _dq_add(dq, g, blk, h, start_m, WG, C)
+        else:
+            dk, ds16 = warpgroup_mma_wait(0, deps=[dk, ds16])
+            mbarrier.arrive(ring.empty.index(s), count=1)
+    _store_rows(g.dk, dk * g.sm_scale, blk, WG, C)
+    _store_rows(g.dv, dv, blk, WG, C)
+
+
+@gluon.jit(do_not_specialize=["H", "N", "GROUP"])
+def _bwd_dkdv_ws(q_desc, do_desc, k_desc, v_desc, lse_desc, delta_desc, dk_ptr, dv_ptr, dq_ptr, qk_scale,
+                 sm_scale, H, N, GROUP, BLOCK_M: gl.constexpr, STAGES: gl.constexpr,
+                 IS_CAUSAL: gl.constexpr, DQ_ATOMIC: gl.constexpr):
+    """dK, dV (and with DQ_ATOMIC dQ's share) of 128 keys of one (batch, K/V head), summed over
+    its GROUP query heads."""
+    C = Config(BLOCK_M, k_desc.block_type.shape[2], k_desc.block_type.shape[3], STAGES, IS_CAUSAL, DQ_ATOMIC,
+               k_desc.dtype)
+    blk = KeyBlock.create(H, N, GROUP, C)
+    total = blk.tiles * GROUP
+    ring = Ring.create(C)
+    descs = Descriptors(q_desc, do_desc, k_desc, v_desc, lse_desc, delta_desc)
+    g = Grads(dk_ptr, dv_ptr, dq_ptr, qk_scale, sm_scale)
+    gl.warp_specialize([
+        (_produce, (descs, ring, blk, total, C)),
+        (_mma, (ring, blk, total, g, 0, C)),
+        (_mma, (ring, blk, total, g, 1, C)),
+    ], [4, 4], [MMA_REGS, MMA_REGS])
+
+
+def _rows_descriptor(t: torch.Tensor, rows: int):
+    """A 1-D descriptor over a contiguous float32 (B, H, N): `rows` values a copy."""
+    flat = t.view(-1)
+    return TensorDescriptor(flat, [flat.numel()], [1], [rows], ROW_LAYOUT)
+
+
+def supports(q: torch.Tensor) -> bool:
+    """What this kernel needs beyond `hopper.supports`: LSE and D addressed by 32-bit TMA coordinates."""
+    return q.shape[0] * q.shape[1] * q.shape[2] < MAX_ROWS
+
+
+def dkdv_launch(q, k, v, do, dq, dk, dv, lse, delta, scale: float, cfg, causal: bool):
+    """(kernel, grid, arguments, launch options) of the dK/dV launch for `cfg` (a `BwdConfig`
+    with GLUON and num_warps_kv = `WARPS`: BLOCK_M1 query rows per step, 128 keys per program,
+    num_stages_kv ring stages; ATOMIC_DQ: dq is the zeroed float32 accumulator the kernel adds
+    scale · dS K to). q, k, v, do must be readable by TMA (`bwd_config.gluon_ok`); lse, delta,
+    dq, dk, dv contiguous."""
+    B, H, N, _ = q.shape
+    H_kv = k.shape[1]
+    lse = lse if lse.data_ptr() % 16 == 0 else lse.clone()  # TMA needs a 16-byte aligned base
+    rows = cfg.BLOCK_M1
+    args = dict(q_desc=_descriptor(q, rows), do_desc=_descriptor(do, rows),
+                k_desc=_descriptor(k, cfg.BLOCK_N1), v_desc=_descriptor(v, cfg.BLOCK_N1),
+                lse_desc=_rows_descriptor(lse, rows), delta_desc=_rows_descriptor(delta, rows),
+                dk_ptr=dk, dv_ptr=dv, dq_ptr=dq, qk_scale=scale * LOG2E, sm_scale=scale, H=H, N=N,
+                GROUP=H // H_kv, BLOCK_M=cfg.BLOCK_M1, STAGES=cfg.num_stages_kv, IS_CAUSAL=bool(causal),
+                DQ_ATOMIC=bool(cfg.ATOMIC_DQ))
+    return _bwd_dkdv_ws, grid(N, B * H_kv, cfg.BLOCK_N1), args, {"num_warps": 4}
