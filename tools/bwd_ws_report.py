@@ -4,6 +4,7 @@ the schedule is there.
 
     python tools/bwd_ws_report.py                          # each configuration the GPU run checks
     python tools/bwd_ws_report.py --d 128 --m 64 --stages 2 --causal --atomic
+    python tools/bwd_ws_report.py --case 64,1,0 --case 128,0,1   # (d, causal, atomic dQ) cases
     python tools/bwd_ws_report.py --json out.json          # also write the rows
 
 With warp specialization the cubin's register count is the launch's (65,536 / 384 threads,
@@ -30,9 +31,11 @@ from triton.experimental.gluon._runtime import GluonASTSource
 from minimodel.kernel.bwd_config import gluon_ws_config
 from minimodel.kernel.gluon_bwd_ws import dkdv_launch
 
-# (d, BLOCK_M1, stages, causal, ATOMIC_DQ): what tools/bwd_gluon_gpu.py checks and times
+# (d, causal, ATOMIC_DQ) of `gluon_ws_config`: what tools/bwd_gluon_gpu.py checks and times
 DEFAULT = [(d, causal, atomic) for d in (64, 128) for causal in (False, True) for atomic in (False, True)]
-OPCODES = ("HGMMA", "MUFU", "RED", "ATOM", "SYNCS", "BAR", "STL", "LDL", "UTMALDG")
+# warpgroup MMAs, exp2, fp32 reductions to global memory (the atomics into dQ), mbarrier operations,
+# CTA barriers, local-memory stores and loads (spills), TMA loads
+OPCODES = ("HGMMA", "MUFU", "REDG", "SYNCS", "BAR", "STL", "LDL", "UTMALDG")
 _TYPES = {torch.float16: "*fp16", torch.bfloat16: "*bf16", torch.float32: "*fp32"}
 
 
@@ -74,12 +77,16 @@ def main(argv=None) -> int:
     parser.add_argument("--stages", type=int)
     parser.add_argument("--causal", action="store_true")
     parser.add_argument("--atomic", action="store_true", help="dQ by atomic adds in the kernel")
+    parser.add_argument("--case", action="append", help="d,causal,atomic (0 or 1), instead of --d ...")
     parser.add_argument("--bf16", action="store_true")
     parser.add_argument("--json", help="write the rows here")
     args = parser.parse_args(argv)
     cases = [(args.d, args.causal, args.atomic)] if args.d else DEFAULT
+    if args.case:
+        cases = [tuple(int(x) for x in c.split(",")) for c in args.case]
     rows, bad = [], 0
     for d, causal, atomic in cases:
+        causal, atomic = bool(causal), bool(atomic)
         cfg = gluon_ws_config(d, causal, atomic_dq=atomic)
         cfg = replace(cfg, BLOCK_M1=args.m or cfg.BLOCK_M1, num_stages_kv=args.stages or cfg.num_stages_kv)
         try:

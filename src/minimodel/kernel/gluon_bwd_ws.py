@@ -121,7 +121,7 @@ def _dq_add(dq, g: Grads, blk: KeyBlock, h, start_m, WG: gl.constexpr, C: Config
     if start_m + C.BLOCK_M <= blk.N:  # only the ragged tile pays for the mask (and its registers)
         gl.atomic_add(base + r * C.HEAD_DIM + c, dq * g.sm_scale, sem="relaxed")
     else:
-        gl.atomic_add(base + r * C.HEAD_DIM + c, dq * g.sm_scale, mask=row0 + r < blk.N, sem="relaxed")
+        gl.atomic_add(base + r * C.HEAD_DIM + c, dq * g.sm_scale, mask=r < blk.N - row0, sem="relaxed")
 
 
 @gluon.jit
