@@ -141,9 +141,30 @@ def test_the_warp_specialized_kernel_compiles_for_sm90_without_spilling_and_spli
         # the split: the producer's warpgroup down to 24 registers, the two MMA warpgroups up to 240
         assert {24, MMA_REGS.value} <= set(row["setmaxnreg"])
         assert 2 * 128 * MMA_REGS.value + 128 * 24 <= 65536
-        # TMA loads, warpgroup MMAs, mbarriers; fp32 reductions to global memory only with dQ in it
-        assert row["utmaldg"] > 0 and row["hgmma"] > 0 and row["syncs"] > 0
+        # TMA loads of K, V, Q, dO only (LSE and D by the producer's loads: `_rows`), warpgroup MMAs,
+        # mbarriers; fp32 reductions to global memory only with dQ in it
+        assert row["utmaldg"] == 4 and row["hgmma"] > 0 and row["syncs"] > 0
         assert (row["redg"] > 0) == row["atomic_dq"]
+
+
+def test_lse_and_d_come_by_tma_only_where_every_row_coordinate_is_16_byte_aligned():
+    # the H200 (bb5c731): 1-D TMA of LSE and D at coordinate (b·H + h)·N + start_m, not a multiple
+    # of 4 float32 where N % 4 != 0, was an illegal instruction; the kernel loads them instead, and
+    # the TMA variant (kept to bisect) is refused where it would fault
+    from minimodel.kernel.gluon_bwd_ws import dkdv_launch, rows_tma_ok
+
+    def launch(n, **kw):
+        t = torch.empty(1, 2, n, 64, dtype=torch.float16)
+        rows = torch.empty(1, 2, n)
+        return dkdv_launch(t, t, t, t, t, t, t, rows, rows, 0.125, gluon_ws_config(64, False), False, **kw)[2]
+
+    args = launch(77)
+    assert not args["ROWS_TMA"] and isinstance(args["lse"], torch.Tensor)
+    assert args["WORKER_REGS"] == MMA_REGS.value
+    assert not rows_tma_ok(torch.empty(1, 2, 77, 64)) and rows_tma_ok(torch.empty(1, 2, 128, 64))
+    with pytest.raises(ValueError, match="rows_tma needs N % 4 = 0"):
+        launch(77, rows_tma=True)
+    assert launch(128, rows_tma=True)["ROWS_TMA"]
 
 
 SWEEP = [(n, d, causal, dtype, h_kv) for n in (128, 1000, 4096) for d in (64, 128) for causal in (False, True)

@@ -201,7 +201,7 @@ def launch_bwd_config(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal:
     Its `path` says which dK/dV kernel runs ("gluon" or "tl"): what a timing or correctness row
     records."""
     cfg = config or default_bwd_config(q, causal)
-    if cfg.GLUON and not (gluon_ok(q, k, v, do) and (not cfg.warp_specialized or gluon_bwd_ws.supports(q))):
+    if cfg.GLUON and not gluon_ok(q, k, v, do):
         arch = device_arch(q.device) if q.device.type == "cuda" else HOPPER
         return tl_bwd_config(q.shape[-1], causal, q.device.type, arch)
     return cfg

@@ -12,8 +12,10 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma
 from triton.language.core import _aggregate as aggregate
 
-# LSE and D in shared memory: unswizzled, as a 1-D TMA box lands (a stage is [BLOCK_M] of them)
-ROW_LAYOUT = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=1)
+# LSE and D in shared memory (a stage is [BLOCK_M] of them): as the producer's plain stores write
+# them, or (ROWS_TMA) unswizzled, as a 1-D TMA box lands
+ROW_LAYOUT = gl.SwizzledSharedLayout(vec=1, per_phase=1, max_phase=1, order=[0])
+ROW_TMA_LAYOUT = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=1)
 
 
 @aggregate
@@ -27,6 +29,8 @@ class Config:
     STAGES: gl.constexpr
     IS_CAUSAL: gl.constexpr
     DQ_ATOMIC: gl.constexpr
+    ROWS_TMA: gl.constexpr  # LSE and D by 1-D TMA (only where N % 4 = 0), else by the producer's loads
+    READY_ARRIVALS: gl.constexpr  # the producer's arrivals on ready[s] per step (`Ring`)
     DQ_ROWS: gl.constexpr  # dQ split between the warpgroups by rows (else by head-dim columns)
     DQ_M: gl.constexpr  # rows of one warpgroup's share of a query tile's dQ
     DQ_N: gl.constexpr  # its columns
@@ -40,10 +44,11 @@ class Config:
     kv_smem: gl.constexpr  # K, V: [BLOCK_N, HEAD_DIM]
     q_smem: gl.constexpr  # Q, dO: [BLOCK_M, HEAD_DIM]
     ds_smem: gl.constexpr  # dSᵀ of both warpgroups: [BLOCK_N, BLOCK_M]
-    row_smem: gl.constexpr  # LSE, D: [BLOCK_M] float32, as the 1-D descriptors write them
+    row_smem: gl.constexpr  # LSE, D: [BLOCK_M] float32
+    row_layout: gl.constexpr  # LSE, D in the producer's registers: a value per thread
 
     @gluon.constexpr_function
-    def __init__(self, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, IS_CAUSAL, DQ_ATOMIC, dtype):
+    def __init__(self, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, IS_CAUSAL, DQ_ATOMIC, dtype, ROWS_TMA=False):
         self.BLOCK_M = gl.constexpr(BLOCK_M)
         self.BLOCK_N = gl.constexpr(BLOCK_N)
         self.WG_KEYS = gl.constexpr(BLOCK_N // 2)
@@ -51,6 +56,8 @@ class Config:
         self.STAGES = gl.constexpr(STAGES)
         self.IS_CAUSAL = gl.constexpr(IS_CAUSAL)
         self.DQ_ATOMIC = gl.constexpr(DQ_ATOMIC)
+        self.ROWS_TMA = gl.constexpr(ROWS_TMA)
+        self.READY_ARRIVALS = gl.constexpr(1 if ROWS_TMA else 2)
         # a warpgroup MMA has 64 rows: split the rows only where each half has 64
         self.DQ_ROWS = gl.constexpr(BLOCK_M >= 128)
         self.DQ_M = gl.constexpr(BLOCK_M // 2 if BLOCK_M >= 128 else BLOCK_M)
@@ -68,7 +75,8 @@ class Config:
         self.kv_smem = gl.constexpr(gl.NVMMASharedLayout.get_default_for([BLOCK_N, HEAD_DIM], dtype))
         self.q_smem = gl.constexpr(gl.NVMMASharedLayout.get_default_for([BLOCK_M, HEAD_DIM], dtype))
         self.ds_smem = gl.constexpr(gl.NVMMASharedLayout.get_default_for([BLOCK_N, BLOCK_M], dtype))
-        self.row_smem = gl.constexpr(ROW_LAYOUT)
+        self.row_smem = gl.constexpr(ROW_TMA_LAYOUT if ROWS_TMA else ROW_LAYOUT)
+        self.row_layout = gl.constexpr(gl.BlockedLayout([1], [32], [4], [0]))  # the producer's warpgroup
 
 
 @aggregate
@@ -77,8 +85,10 @@ class Ring:
     (`create`). Who arrives and who waits:
     - kv_ready: TMA completes it when K and V have landed (the producer expects their bytes);
       each MMA warpgroup waits once.
-    - ready[s]: TMA completes it when stage s holds Q, dO, LSE and D of a step; the MMA warpgroups
-      wait on it, once per pass over the ring.
+    - ready[s] (count 2): stage s holds Q, dO, LSE and D of a step. The producer arrives twice:
+      once with Q's and dO's bytes expected (TMA completes those), once after its warpgroup has
+      stored LSE and D there; the MMA warpgroups wait on it, once per pass over the ring. (With
+      ROWS_TMA, count 1: LSE's and D's bytes are expected with Q's.)
     - empty[s] (count 2): each MMA warpgroup arrives when its GEMMs of the step in stage s are
       done; the producer waits on it before loading stage s again.
     - ds_ready[i] (count 2, DQ_ATOMIC): each MMA warpgroup arrives when its dSᵀ rows of a step are
@@ -129,7 +139,7 @@ class Ring:
         ds_ready = gl.allocate_shared_memory(gl.int64, [2, 1], bar)
         mbarrier.init(kv_ready, count=1)
         for s in gl.static_range(C.STAGES):
-            mbarrier.init(ready.index(s), count=1)
+            mbarrier.init(ready.index(s), count=C.READY_ARRIVALS)
             mbarrier.init(empty.index(s), count=2)
         for i in gl.static_range(2):
             mbarrier.init(ds_ready.index(i), count=2)
@@ -138,14 +148,15 @@ class Ring:
 
 @aggregate
 class Descriptors:
-    """The TMA descriptors: Q, dO, K, V 4-D (B, H, N, d); LSE and D 1-D over (B·H·N)."""
+    """What the producer reads: TMA descriptors of Q, dO, K, V, 4-D (B, H, N, d); LSE and D,
+    contiguous float32 (B, H, N), as pointers, or with ROWS_TMA as 1-D descriptors over (B·H·N)."""
 
     q: tma.tensor_descriptor
     do: tma.tensor_descriptor
     k: tma.tensor_descriptor
     v: tma.tensor_descriptor
-    lse: tma.tensor_descriptor
-    delta: tma.tensor_descriptor
+    lse: gl.base_value  # a pointer, or a descriptor (ROWS_TMA)
+    delta: gl.base_value
 
     @gluon.constexpr_function
     def __init__(self, q, do, k, v, lse, delta):
