@@ -15,7 +15,9 @@ The paths (`PATHS`): the warp-specialized dK/dV kernel (`gluon_ws_config`) with 
    given sm_scale, and twice on one input (the same bits required of the deterministic paths,
    reported for the atomic ones). A child that prints nothing for `--stall-s` (a hung kernel) or
    outlives `--check-limit-s` is killed; its cases so far stay in checks.jsonl. A kernel that
-   fails to compile fails its cases, one line each.
+   fails to compile fails its cases, one line each. A case that breaks the child's CUDA context
+   (an illegal instruction: every later call would fail too) is recorded, and a fresh child goes on
+   from the next case (`check_restarting`).
 2. time: one child, (4, 16, 4096, 128) and (4, 32, 4096, 64) (FlashAttention's grid at N = 4096),
    causal and not, fp16, the backward alone (O and LSE saved), medians of CUDA-graph replays: the
    tl backward, `g1`, each path that passed every case it reached with none failed, and SDPA's
@@ -114,41 +116,105 @@ def check_case(cfg, q, k, v, do, causal, sm_scale=None) -> dict:
     return {"kernel": ran.kernel, **row, "reason": failure_reason(row)}
 
 
-def run_check(name: str, out: Path) -> int:
+# what a CUDA error that poisons the process's context says: the child records the case and exits
+# with STICKY, and the parent starts a fresh child from the next case
+STICKY = 3
+_STICKY_WORDS = ("illegal instruction", "illegal memory access", "misaligned address",
+                 "unspecified launch failure", "an illegal", "device-side assert", "AcceleratorError")
+
+
+def context_broken(err: Exception) -> bool:
+    """Whether err left this process's CUDA context unusable (a sticky error): every later call fails."""
+    if not any(w in f"{type(err).__name__}: {err}" for w in _STICKY_WORDS):
+        return False
+    try:
+        torch.cuda.synchronize()
+        (torch.ones(1, device="cuda") + 1).item()
+    except Exception:  # whatever it says now, the context is broken
+        return True
+    return False
+
+
+def deterministic_case(name: str, d: int, causal: bool) -> dict:
+    """Twice on one input: the same bits required of the deterministic paths, reported for the atomic ones."""
+    q, k, v, do = inputs(2, 4, 1000, d, torch.float16, 1, 6)
+    o, lse = flash_attn_forward(q, k, v, causal=causal, return_lse=True)
+    cfg = config_of(name, d, causal)
+    first, second = (backward.flash_attn_backward(q, k, v, o, lse, do, causal, None, cfg) for _ in range(2))
+    same = [torch.equal(a, b) for a, b in zip(first, second, strict=True)]
+    return {"ok": all(same) or cfg.ATOMIC_DQ, "reason": f"same bits dQ, dK, dV: {same}"}
+
+
+def forced_case(name: str, d: int, causal: bool, make, sm_scale) -> dict:
+    cfg = config_of(name, d, causal)
+    q, k, v, do = make()
+    row = check_case(cfg, q, k, v, do, causal, sm_scale)
+    row["errors"] = " ".join(f"{g} {row[f'err_{g}_kernel_vs_fp64']:.2e}/{row[f'tolerance_{g}']:.2e}"
+                             for g in ("dq", "dk", "dv"))
+    row["ok"] = row["passed"] and row["kernel"] == cfg.kernel
+    return row
+
+
+def check_list(name: str) -> list:
+    """(label, call returning the row) of every check of path `name`, in order: `cases`, then twice
+    on one input."""
     d, _ = PATHS[name]
+    found = [(label, partial(forced_case, name, d, causal, make, sm_scale))
+             for label, causal, make, sm_scale in cases(d)]
+    twice = [(f"deterministic causal={c}", partial(deterministic_case, name, d, c)) for c in (False, True)]
+    return found + twice
+
+
+def run_check(name: str, out: Path, start: int = 0) -> int:
+    """The checks of `name` from index `start` on, each a line of check_{name}.jsonl (appended).
+    Exit status: 0 all ok, 1 some failed, STICKY when a case broke the CUDA context (its row says
+    which; the parent goes on from the next one in a fresh child)."""
     failed = 0
-    with open(out / f"check_{name}.jsonl", "w") as f:
+    with open(out / f"check_{name}.jsonl", "a") as f:
         def record(row: dict):
             f.write(json.dumps({"path": name, **row}) + "\n")
             f.flush()
-            print(f"{'ok  ' if row['ok'] else 'FAIL'} {name} {row['case']} {row.get('kernel', '')} "
-                  f"{row.get('errors', '')} {row.get('reason', '')}", flush=True)
+            print(f"{'ok  ' if row['ok'] else 'FAIL'} {name} #{row['index']} {row['case']} "
+                  f"{row.get('kernel', '')} {row.get('errors', '')} {row.get('reason', '')}", flush=True)
 
-        for label, causal, make, sm_scale in cases(d):
-            cfg = config_of(name, d, causal)
+        for i, (label, call) in enumerate(check_list(name)):
+            if i < start:
+                continue
             try:
-                q, k, v, do = make()
-                row = check_case(cfg, q, k, v, do, causal, sm_scale)
-                row["errors"] = " ".join(f"{g} {row[f'err_{g}_kernel_vs_fp64']:.2e}/"
-                                         f"{row[f'tolerance_{g}']:.2e}" for g in ("dq", "dk", "dv"))
-                row["ok"] = row["passed"] and row["kernel"] == cfg.kernel
-                del q, k, v, do
+                row = call()
             except Exception as err:  # a compile or launch error: this case fails, the next one runs
                 row = {"ok": False, "reason": f"{type(err).__name__}: {str(err).strip()[-300:]}"}
+                if context_broken(err):
+                    record({"case": label, "index": i, **row, "sticky": True})
+                    print(f"STICKY {i}", flush=True)
+                    return STICKY
             failed += not row["ok"]
-            record({"case": label, **row})
-        for causal in (False, True):  # twice on one input: the same bits?
-            q, k, v, do = inputs(2, 4, 1000, d, torch.float16, 1, 6)
-            o, lse = flash_attn_forward(q, k, v, causal=causal, return_lse=True)
-            cfg = config_of(name, d, causal)
-            first, second = (backward.flash_attn_backward(q, k, v, o, lse, do, causal, None, cfg)
-                             for _ in range(2))
-            same = [torch.equal(a, b) for a, b in zip(first, second, strict=True)]
-            ok = all(same) or cfg.ATOMIC_DQ  # atomics need not give the same bits: reported, not failed
-            failed += not ok
-            record({"case": f"deterministic causal={causal}", "ok": ok,
-                    "reason": f"same bits dQ, dK, dV: {same}"})
-    return failed
+            record({"case": label, "index": i, **row})
+    return min(failed, 1)
+
+
+def check_restarting(name: str, me: list[str], limit_s: float, stall_s: float, log) -> str:
+    """Path `name`'s checks in a child, a fresh child from the next case after each sticky CUDA
+    error, until the list ends or limit_s (all children together) runs out."""
+    started, start, restarts = time.time(), 0, 0
+    while True:
+        left = limit_s - (time.time() - started)
+        if left <= 5:
+            return f"out of time before case {start} ({restarts} restarts)"
+        cmd = [*me, "--stage", "check", "--path", name, "--from-case", str(start)]
+        status = watch(name, cmd, left, stall_s, log)
+        if status != STICKY:
+            return f"{status} ({restarts} restarts)" if restarts else status
+        rows = read_rows(name, Path(me[me.index("--out") + 1]))
+        start = max(r["index"] for r in rows) + 1
+        restarts += 1
+        if start >= len(check_list(name)):
+            return f"{STICKY} ({restarts} restarts, the last case sticky)"
+
+
+def read_rows(name: str, out: Path) -> list[dict]:
+    part = out / f"check_{name}.jsonl"
+    return [json.loads(line) for line in part.read_text().splitlines()] if part.exists() else []
 
 
 def graph_ms(make, rep_ms: float = 50.0) -> float:
@@ -208,7 +274,8 @@ def run_time(names: list[str], out: Path) -> None:
             for causal in (False, True):
                 q, k, v, do = inputs(B, H, n, d, torch.float16, H, 7)
                 row = {"B": B, "H": H, "N": n, "d": d, "causal": causal}
-                for name in ["tl", *TIMED_ONLY, *(x for x in names if PATHS[x][0] == d)]:
+                # the new paths first: if the call's time runs out, theirs are the rows it keeps
+                for name in [*(x for x in names if PATHS[x][0] == d), "tl", *TIMED_ONLY]:
                     cfg = config_of(name, d, causal)
                     try:
                         row[f"{name}_ms"] = graph_ms(partial(backward.backward_fn, q, k, v, causal, do=do,
@@ -272,8 +339,9 @@ def watch(name: str, cmd: list[str], limit_s: float, stall_s: float, log) -> int
     return child.returncode
 
 
-def run_children(specs: dict, limit_s: float, stall_s: float) -> dict:
-    """Every child at once, each watched: {name: exit status or why it was killed}."""
+def run_children(specs: dict, limit_s: float, stall_s: float, run=None) -> dict:
+    """Every child at once, each watched: {name: exit status or why it was killed}. run(name, spec,
+    limit_s, stall_s, log) runs one (default: `watch` of the command `spec`)."""
     lock = threading.Lock()
 
     def log(line):
@@ -281,15 +349,40 @@ def run_children(specs: dict, limit_s: float, stall_s: float) -> dict:
             print(line, flush=True)
 
     results = {}
-    def run(name, cmd):
-        results[name] = watch(name, cmd, limit_s, stall_s, log)
+    run = run or watch
 
-    threads = [threading.Thread(target=run, args=item) for item in specs.items()]
+    def one(name, spec):
+        results[name] = run(name, spec, limit_s, stall_s, log)
+
+    threads = [threading.Thread(target=one, args=item) for item in specs.items()]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     return results
+
+
+def check_paths(names: list[str], out: Path, limit_s: float, stall_s: float) -> list[str]:
+    """Every path's checks at once (a child per path, restarted after a sticky CUDA error); writes
+    checks.jsonl; returns the paths that passed every case they reached with none failed."""
+    me = [sys.executable, __file__, "--out", str(out)]
+    for name in names:
+        (out / f"check_{name}.jsonl").unlink(missing_ok=True)
+    started = time.time()
+    status = run_children({n: me for n in names}, limit_s, stall_s, run=check_restarting)
+    passed = []
+    with open(out / "checks.jsonl", "a") as merged:  # one file: few come back from a device run
+        for name in names:
+            rows = read_rows(name, out)
+            merged.writelines(json.dumps(r) + "\n" for r in rows)
+            (out / f"check_{name}.jsonl").unlink(missing_ok=True)
+            bad = sum(not r["ok"] for r in rows)
+            print(f"check {name}: {len(rows) - bad} of {len(rows)} cases ok "
+                  f"(of {len(check_list(name))}), exit {status[name]}", flush=True)
+            if rows and not bad:
+                passed.append(name)
+    print(f"checks took {time.time() - started:.0f} s", flush=True)
+    return passed
 
 
 def main(argv=None) -> int:
@@ -301,31 +394,20 @@ def main(argv=None) -> int:
     parser.add_argument("--check-limit-s", type=float, default=120.0)
     parser.add_argument("--time-limit-s", type=float, default=75.0)
     parser.add_argument("--stall-s", type=float, default=45.0, help="a child silent this long is killed")
+    parser.add_argument("--from-case", type=int, default=0, help=argparse.SUPPRESS)  # a restarted check child
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     names = args.path or list(PATHS)
     if args.stage == "check":
-        return min(run_check(names[0], args.out), 1)
+        return run_check(names[0], args.out, args.from_case)
     if args.stage == "time":
         run_time(names if args.path else [], args.out)
         return 0
     print(f"{torch.cuda.get_device_name()} torch {torch.__version__} commit {args.commit}", flush=True)
+    (args.out / "checks.jsonl").unlink(missing_ok=True)
+    passed = check_paths(names, args.out, args.check_limit_s, args.stall_s)
+    print(f"timing tl, g1, {passed}", flush=True)
     me = [sys.executable, __file__, "--out", str(args.out)]
-    started = time.time()
-    status = run_children({n: [*me, "--stage", "check", "--path", n] for n in names}, args.check_limit_s,
-                          args.stall_s)
-    passed = []
-    with open(args.out / "checks.jsonl", "w") as merged:  # one file: few come back from a device run
-        for name in names:
-            part = args.out / f"check_{name}.jsonl"
-            rows = [json.loads(line) for line in part.read_text().splitlines()] if part.exists() else []
-            merged.writelines(json.dumps(r) + "\n" for r in rows)
-            part.unlink(missing_ok=True)
-            bad = sum(not r["ok"] for r in rows)
-            print(f"check {name}: {len(rows) - bad} of {len(rows)} cases ok, exit {status[name]}", flush=True)
-            if rows and not bad:
-                passed.append(name)
-    print(f"checks took {time.time() - started:.0f} s; timing tl, g1, {passed}", flush=True)
     run_children({"time": [*me, "--stage", "time", *(a for x in passed for a in ("--path", x))]},
                  args.time_limit_s, args.stall_s)
     table(args.out)
