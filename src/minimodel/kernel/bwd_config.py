@@ -141,7 +141,7 @@ def gluon_bwd_config(head_dim: int, causal: bool) -> BwdConfig:
 # The warp-specialized Gluon kernel (`gluon_bwd_ws`) on Hopper, per (head dim, causal): (BLOCK_M1,
 # num_stages_kv), 128 keys per program, FlashAttention-3's tiles where BwdConfig's powers of two
 # allow (its 80 query rows at d = 128 not causal are 64 here). Compiled for sm_90 without a spill
-# (tools/bwd_ws_report.py; notes/backward.md); not yet run on a GPU, so the policy does not pick it:
+# (tools/bwd_ws_report.py; notes/backward.md); not yet passed on a GPU, so the policy does not pick it:
 # `gluon_ws_config` asks for it.
 # With dQ in the kernel, d = 64 takes 64 query rows: at 128 its fp32 dQ share spills (24-48 bytes).
 GLUON_WS_TILES = {(64, False): (128, 2), (64, True): (128, 2), (128, False): (64, 2), (128, True): (64, 2)}
