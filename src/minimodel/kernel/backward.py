@@ -279,7 +279,7 @@ def arguments(q, k, v, o, lse, do, dq, dk, dv, delta, scale: float, cfg: BwdConf
     dqa = dict(Q=q, K=k, V=v, DO=do, DQ=dq, LSE=lse, Delta=delta, **common, **_strides("dq", dq),
                H=H, N=N, GROUP=H // H_kv, BLOCK_M=cfg.BLOCK_M2, BLOCK_N=cfg.BLOCK_N2)
     if cfg.GLUON:
-        kv_launch = gluon_backward.dkdv_launch(q, k, v, do, dk, dv, lse, delta, scale, cfg, causal)
+        kv_launch = gluon_backward.dkdv_launch(q, k, v, do, dk, dv, lse, delta, scale, cfg, causal, dq=dq)
     else:
         kv_launch = (_bwd_dkdv_kernel, _grid(N, B * H_kv, cfg.BLOCK_N1), dkdv,
                      dict(num_warps=cfg.num_warps_kv, num_stages=cfg.num_stages_kv))
