@@ -1,6 +1,6 @@
 """The backward kernels' tile configurations (`minimodel.kernel.backward`), the tables that pick
-one per head dim, causality and architecture, and what a call really runs (`launch_bwd_config`:
-the Gluon dK/dV kernel only compiled, on Hopper, on inputs TMA can read)."""
+one per head dim, causality, architecture and sequence length, and what a call really runs
+(`launch_bwd_config`: the Gluon dK/dV kernels only compiled, on Hopper, on inputs TMA can read)."""
 
 from __future__ import annotations
 
@@ -141,8 +141,9 @@ def gluon_bwd_config(head_dim: int, causal: bool) -> BwdConfig:
 # The warp-specialized Gluon kernel (`gluon_bwd_ws`) on Hopper, per (head dim, causal): (BLOCK_M1,
 # num_stages_kv), 128 keys per program, FlashAttention-3's tiles where BwdConfig's powers of two
 # allow (its 80 query rows at d = 128 not causal are 64 here). Compiled for sm_90 without a spill
-# (tools/bwd_ws_report.py; notes/backward.md); not yet passed on a GPU, so the policy does not pick it:
-# `gluon_ws_config` asks for it.
+# (tools/bwd_ws_report.py); on the H200 every path passed all 40 cases of tools/bwd_gluon_gpu.py,
+# and with the tl dQ pass it ran the backward 1.13-1.30x faster than the tl kernels at
+# FlashAttention's grid's N = 4096 (notes/backward.md): the policy picks it there (`WS_MIN_N`).
 # With dQ in the kernel, d = 64 takes 64 query rows: at 128 its fp32 dQ share spills (24-48 bytes).
 GLUON_WS_TILES = {(64, False): (128, 2), (64, True): (128, 2), (128, False): (64, 2), (128, True): (64, 2)}
 GLUON_WS_ATOMIC_TILES = {**GLUON_WS_TILES, (64, False): (64, 2), (64, True): (64, 2)}
@@ -170,17 +171,29 @@ def tl_bwd_config(head_dim: int, causal: bool, device_type: str, arch: int = HOP
     return HOPPER_CONFIGS[(d, bool(causal))] if arch == HOPPER else PORTABLE_CONFIGS[d]
 
 
-def get_bwd_config(head_dim: int, causal: bool, device_type: str, arch: int = HOPPER) -> BwdConfig:
+# The shortest sequence the warp-specialized kernel is picked for: FlashAttention's grid starts
+# here. It was timed faster than the tl kernels at N = 4096 only (d = 64 and 128, causal and not);
+# shorter sequences, the lab grid's N = 64 and 256, keep the tl kernels, untimed against it.
+WS_MIN_N = 1024
+
+
+def get_bwd_config(head_dim: int, causal: bool, device_type: str, arch: int = HOPPER,
+                   n: int | None = None) -> BwdConfig:
     """The configuration `flash_attn_backward` takes when none is given (arch: compute
-    capability as major·10 + minor): the tl kernels' table everywhere (the Gluon dK/dV kernel is
-    `gluon_bwd_config`, asked for explicitly)."""
+    capability as major·10 + minor; n: the sequence length, None for the tl table): on Hopper,
+    compiled, at the head dims it is built for and N >= WS_MIN_N, the warp-specialized Gluon
+    kernel with the tl dQ pass (deterministic); the tl kernels' table everywhere else (the
+    one-partition Gluon kernel is `gluon_bwd_config`, asked for explicitly)."""
+    if (device_type == "cuda" and arch == HOPPER and not INTERPRETED and head_dim in gluon_backward.HEAD_DIMS
+            and n is not None and n >= WS_MIN_N):
+        return gluon_ws_config(head_dim, causal)
     return tl_bwd_config(head_dim, causal, device_type, arch)
 
 
 def default_bwd_config(q: torch.Tensor, causal: bool) -> BwdConfig:
     """The configuration `flash_attn_backward` runs for q of shape (B, H, N, d) when none is given."""
     arch = device_arch(q.device) if q.device.type == "cuda" else HOPPER
-    return get_bwd_config(q.shape[-1], causal, q.device.type, arch)
+    return get_bwd_config(q.shape[-1], causal, q.device.type, arch, n=q.shape[-2])
 
 
 def gluon_ok(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.Tensor | None = None) -> bool:
