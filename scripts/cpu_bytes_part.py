@@ -6,7 +6,8 @@ import pandas as pd
 import torch
 
 import minimodel.entry  # noqa: F401 (first: compiled or interpreted is decided on import)
-from minimodel.cpu import backward_bytes, bytecount
+from minimodel import contract
+from minimodel.cpu import bytecount
 from minimodel.provenance import project
 from minimodel.provenance.io import write_csv
 from minimodel.provenance.manifest import stage
@@ -24,9 +25,9 @@ with stage(snakemake) as st:
     )
     bwd = cfg["backward"]
     if dtype in bwd["dtypes"]:
-        rows += backward_bytes.sweep(
+        rows += bytecount.sweep(
             bwd["n"], bwd["head_dims"], [dtype], *tiles,
-            random_seed=snakemake.params.random_seed, progress=st.progress,
+            random_seed=snakemake.params.random_seed, progress=st.progress, direction=contract.BACKWARD,
         )
     table = pd.DataFrame(rows)
     st.extra["worst_abs_deviation"] = float(table["deviation"].abs().max())

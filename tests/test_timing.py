@@ -9,12 +9,12 @@ import torch
 from conftest import DEVICE, HAS_CUDA, snakemake_until
 
 from minimodel import contract
+from minimodel.byte_model.forward import attention_flops
 from minimodel.contenders import parse
 from minimodel.contenders.timed import TimingCase
 from minimodel.gpu import grids, timing, timing_point, timing_rows
 from minimodel.gpu.grids import Point
 from minimodel.gpu.implementations import Local, Prepared, Remote
-from minimodel.symbolic import attention_flops
 
 
 def test_attention_flops_halves_for_causal():
@@ -234,7 +234,7 @@ def test_a_pass_checks_and_samples_every_implementation_and_a_contender(directio
     """One lab point in each pass: the implementations always timed, FlexAttention (compiled, with
     a backward) and triton_tl (none) in their child processes; every sample in the long table."""
     from minimodel.contenders import registry
-    from minimodel.contenders.builtin import BUILTINS
+    from minimodel.contenders.catalog import BUILTINS
     from minimodel.contenders.run import Child
     from minimodel.gpu.implementations import implementations
 
@@ -292,7 +292,7 @@ def test_flashattentions_backward_is_timed_in_its_child(name):
     """FlashAttention-2's and -4's backward through autograd, one point on FlashAttention's grid
     (skipped rows saying why where the package is missing)."""
     from minimodel.contenders import registry
-    from minimodel.contenders.builtin import BUILTINS, unavailable
+    from minimodel.contenders.catalog import BUILTINS, unavailable
     from minimodel.contenders.run import Child
 
     point = Point("flashattention", 4, 16, 4096, 128, True)

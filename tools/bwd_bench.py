@@ -44,11 +44,11 @@ from triton.compiler import ASTSource
 from triton.experimental.gluon._runtime import GluonASTSource
 
 from minimodel import contract, timers
+from minimodel.byte_model.forward import attention_flops
 from minimodel.gpu import grids
-from minimodel.gpu.grads import check_backward_case
+from minimodel.gpu.kernel_check import check_backward_case
 from minimodel.kernel.backward import arguments, backward_fn, default_bwd_config, get_bwd_config
 from minimodel.kernel.bwd_config import BwdConfig, gluon_bwd_config
-from minimodel.symbolic import attention_flops
 
 CANDIDATES = {
     "sweep": [BwdConfig(m1, n1, m2, n2, w, s, w, s)

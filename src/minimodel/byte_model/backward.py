@@ -1,6 +1,6 @@
 """The closed-form byte model of the attention backward (notes/backward.md), as `forward` is the
 forward's: a per-step list of the reads and writes that cross the slow-memory boundary, summed
-with sympy (stage 1 writes it as tables, `minimodel.symbolic_backward`).
+with sympy (stage 1 writes it as tables, `minimodel.symbolic`).
 
 The passes (`contract.DIRECTIONS`): the backward alone, and forward + backward (the forward's
 consistent sum, `forward.naive_transfers` or `flash_transfers`, plus the log-sum-exp the flash

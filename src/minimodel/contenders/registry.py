@@ -16,7 +16,7 @@ import difflib
 from pathlib import Path
 
 from minimodel import contract as C
-from minimodel.contenders.builtin import BUILTINS
+from minimodel.contenders.catalog import BUILTINS
 from minimodel.contenders.closure import closure
 from minimodel.contenders.spec import Contender, ContenderError, module_path, parse
 from minimodel.provenance.project import ROOT

@@ -1,5 +1,5 @@
 """Plain PyTorch references of the attention backward, one op per step of the byte model
-(`minimodel.byte_model.backward`), so that `minimodel.cpu.backward_bytes` can count their traffic.
+(`minimodel.byte_model.backward`), so that `minimodel.cpu.bytecount` can count their traffic in the backward.
 
 - `forward_with_lse`: O and the log-sum-exp of each query row, what the backward reads of the
   forward (in float64 with `upcast`).

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from minimodel import contract
+from minimodel.contenders.catalog import Where
 from minimodel.provenance import configcheck
 
 
@@ -25,6 +26,11 @@ class Point:
     N: int
     d: int
     causal: bool
+
+    @property
+    def where(self) -> Where:
+        """The point as `catalog.runs_at` asks about it: float16 on the GPU, in its grid."""
+        return Where(self.d, self.causal, grid=self.grid)
 
 
 def lab_grid(cfg: dict) -> list[Point]:

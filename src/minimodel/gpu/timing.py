@@ -17,7 +17,7 @@ once on the point's inputs and checked against float64, then sampled in interlea
   launch) outlasts its GPU work, as on the lab grid's small sizes, this is host time; there
   `host_ms` is the host's own cost per call (the forward).
 
-FLOPs: `symbolic.attention_flops` (the backward 2.5 × the forward's, fwd+bwd 3.5 ×). The machine's
+FLOPs: `byte_model.backward.attention_flops` (the backward 2.5 × the forward's, fwd+bwd 3.5 ×). The machine's
 ceilings (a large fp16 matmul, a large device copy) are measured in the same run, after the GPU
 has been under load long enough to hold its sustained clocks (`SUSTAIN_S`), so every number is
 also a fraction of a ceiling of the same machine state. The rows are built and rated by

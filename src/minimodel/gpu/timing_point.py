@@ -29,8 +29,9 @@ import statistics
 
 import torch
 
-from minimodel import contract, symbolic_backward
+from minimodel import contract
 from minimodel.attention_ref import reference_attn
+from minimodel.byte_model.backward import attention_flops
 from minimodel.contenders.timed import TimingCase, timing_inputs
 from minimodel.correctness_rule import grad_errors, reference_grads, tolerance
 from minimodel.gpu.grids import Point
@@ -44,7 +45,7 @@ ALONE_BELOW = 0.25
 
 def flops(point: Point, direction: str) -> float:
     """FLOPs of one call (FlashAttention's convention: backward 2.5 × the forward's, fwd+bwd 3.5 ×)."""
-    return symbolic_backward.attention_flops(point.B, point.H, point.N, point.d, point.causal, direction)
+    return attention_flops(point.B, point.H, point.N, point.d, point.causal, direction)
 
 
 def forward_reference(q, k, v, causal: bool):
