@@ -6,11 +6,11 @@ import pandas as pd
 import torch
 
 import minimodel.entry  # noqa: F401 (first: compiled or interpreted is decided on import)
-from minimodel import contract
 from minimodel.cpu import bytecount
-from minimodel.provenance import project
-from minimodel.provenance.io import write_csv
-from minimodel.provenance.manifest import stage
+from minimodel.floor import contract
+from minimodel.floor.provenance import project
+from minimodel.floor.provenance.io import write_csv
+from minimodel.floor.provenance.manifest import stage
 
 with stage(snakemake) as st:
     cfg = snakemake.params.cfg

@@ -10,11 +10,11 @@ import torch
 
 import minimodel.entry  # noqa: F401 (first: compiled or interpreted is decided on import)
 from minimodel.contenders import registry
+from minimodel.floor.provenance import machine
+from minimodel.floor.provenance.io import write_csv, write_json
+from minimodel.floor.provenance.manifest import stage
 from minimodel.gpu import hbm, hbm_plan
 from minimodel.gpu import ncu as ncu_tool
-from minimodel.provenance import machine
-from minimodel.provenance.io import write_csv, write_json
-from minimodel.provenance.manifest import stage
 
 with stage(snakemake) as st:
     cfg, l2_bytes = snakemake.params.cfg, snakemake.params.l2_bytes

@@ -3,8 +3,8 @@
 
 import minimodel.entry  # noqa: F401 (first: compiled or interpreted is decided on import)
 from minimodel import symbolic
-from minimodel.provenance.io import write_csv, write_text
-from minimodel.provenance.manifest import stage
+from minimodel.floor.provenance.io import write_csv, write_text
+from minimodel.floor.provenance.manifest import stage
 
 with stage(snakemake):
     cfg = snakemake.params.cfg

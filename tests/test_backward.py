@@ -17,8 +17,8 @@ import pytest
 import torch
 from conftest import DEVICE, HAS_CUDA, requires_gpu
 
-from minimodel.attention_ref import reference_attn
-from minimodel.correctness_rule import reference_grads, tolerance
+from minimodel.floor.attention_ref import reference_attn
+from minimodel.floor.correctness_rule import reference_grads, tolerance
 from minimodel.gpu.kernel_check import check_backward_case
 from minimodel.kernel import BF16_INTERPRETER_REASON, attention, flash_attn_backward, flash_attn_forward
 from minimodel.kernel.backward import BwdConfig, arguments, backward_fn, get_bwd_config

@@ -17,7 +17,7 @@ import pytest
 import torch
 from conftest import DEVICE, HAS_CUDA
 
-from minimodel.correctness_rule import reference_grads
+from minimodel.floor.correctness_rule import reference_grads
 from minimodel.gpu.kernel_check import check_backward_case
 from minimodel.kernel import HOPPER, SHARED_MEMORY, flash_attn_backward, flash_attn_forward
 from minimodel.kernel.bwd_config import (

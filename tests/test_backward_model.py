@@ -7,15 +7,16 @@ import pytest
 import sympy as sp
 import torch
 
-from minimodel import attention_ref, contract, symbolic
-from minimodel.attention_ref import reference_attn
-from minimodel.byte_model import backward as backward_model
-from minimodel.byte_model import forward as forward_model
-from minimodel.byte_model.backward import BACKWARD_DIRECTIONS
-from minimodel.byte_model.forward import B_c, B_r, N, d, dtype_bytes
+from minimodel import symbolic
 from minimodel.cpu import backward, bytecount, slow_memory
-from minimodel.provenance import project
-from minimodel.provenance.configcheck import load_config
+from minimodel.floor import attention_ref, contract
+from minimodel.floor.attention_ref import reference_attn
+from minimodel.floor.byte_model import backward as backward_model
+from minimodel.floor.byte_model import forward as forward_model
+from minimodel.floor.byte_model.backward import BACKWARD_DIRECTIONS
+from minimodel.floor.byte_model.forward import B_c, B_r, N, d, dtype_bytes
+from minimodel.floor.provenance import project
+from minimodel.floor.provenance.configcheck import load_config
 
 
 def _backward_rows(*grid):

@@ -4,9 +4,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from minimodel import contract, symbolic
-from minimodel.byte_model.backward import BACKWARD_DIRECTIONS
+from minimodel import symbolic
 from minimodel.cpu import bytecount
+from minimodel.floor import contract
+from minimodel.floor.byte_model.backward import BACKWARD_DIRECTIONS
 from minimodel.report import backward_plots
 
 

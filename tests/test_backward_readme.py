@@ -7,7 +7,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from minimodel import contract, symbolic
+from minimodel import symbolic
+from minimodel.floor import contract
 from minimodel.gpu import grids, timing
 from minimodel.report import backward_answers, results_readme
 

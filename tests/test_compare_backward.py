@@ -9,8 +9,9 @@ import pandas as pd
 from conftest import REFERENCE
 from test_compare import edit_csv, vouch
 
-from minimodel import contract, symbolic
-from minimodel.provenance import io
+from minimodel import symbolic
+from minimodel.floor import contract
+from minimodel.floor.provenance import io
 from minimodel.report import compare
 from minimodel.report.compare.symbolic import READS as SYMBOLIC_READS
 

@@ -15,16 +15,16 @@ import pandas as pd
 import pytest
 from conftest import copy_project
 
-from minimodel import contract
 from minimodel.contenders import ContenderError, file_sha256, load, module_path, parse
 from minimodel.contenders.catalog import runs_at
 from minimodel.contenders.run import Case, Child
 from minimodel.contenders.spec import DEFAULT_TIMEOUT_S
-from minimodel.contract import BF16_INTERPRETER_REASON
+from minimodel.floor import contract
+from minimodel.floor.contract import BF16_INTERPRETER_REASON
+from minimodel.floor.provenance import verify
 from minimodel.gpu import correctness
 from minimodel.gpu.correctness import Planned
 from minimodel.gpu.implementations import Remote
-from minimodel.provenance import verify
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
@@ -453,8 +453,8 @@ def test_a_chatty_contenders_output_is_in_the_rules_log_and_not_on_the_console(t
     import io
 
     from minimodel.contenders.registry import SEARCH
-    from minimodel.provenance.configcheck import load_config
-    from minimodel.provenance.project import RULE_LOG_ENV
+    from minimodel.floor.provenance.configcheck import load_config
+    from minimodel.floor.provenance.project import RULE_LOG_ENV
 
     (tmp_path / "chatty.py").write_text(CHATTY)
     monkeypatch.setattr("minimodel.contenders.registry.SEARCH", (tmp_path, *SEARCH))
@@ -531,7 +531,7 @@ def test_a_function_that_takes_causal_or_cannot_be_judged_is_accepted(tmp_path, 
 
 
 def test_fn_without_a_colon_says_module_function():
-    from minimodel.provenance.configcheck import ConfigError, check_config, load_config
+    from minimodel.floor.provenance.configcheck import ConfigError, check_config, load_config
 
     config = load_config(EXAMPLES.parent / "config" / "config.yaml")
     config["contenders"] = {"mine": {"fn": "my_attn.plain"}}

@@ -1,4 +1,4 @@
-"""minimodel.contract: each fact once, and the committed reference named as the contract names it."""
+"""minimodel.floor.contract: each fact once, and the committed reference named as the contract names it."""
 
 import json
 import re
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from minimodel import contract
+from minimodel.floor import contract
 
 ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "src" / "minimodel"
@@ -29,7 +29,7 @@ def test_each_grid_name_is_a_literal_in_one_module():
 
 def test_one_module_knows_the_project_root():
     holders = [path for path, text in sources().items() for _ in re.finditer(r"parents\[", text)]
-    assert [p.relative_to(SRC).as_posix() for p in holders] == ["provenance/project.py"]
+    assert [p.relative_to(SRC).as_posix() for p in holders] == ["floor/provenance/project.py"]
 
 
 def test_no_module_names_the_lab_with_the_old_word():

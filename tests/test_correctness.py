@@ -5,8 +5,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from minimodel import contract
-from minimodel.correctness_rule import tolerance
+from minimodel.floor import contract
+from minimodel.floor.correctness_rule import tolerance
 from minimodel.gpu import correctness, kernel_check
 from minimodel.gpu.implementations import Local
 from minimodel.kernel import flash

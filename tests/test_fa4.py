@@ -13,11 +13,11 @@ import pytest
 import torch
 from test_contenders import sweep
 
-from minimodel import contract
 from minimodel.contenders import builtin, catalog
 from minimodel.contenders.run import Case
 from minimodel.contenders.spec import Contender, ContenderError, parse
 from minimodel.contenders.timed import TimingCase
+from minimodel.floor import contract
 from minimodel.gpu import timing_rows
 from minimodel.gpu.implementations import Remote
 

@@ -12,9 +12,9 @@ import pandas as pd
 import pytest
 from conftest import HAS_CUDA, snakemake_until
 
-from minimodel import contract
-from minimodel.byte_model import forward as forward_model
 from minimodel.contenders.spec import Contender
+from minimodel.floor import contract
+from minimodel.floor.byte_model import forward as forward_model
 from minimodel.gpu import hbm, hbm_plan
 from minimodel.gpu import ncu as ncu_tool
 

@@ -8,9 +8,9 @@ import pandas as pd
 import pytest
 from conftest import DEVICE, requires_gpu
 
-from minimodel import contract
-from minimodel.byte_model import backward as backward_model
 from minimodel.contenders.spec import Contender
+from minimodel.floor import contract
+from minimodel.floor.byte_model import backward as backward_model
 from minimodel.gpu import hbm, hbm_plan, hbm_probe
 from minimodel.gpu import ncu as ncu_tool
 

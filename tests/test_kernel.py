@@ -2,15 +2,15 @@
 
 The accuracy rule of tests/ and of the workflow's sweep: against a float64 reference,
 err_kernel <= max(1e-3, 2 × err_torch), where err_torch is PyTorch's own low-precision
-attention's error on the same inputs (see minimodel.correctness_rule).
+attention's error on the same inputs (see minimodel.floor.correctness_rule).
 """
 
 import pytest
 import torch
 from conftest import DEVICE, HAS_CUDA, requires_gpu
 
-from minimodel.attention_ref import reference_attn
-from minimodel.correctness_rule import tolerance
+from minimodel.floor.attention_ref import reference_attn
+from minimodel.floor.correctness_rule import tolerance
 from minimodel.gpu import kernel_check
 from minimodel.kernel import flash, hopper, inputs, launch
 from minimodel.kernel.config import gluon_config, tl_config

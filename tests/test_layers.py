@@ -1,7 +1,7 @@
 """The package's layers (ARCHITECTURE.md): a stage reads the files it is given, never another
-stage's code. What several stages share lies on a floor below them, and the floor imports no stage.
-Above them all, the entry points, each of which imports `minimodel.entry` first; the Snakefile's
-own process never does.
+stage's code. What several stages share lies on one floor below them (`minimodel.floor`), and the
+floor imports no stage. Above them all, the entry points, each of which imports `minimodel.entry`
+first; the Snakefile's own process never does.
 """
 
 import ast
@@ -16,20 +16,17 @@ from conftest import copy_project
 ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "src" / "minimodel"
 
-# below every stage: what stages hand each other, and what several of them use (the byte model's
-# closed forms in `byte_model`; stage 1's tables, `symbolic` and `symbolic_backward`, still floor
-# while other stages import the closed forms from them)
-FLOOR = {"contract", "attention_ref", "timers", "roofline_model", "byte_model", "symbolic",
-         "symbolic_backward", "subprocesses", "provenance", "commands", "correctness_rule"}
+# below every stage, one package: what stages hand each other, and what several of them use
+FLOOR = "floor"
 # each stage's packages, and the packages of its own stage below it (stage 3: the GPU stage runs the
 # contenders, and the contenders run the kernel; nothing runs back up)
-STAGES = {"cpu": set(), "gpu": {"contenders", "kernel"}, "contenders": {"kernel"}, "kernel": set(),
-          "report": set()}
+STAGES = {"symbolic": set(), "cpu": set(), "gpu": {"contenders", "kernel"}, "contenders": {"kernel"},
+          "kernel": set(), "report": set()}
 ENTRY_POINTS = {"__main__", "entry"}  # `python -m minimodel`, and what entry points import first
 
 
 def minimodel_imports(path: Path) -> set[str]:
-    """The top-level parts of minimodel (`cpu`, `contract`, ...) a file imports, anywhere in it."""
+    """The top-level parts of minimodel (`cpu`, `floor`, ...) a file imports, anywhere in it."""
     found = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "minimodel":
@@ -52,7 +49,7 @@ def crossings() -> list[str]:
         layer = layer_of(path)
         if layer in ENTRY_POINTS or layer == "__init__":
             continue
-        allowed = FLOOR | {layer} | STAGES.get(layer, set())
+        allowed = {FLOOR} if layer == FLOOR else {FLOOR, layer} | STAGES.get(layer, set())
         bad += [f"{path.relative_to(SRC)} -> minimodel.{name}"
                 for name in sorted(minimodel_imports(path) - allowed)]
     return bad
@@ -60,7 +57,7 @@ def crossings() -> list[str]:
 
 def test_every_part_of_the_package_is_a_stage_the_floor_or_an_entry_point():
     parts = {layer_of(p) for p in SRC.rglob("*.py")} - {"__init__"}
-    assert parts <= FLOOR | set(STAGES) | ENTRY_POINTS, "a new part: place it in FLOOR or STAGES"
+    assert parts <= {FLOOR} | set(STAGES) | ENTRY_POINTS, "a new part: place it in floor/ or STAGES"
 
 
 def test_no_stage_imports_another_stage_and_the_floor_imports_no_stage():
@@ -71,13 +68,14 @@ def test_the_check_sees_a_crossing(tmp_path, monkeypatch):
     fake = tmp_path / "minimodel"
     for rel, text in {"contenders/run.py": "def f():\n    from minimodel.gpu.bench import bench_ms\n",
                       "gpu/timing.py": "from minimodel.cpu import roofline\n",
-                      "timers.py": "import minimodel.gpu.timing\n",
-                      "gpu/hbm.py": "from minimodel import kernel, symbolic\n"}.items():
+                      "floor/timers.py": "import minimodel.gpu.timing\n",
+                      "gpu/hbm.py": "from minimodel import kernel, symbolic\n",
+                      "cpu/bytecount.py": "from minimodel.floor import contract\n"}.items():
         (fake / rel).parent.mkdir(parents=True, exist_ok=True)
         (fake / rel).write_text(text)
     monkeypatch.setattr(f"{__name__}.SRC", fake)
-    assert crossings() == ["contenders/run.py -> minimodel.gpu", "gpu/timing.py -> minimodel.cpu",
-                           "timers.py -> minimodel.gpu"]
+    assert crossings() == ["contenders/run.py -> minimodel.gpu", "floor/timers.py -> minimodel.gpu",
+                           "gpu/hbm.py -> minimodel.symbolic", "gpu/timing.py -> minimodel.cpu"]
 
 
 # every process that may run the kernel starts in one of these; tools/kernel_report.py and

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from minimodel.provenance import io, manifest, verify
+from minimodel.floor.provenance import io, manifest, verify
 
 
 class Namedlist(list):
@@ -68,7 +68,7 @@ def test_manifest_records_outputs_inputs_modules_and_environment(tmp_path, monke
     kinds = {e["kind"] for e in m["inputs"]}
     assert kinds == {"data", "script", "module"}
     modules = [e["path"] for e in m["inputs"] if e["kind"] == "module"]
-    assert any(p.endswith("minimodel/provenance/manifest.py") for p in modules)
+    assert any(p.endswith("minimodel/floor/provenance/manifest.py") for p in modules)
     for key in ("python", "torch", "triton", "snakemake", "device"):
         assert key in m["environment"]
     assert set(m["git"]) == {"commit", "dirty"}

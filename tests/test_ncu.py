@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from minimodel.contract import MEASURED
+from minimodel.floor.contract import MEASURED
 from minimodel.gpu import hbm_plan, ncu
 
 DATA = Path(__file__).parent / "data"

@@ -14,11 +14,11 @@ import pytest
 import torch
 from docutils.core import publish_parts
 
-from minimodel import contract
 from minimodel.contenders import check, run
 from minimodel.contenders.run import Case
 from minimodel.contenders.spec import Contender
-from minimodel.correctness_rule import tolerance
+from minimodel.floor import contract
+from minimodel.floor.correctness_rule import tolerance
 from minimodel.report import results_readme
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -8,8 +8,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from minimodel import contract, symbolic
-from minimodel.byte_model import forward as forward_model
+from minimodel import symbolic
+from minimodel.floor import contract
+from minimodel.floor.byte_model import forward as forward_model
 from minimodel.report import correctness_figure, plots
 
 REF = Path(__file__).resolve().parents[1] / "results" / "reference" / "nvidia-h200"

@@ -7,7 +7,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from minimodel import contract
+from minimodel.floor import contract
 from minimodel.gpu import grids, hbm, hbm_plan, timing
 from minimodel.report import results_readme
 

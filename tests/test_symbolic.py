@@ -6,10 +6,11 @@ import pytest
 import sympy as sp
 from conftest import REFERENCE
 
-from minimodel import contract, symbolic
-from minimodel.byte_model import forward, theory
-from minimodel.byte_model.forward import B_r, N, d, dtype_bytes
-from minimodel.provenance.configcheck import load_config
+from minimodel import symbolic
+from minimodel.floor import contract
+from minimodel.floor.byte_model import forward, theory
+from minimodel.floor.byte_model.forward import B_r, N, d, dtype_bytes
+from minimodel.floor.provenance.configcheck import load_config
 
 MiB = 2**20
 

@@ -8,10 +8,10 @@ import pytest
 import torch
 from conftest import DEVICE, HAS_CUDA, snakemake_until
 
-from minimodel import contract
-from minimodel.byte_model.forward import attention_flops
 from minimodel.contenders import parse
 from minimodel.contenders.timed import TimingCase
+from minimodel.floor import contract
+from minimodel.floor.byte_model.forward import attention_flops
 from minimodel.gpu import grids, timing, timing_point, timing_rows
 from minimodel.gpu.grids import Point
 from minimodel.gpu.implementations import Local, Prepared, Remote
@@ -262,7 +262,7 @@ def test_a_pass_checks_and_samples_every_implementation_and_a_contender(directio
 def test_a_sampler_reads_the_time_of_a_known_amount_of_work():
     """A matmul's samples agree with do_bench_cudagraph's reading of it (a loaded GPU's clocks
     move them by several percent between samples: that is what the rounds share out)."""
-    from minimodel.timers import Sampler, bench_graph_ms
+    from minimodel.floor.timers import Sampler, bench_graph_ms
 
     a = torch.randn(4096, 4096, device="cuda", dtype=torch.float16)
     sampler = Sampler(lambda: lambda: a @ a, 20, 5, 20)

@@ -18,8 +18,8 @@ import pandas as pd
 import pytest
 from conftest import copy_of_tiny_run, copy_project, one_at_a_time, user_env
 
-from minimodel import contract
-from minimodel.provenance import io, manifest, reading, verify
+from minimodel.floor import contract
+from minimodel.floor.provenance import io, manifest, reading, verify
 
 pytestmark = pytest.mark.workflow
 
@@ -281,7 +281,7 @@ def test_a_yaml_error_in_config_yaml_names_the_file_and_the_line(unrun):
 
 @pytest.mark.xfail(strict=True, reason="Snakemake's CLI reads a --configfile before the Snakefile "
                    "runs and drops the YAML error's mark (snakemake/common/configfile.py); the "
-                   "README points to python -m minimodel.provenance.configcheck. Passes, and so "
+                   "README points to python -m minimodel.floor.provenance.configcheck. Passes, and so "
                    "fails here, once Snakemake names the file")
 def test_a_yaml_error_in_a_configfile_names_the_file(unrun, tmp_path):
     (tmp_path / "bad.yaml").write_text("cpu:\n  n: [256\n  threads: 1\n")
@@ -362,7 +362,7 @@ def test_lint_is_clean(workdir):
 
 
 def test_a_failing_sweep_fails_the_rule_and_keeps_its_table(own_run):
-    module = own_run / "src" / "minimodel" / "correctness_rule.py"
+    module = own_run / "src" / "minimodel" / "floor" / "correctness_rule.py"
     source = module.read_text()
     # a rule no result can meet: every case fails
     module.write_text(source.replace("TORCH_MULTIPLE = 2.0", "TORCH_MULTIPLE = -1.0")

@@ -43,8 +43,8 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 from triton.experimental.gluon._runtime import GluonASTSource
 
-from minimodel import contract, timers
-from minimodel.byte_model.forward import attention_flops
+from minimodel.floor import contract, timers
+from minimodel.floor.byte_model.forward import attention_flops
 from minimodel.gpu import grids
 from minimodel.gpu.kernel_check import check_backward_case
 from minimodel.kernel.backward import arguments, backward_fn, default_bwd_config, get_bwd_config

@@ -16,8 +16,8 @@ import torch
 import triton.testing
 
 import minimodel.entry  # noqa: F401 (first: compiled or interpreted is decided on import)
-from minimodel import contract
 from minimodel.contenders import builtin, catalog
+from minimodel.floor import contract
 
 
 def error_vs_fp64(fn, q, k, v, causal):

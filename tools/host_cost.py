@@ -20,12 +20,12 @@ import time
 import torch
 
 import minimodel.entry  # noqa: F401 (first: compiled or interpreted is decided on import)
-from minimodel import contract
 from minimodel.contenders import builtin, catalog
+from minimodel.floor import contract
+from minimodel.floor.provenance.configcheck import load_config
+from minimodel.floor.timers import host_ms
 from minimodel.gpu import grids
 from minimodel.kernel import flash, flash_attn_forward, launch, launch_config
-from minimodel.provenance.configcheck import load_config
-from minimodel.timers import host_ms
 
 
 def per_call_us(fn, calls: int) -> float:

@@ -1,9 +1,9 @@
 """Stage 1: the byte model's tables (notes/labs.md: lab 01 A and B, theory 02; notes/backward.md),
-from the closed forms of `minimodel.byte_model`: the tidy table of bytes, FLOPs and intensity in
+from the closed forms of `minimodel.floor.byte_model`: the tidy table of bytes, FLOPs and intensity in
 every pass (`byte_table`, the pass a parameter; all of them: `tidy_table`), every derived closed
 form (`formulas_table`; the forward's beside the lab's), and the lab's printed table (`lab_table`,
 `format_lab_table`). It writes tables only: the other stages read the closed forms from
-`minimodel.byte_model`.
+`minimodel.floor.byte_model`.
 
 Run `python -m minimodel.symbolic` to print the lab's table (L1 and L2 sizes from the config).
 """
@@ -13,9 +13,9 @@ from __future__ import annotations
 import pandas as pd
 import sympy as sp
 
-from minimodel import contract
-from minimodel.byte_model import backward
-from minimodel.byte_model.forward import (
+from minimodel.floor import contract
+from minimodel.floor.byte_model import backward
+from minimodel.floor.byte_model.forward import (
     DTYPE_BYTES,
     SCHEMES,
     counts_o_write,
@@ -24,7 +24,7 @@ from minimodel.byte_model.forward import (
     lab_forms,
     model_bytes,
 )
-from minimodel.contract import (
+from minimodel.floor.contract import (
     CONSISTENT_CONVENTION,
     FLASH_SCHEME,
     LAB_CONVENTION,
@@ -32,7 +32,7 @@ from minimodel.contract import (
     NAIVE_FP32_SOFTMAX_SCHEME,
     NAIVE_SCHEME,
 )
-from minimodel.provenance.configcheck import load_config
+from minimodel.floor.provenance.configcheck import load_config
 
 MiB = 2**20
 

@@ -29,8 +29,8 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 from torch.nn.functional import scaled_dot_product_attention as sdpa
 
-from minimodel import contract as C
-from minimodel.attention_ref import reference_attn
+from minimodel.floor import contract as C
+from minimodel.floor.attention_ref import reference_attn
 from minimodel.kernel import attention, config, flash
 
 # FlexAttention compiles once per shape; past torch.compile's default of 8 recompiles it falls

@@ -18,8 +18,8 @@ from __future__ import annotations
 import importlib.util
 from dataclasses import dataclass
 
-from minimodel import contract as C
 from minimodel.contenders.spec import Contender
+from minimodel.floor import contract as C
 
 # FA4's forward: Hopper (sm90) and Blackwell (sm100, sm103) chips
 FA4_COMPUTE_CAPABILITIES = (9, 10)
@@ -29,7 +29,7 @@ def _builtin(name, backward=True, **supports):
     return Contender(name, f"minimodel.contenders.builtin:{name}", gqa=True, backward=backward, **supports)
 
 
-# each named as minimodel.contract names it; `minimodel.contenders.builtin` holds a function
+# each named as minimodel.floor.contract names it; `minimodel.contenders.builtin` holds a function
 # of the same name for each
 BUILTINS = {
     C.TRITON: _builtin(C.TRITON, triton=True),

@@ -1,13 +1,13 @@
 """A contender through the correctness rule: its output against float64 on the case's inputs.
 
-The rule is the project kernel's (`minimodel.correctness_rule`): err <= max(1e-3, 2 × err_torch),
+The rule is the project kernel's (`minimodel.floor.correctness_rule`): err <= max(1e-3, 2 × err_torch),
 where err_torch is PyTorch's own low-precision attention's error on the same inputs. A contender
 that raises, hangs, returns the wrong shape or dtype, or NaN gets a failed row with the reason; one
 that raises NotImplementedError declines the case, a skipped row with its message.
 
 A contender with a backward (`backward: true`) also gets backward rows: dQ, dK, dV by autograd in
 its child process, at an output gradient dO drawn from the case's seed, each against float64
-autograd with the same rule (`minimodel.correctness_rule`). An output autograd cannot differentiate (a
+autograd with the same rule (`minimodel.floor.correctness_rule`). An output autograd cannot differentiate (a
 detached one, say) is a failed row saying so.
 """
 
@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import torch
 
-from minimodel import contract
-from minimodel.attention_ref import reference_attn
 from minimodel.contenders.run import SKIPPED, Case, Child, backward_inputs, inputs
 from minimodel.contenders.spec import Contender
-from minimodel.correctness_rule import failure_reason, grad_errors, reference_grads, tolerance
+from minimodel.floor import contract
+from minimodel.floor.attention_ref import reference_attn
+from minimodel.floor.correctness_rule import failure_reason, grad_errors, reference_grads, tolerance
 
 
 def case_row(contender: Contender, case: Case, direction: str = contract.FORWARD, **values) -> dict:

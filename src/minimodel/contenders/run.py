@@ -32,13 +32,13 @@ from pathlib import Path
 
 import torch
 
-from minimodel import contract
 from minimodel.contenders import timed
 from minimodel.contenders.catalog import Where
 from minimodel.contenders.spec import Contender, ContenderError, load, prepared
 from minimodel.contenders.timed import ContenderOutputError, validated
-from minimodel.provenance.project import RULE_LOG_ENV, SRC
-from minimodel.subprocesses import die_with_parent
+from minimodel.floor import contract
+from minimodel.floor.provenance.project import RULE_LOG_ENV, SRC
+from minimodel.floor.subprocesses import die_with_parent
 
 
 @dataclass(frozen=True)

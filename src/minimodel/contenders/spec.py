@@ -38,7 +38,7 @@ import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
-from minimodel import contract
+from minimodel.floor import contract
 
 DEVICES = ("cuda", "cpu")
 DTYPES = ("float16", "bfloat16")

@@ -9,7 +9,7 @@
    instrumented ones, not used as the measurement.
 
 `measure()` runs one reference under both and returns one tidy row, beside the byte model's
-bytes (`minimodel.byte_model`), in either pass (`direction`):
+bytes (`minimodel.floor.byte_model`), in either pass (`direction`):
 - the forward: naive attention (`attention_ref.attn_naive`) and theory 02's tiled loop
   (`minimodel.cpu.references`), beside `byte_model.forward`;
 - the backward: the naive backward from the stored P (`attention_ref.attn_naive_backward`) and
@@ -33,10 +33,12 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 from tqdm import tqdm
 
-from minimodel import attention_ref, contract
-from minimodel.byte_model import backward as backward_model
-from minimodel.byte_model.forward import DTYPE_BYTES, model_bytes
-from minimodel.contract import (
+from minimodel.cpu import backward, references
+from minimodel.cpu.slow_memory import THEORY_SRAM_BYTES, ByteCounter, count_bytes, unwrap
+from minimodel.floor import attention_ref, contract
+from minimodel.floor.byte_model import backward as backward_model
+from minimodel.floor.byte_model.forward import DTYPE_BYTES, model_bytes
+from minimodel.floor.contract import (
     BYTES_SCHEMES,
     CONSISTENT_CONVENTION,
     FLASH_SCHEME,
@@ -44,8 +46,6 @@ from minimodel.contract import (
     NAIVE_FP32_SOFTMAX_SCHEME,
     NAIVE_SCHEME,
 )
-from minimodel.cpu import backward, references
-from minimodel.cpu.slow_memory import THEORY_SRAM_BYTES, ByteCounter, count_bytes, unwrap
 
 log = logging.getLogger(__name__)
 

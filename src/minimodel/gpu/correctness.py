@@ -1,5 +1,5 @@
 """The correctness sweep (notes/labs.md, lab 02 D): the kernel, then each contender, in every pass,
-against float64 by `minimodel.correctness_rule`.
+against float64 by `minimodel.floor.correctness_rule`.
 
 The cases (`sweep_cases`: the lab's grid, awkward N, other head dims, each dtype, grouped-query
 heads; the backward's, `backward_cases`) are run by every implementation
@@ -23,13 +23,13 @@ from typing import NamedTuple
 import torch
 from tqdm import tqdm
 
-from minimodel import contract
 from minimodel.contenders import registry
 from minimodel.contenders.run import Case, Child, failure_line, rule_log
-from minimodel.correctness_rule import ABS_FLOOR, TORCH_MULTIPLE
+from minimodel.floor import contract
+from minimodel.floor.correctness_rule import ABS_FLOOR, TORCH_MULTIPLE
+from minimodel.floor.provenance import machine
 from minimodel.gpu.implementations import Local, Remote
 from minimodel.kernel import BF16_INTERPRETER_REASON, INTERPRETED
-from minimodel.provenance import machine
 
 log = logging.getLogger(__name__)
 

@@ -26,15 +26,15 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from minimodel import contract
 from minimodel.contenders.catalog import Where, runs_at
+from minimodel.floor import contract
+from minimodel.floor.provenance import project
 from minimodel.gpu import ncu as ncu_tool
 from minimodel.gpu.hbm_plan import DTYPE, model_columns, plan, planned_rows
 from minimodel.gpu.hbm_probe import MARKED, PROBE, RAISED_AFTER_MARK, RESTART
 from minimodel.gpu.ncu import KERNEL_COLUMNS, NCU_METRICS, NCU_OPTIONS
 from minimodel.kernel import launch_config
 from minimodel.kernel.backward import default_bwd_config
-from minimodel.provenance import project
 
 NO_CUDA = f"{contract.NOT_MEASURED}: no CUDA device on this machine"
 NO_NCU = (f"{contract.NOT_MEASURED}: Nsight Compute (ncu) was not found on PATH, in $CUDA_HOME/bin or "

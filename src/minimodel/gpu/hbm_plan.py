@@ -10,12 +10,12 @@ forward's of the model's two schemes at each point (`contract.BYTES_SCHEMES`: na
 kernel as `flash`), then each contender's at every point, then the backward's of the two schemes.
 
 The model beside a row (`model_columns`), for all its heads, with the tile the kernel really ran:
-- the forward: the closed forms of `minimodel.byte_model.forward` in both conventions
+- the forward: the closed forms of `minimodel.floor.byte_model.forward` in both conventions
   (`contract.CONVENTIONS`: the lab's formulas and the consistent one). A contender's tiles are
   not known: its rows carry the compulsory bytes (Q, K, V read once, O written once) and no model;
 - the backward (naive: theory 02's naive backward from P as the naive forward stores it; flash:
   the kernel's preprocess, dK/dV kernel and dQ kernel, the model's separate dQ pass,
-  `contract.DQ_SEPARATE_PASS`): every read and write of `minimodel.byte_model.backward`, the
+  `contract.DQ_SEPARATE_PASS`): every read and write of `minimodel.floor.byte_model.backward`, the
   gradients' final writes included (`bytes_by_rw`), and, as `model_consistent_bytes`, the
   consistent total that leaves them out; the lab has no backward formulas (`model_lab_bytes`
   empty). The flash model's tile is the dK/dV kernel's (BLOCK_M1 query rows past BLOCK_N1 key rows).
@@ -27,9 +27,9 @@ from __future__ import annotations
 
 import math
 
-from minimodel import contract
-from minimodel.byte_model import backward as backward_model
-from minimodel.byte_model import forward as forward_model
+from minimodel.floor import contract
+from minimodel.floor.byte_model import backward as backward_model
+from minimodel.floor.byte_model import forward as forward_model
 from minimodel.gpu.ncu import NCU_METRICS
 
 DTYPE = "float16"

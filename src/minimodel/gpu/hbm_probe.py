@@ -27,16 +27,16 @@ import torch
 import triton
 import triton.language as tl
 
-from minimodel import contract
-from minimodel.attention_ref import attn_naive, attn_naive_backward, softmax_probabilities
 from minimodel.contenders.registry import SEARCH
 from minimodel.contenders.run import _cuda_usable, declined, one_line
 from minimodel.contenders.spec import Contender, load, prepared
 from minimodel.contenders.timed import validated
+from minimodel.floor import contract
+from minimodel.floor.attention_ref import attn_naive, attn_naive_backward, softmax_probabilities
+from minimodel.floor.subprocesses import exit_with_stage
 from minimodel.gpu import ncu as ncu_tool
 from minimodel.kernel import flash_attn_forward
 from minimodel.kernel.backward import backward_fn
-from minimodel.subprocesses import exit_with_stage
 
 MARKED = "marked"  # the probe's record of a row it profiled
 RAISED_AFTER_MARK = f"{MARKED}, then "  # ... of a row whose profiled call raised: then the error

@@ -29,15 +29,15 @@ import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from minimodel import contract
 from minimodel.contenders import builtin, catalog, check
 from minimodel.contenders.run import SKIPPED, Case, Child
 from minimodel.contenders.timed import TimingCase
+from minimodel.floor import contract
+from minimodel.floor.timers import Sampler, autograd_call, first_heads
 from minimodel.gpu import kernel_check
 from minimodel.gpu.timing_rows import Declined, Failed
 from minimodel.kernel import attention, flash_attn_forward, launch_config
 from minimodel.kernel.backward import backward_fn, launch_bwd_config
-from minimodel.timers import Sampler, autograd_call, first_heads
 
 
 @dataclass

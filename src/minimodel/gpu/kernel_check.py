@@ -1,4 +1,4 @@
-"""The kernel's correctness check, in each pass, judged by `minimodel.correctness_rule`: one case
+"""The kernel's correctness check, in each pass, judged by `minimodel.floor.correctness_rule`: one case
 on fresh random inputs, the kernel's errors against float64 beside PyTorch's own.
 
 - the forward (`check_case`): O against the float64 reference (`reference_attn` on upcast
@@ -19,9 +19,15 @@ from __future__ import annotations
 
 import torch
 
-from minimodel import contract
-from minimodel.attention_ref import reference_attn
-from minimodel.correctness_rule import ABS_FLOOR, failure_reason, grad_errors, reference_grads, tolerance
+from minimodel.floor import contract
+from minimodel.floor.attention_ref import reference_attn
+from minimodel.floor.correctness_rule import (
+    ABS_FLOOR,
+    failure_reason,
+    grad_errors,
+    reference_grads,
+    tolerance,
+)
 from minimodel.kernel.backward import BwdConfig, flash_attn_backward, launch_bwd_config
 from minimodel.kernel.flash import flash_attn_forward, launch_config
 

@@ -9,7 +9,7 @@ the kernel first, naive, SDPA's backends, then each contender in its child proce
 once on the point's inputs and checked against float64, then sampled in interleaved rounds
 (`minimodel.gpu.timing_point`). Per implementation:
 - `ms`: GPU time per call, the median of `samples` samples; each sample is the median over
-  replays of a CUDA graph of back-to-back calls (`minimodel.timers.Sampler`), with no host time
+  replays of a CUDA graph of back-to-back calls (`minimodel.floor.timers.Sampler`), with no host time
   in it. The ratios between implementations are ratios of these; the samples themselves are
   the stage's long table (gpu/timing/samples.csv), which `compare` judges a rerun with.
 - `eager_ms`: the median of `triton.testing.do_bench`, one Python call at a time with the L2
@@ -33,16 +33,16 @@ import torch
 import triton
 from tqdm import tqdm
 
-from minimodel import contract, roofline_model
 from minimodel.contenders import registry
 from minimodel.contenders.run import Child, failure_line
 from minimodel.contenders.timed import TimingCase
+from minimodel.floor import contract, roofline_model
+from minimodel.floor.timers import bench_ms
 from minimodel.gpu import grids
 from minimodel.gpu.implementations import implementations
 from minimodel.gpu.timing_point import time_pass
 from minimodel.gpu.timing_rows import add_ratios
 from minimodel.kernel import default_config
-from minimodel.timers import bench_ms
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ import logging
 
 import torch
 
-from minimodel import contract
+from minimodel.floor import contract
 
 log = logging.getLogger(__name__)
 

@@ -22,8 +22,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from minimodel import contract
-from minimodel.byte_model.forward import DTYPE_BYTES
+from minimodel.floor import contract
+from minimodel.floor.byte_model.forward import DTYPE_BYTES
 
 # Matmuls of one K/V × Q tile pair (N²·d-sized over a head), by backward variant: naive autograd's
 # dV, dP, dQ, dK; flash: S recomputed, dV, dP, dK, dQ, and with the separate dQ pass S and dP again.

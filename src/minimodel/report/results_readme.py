@@ -16,9 +16,9 @@ import jinja2
 import numpy as np
 import pandas as pd
 
-from minimodel import contract
-from minimodel.byte_model import forward as model
-from minimodel.byte_model.theory import practice_problems
+from minimodel.floor import contract
+from minimodel.floor.byte_model import forward as model
+from minimodel.floor.byte_model.theory import practice_problems
 from minimodel.report import backward_answers
 
 MiB = 2**20

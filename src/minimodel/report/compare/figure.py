@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from minimodel.provenance import io
+from minimodel.floor.provenance import io
 from minimodel.report.compare import inputs, timing
 from minimodel.report.compare.rows import AGREE, DISAGREE, NOT_COMPARABLE
 

@@ -6,13 +6,13 @@ the rule's `manifest.json` beside its outputs, recording:
 - every input: the data files, the script, and every module of `minimodel` the rule's code
   depends on (`code_closure`, the list the workflow also gives Snakemake), each with its sha256;
 - the rule, its command, its parameters (the config values it used), the environment
-  (`minimodel.provenance.machine.environment`: software, CPU, GPU, host, SLURM job), the git
+  (`minimodel.floor.provenance.machine.environment`: software, CPU, GPU, host, SLURM job), the git
   commit with a dirty flag, and the start and end times.
 
 Each manifest also records its own path and a sha256 of its own content (`manifest_sha256`),
 so an edited manifest, the run-level one under `verify/` included, is detected.
 
-`python -m minimodel verify results/` (`minimodel.provenance.verify`) re-hashes everything the
+`python -m minimodel verify results/` (`minimodel.floor.provenance.verify`) re-hashes everything the
 manifests under the folder record, and tells damage (a file of the run whose bytes changed, or a
 missing one: exit 1) from staleness (code or another input from outside the run changed since:
 exit 0, 1 with `--strict`). It checks bytes and code, not whether the config changed: Snakemake
@@ -23,8 +23,8 @@ manifest (the nearest `manifest.json` at or above the input's folder) and refuse
 stale input, naming it and the rule that made it. It then removes that manifest, which no
 longer vouches for its outputs, so the next `snakemake` re-runs the rule that owns it.
 
-Outputs are written through `minimodel.provenance.io`: complete or not at all. Reading a manifest
-(its shape, its own hash) and the check of one manifest are in `minimodel.provenance.reading`.
+Outputs are written through `minimodel.floor.provenance.io`: complete or not at all. Reading a manifest
+(its shape, its own hash) and the check of one manifest are in `minimodel.floor.provenance.reading`.
 """
 
 from __future__ import annotations
@@ -39,11 +39,11 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from minimodel.provenance import console
-from minimodel.provenance.io import remove_stale_temporaries, sha256_file, write_json
-from minimodel.provenance.machine import NoUsableGPU, environment
-from minimodel.provenance.project import ConfigTooLarge, inside
-from minimodel.provenance.reading import (
+from minimodel.floor.provenance import console
+from minimodel.floor.provenance.io import remove_stale_temporaries, sha256_file, write_json
+from minimodel.floor.provenance.machine import NoUsableGPU, environment
+from minimodel.floor.provenance.project import ConfigTooLarge, inside
+from minimodel.floor.provenance.reading import (
     MANIFEST_NAME,
     SELF_HASH,
     ProvenanceError,

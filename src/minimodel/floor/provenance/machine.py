@@ -1,7 +1,7 @@
 """What machine a stage ran on: CPU, GPU, software, cluster job; and demanding a usable GPU.
 
-`environment()` is what every manifest records (`minimodel.provenance.manifest`): Python and the versions
-of the packages that make the numbers, a sha256 of the whole installed package set, the CPU, the
+`environment()` is what every manifest records (`minimodel.floor.provenance.manifest`): Python and
+the versions of the packages that make the numbers, a sha256 of the whole installed package set, the CPU, the
 GPU with its driver, CUDA runtime, cuDNN, compute capability and clocks, the host name and, inside
 a SLURM job, the job's id, name, partition and nodes.
 

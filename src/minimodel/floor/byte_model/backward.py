@@ -48,10 +48,10 @@ from functools import cache
 
 import sympy as sp
 
-from minimodel import contract
-from minimodel.byte_model import forward
-from minimodel.byte_model.forward import B_c, B_r, N, Transfer, d
-from minimodel.contract import FLASH_SCHEME, NAIVE_SCHEME
+from minimodel.floor import contract
+from minimodel.floor.byte_model import forward
+from minimodel.floor.byte_model.forward import B_c, B_r, N, Transfer, d
+from minimodel.floor.contract import FLASH_SCHEME, NAIVE_SCHEME
 
 F32 = sp.Integer(4)  # LSE, D and the dQ accumulator
 SCHEMES = (NAIVE_SCHEME, FLASH_SCHEME)

@@ -2,15 +2,15 @@
 (notes/labs.md, lab 01 E): the CPU stage on its measured ceilings, the GPU stage on the device's.
 
 `predict_speedup` places naive and flash attention on a roofline by their model intensity
-(`minimodel.byte_model`): attainable = min(peak, intensity × bandwidth), and the predicted speedup
+(`minimodel.floor.byte_model`): attainable = min(peak, intensity × bandwidth), and the predicted speedup
 is the ratio of the two attainable rates (the FLOPs being equal, time falls as the attainable
 rate rises).
 """
 
 from __future__ import annotations
 
-from minimodel import contract
-from minimodel.byte_model.forward import DTYPE_BYTES, intensity
+from minimodel.floor import contract
+from minimodel.floor.byte_model.forward import DTYPE_BYTES, intensity
 
 
 def attainable(intensity: float, peak: float, bandwidth: float) -> float:
