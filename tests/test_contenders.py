@@ -6,6 +6,7 @@ Every bad contender must give a failed row naming what went wrong, and leave the
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -597,6 +598,23 @@ def test_a_contender_without_a_backward_gets_skipped_rows_saying_so(tmp_path):
 def test_a_wrong_backward_fails_the_backward_rows(tmp_path, fn, reason):
     rows = backward_sweep(tmp_path, fn, backward=True)
     assert all(r["passed"] is False for r in rows) and all(reason in r["reason"] for r in rows), rows
+
+
+def test_the_builtins_are_listed_in_the_docs_alone():
+    """docs/contenders.md describes every built-in a stage's list may name (the SDPA backends
+    together); the config and the other docs point there, and type none of their names (but
+    naive's, which is also the word for the reference)."""
+    from minimodel.contenders.catalog import BUILTINS
+
+    listable = set(BUILTINS) - {contract.TRITON, *contract.SDPA_BACKENDS}
+    docs = (EXAMPLES.parent / "docs" / "contenders.md").read_text()
+    assert {name for name in listable if f"`{name}`" in docs} == listable
+    elsewhere = [EXAMPLES.parent / "config" / "config.yaml",
+                 EXAMPLES.parent / "docs" / "contenders-inputs.md"]
+    names = (listable - {contract.NAIVE}) | set(contract.SDPA_BACKENDS)
+    named = {(path.name, name) for path in elsewhere for name in names
+             if re.search(rf"\b{name}\b", path.read_text())}
+    assert named == set()
 
 
 def test_the_builtins_say_which_have_a_backward():

@@ -19,7 +19,7 @@ import pytest
 from conftest import copy_of_tiny_run, copy_project, one_at_a_time, user_env
 
 from minimodel.floor import contract
-from minimodel.floor.provenance import io, manifest, reading, verify
+from minimodel.floor.provenance import code, io, manifest, reading, verify
 
 pytestmark = pytest.mark.workflow
 
@@ -151,13 +151,13 @@ def test_the_workflow_runs_and_hashes_the_code_of_its_own_tree(own_run):
 
 
 def test_each_manifest_records_exactly_the_code_its_rule_lists(workdir):
-    # one tracker (manifest.code_closure) for the rule inputs and the manifests; without CUDA
+    # one tracker (code.code_closure) for the rule inputs and the manifests; without CUDA
     # gpu_timing never imports the kernel, yet depends on it, and both sides say so
     for path in reading.find_manifests(workdir / "results"):
         m = json.loads(path.read_text())
         script = workdir / "scripts" / f"{m['rule']}.py"
         listed = {str(Path(p).resolve().relative_to(workdir)) for p in
-                  manifest.code_closure(script, workdir / "src" / "minimodel") if Path(p) != script}
+                  code.code_closure(script, workdir / "src" / "minimodel") if Path(p) != script}
         recorded = {e["path"] for e in m["inputs"] if e["kind"] == "module"}
         assert recorded == listed, m["rule"]
     timing = json.loads((workdir / "results" / "gpu/timing/manifest.json").read_text())

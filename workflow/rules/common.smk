@@ -5,7 +5,7 @@ from snakemake.exceptions import WorkflowError
 from snakemake.io import contains_wildcard
 
 from minimodel.floor import contract as C
-from minimodel.floor.provenance.manifest import code_closure
+from minimodel.floor.provenance.code import code_closure
 from minimodel.floor.provenance.project import (
     UnsafeResultsDir,
     check_results_dir,
@@ -97,7 +97,7 @@ REFERENCE_MANIFESTS = list(C.COMPARED_MANIFESTS)
 
 
 def code(script):
-    """The script and every minimodel module it imports (manifest.code_closure): a rule's code.
+    """The script and every minimodel module it imports (code.code_closure): a rule's code.
 
     Listed as inputs so that editing a module re-runs exactly the rules that use it; the rule's
     manifest records the same list.
