@@ -55,7 +55,7 @@ def test_the_forwards_rows_are_those_of_the_committed_reference():
                                   ref.loc[naive, model].astype(float))
 
 
-def test_the_backward_model_columns_are_symbolic_backwards_for_all_heads():
+def test_the_backward_model_columns_are_the_byte_models_for_all_heads():
     row = {"B": 1, "H": 800, "N": 1024, "d": 64, "impl": "flash", "direction": contract.BACKWARD}
     model = hbm_plan.model_columns(row, 64, 128)
     by_rw = backward_model.bytes_by_rw("flash", 1024, 64, 64, 128, 2, contract.BACKWARD,

@@ -2,6 +2,7 @@
 
 
 import statistics
+import weakref
 
 import pandas as pd
 import pytest
@@ -12,6 +13,7 @@ from minimodel.contenders import parse
 from minimodel.contenders.timed import TimingCase
 from minimodel.floor import contract
 from minimodel.floor.byte_model.forward import attention_flops
+from minimodel.floor.timers import Sampler
 from minimodel.gpu import grids, timing, timing_point, timing_rows
 from minimodel.gpu.grids import Point
 from minimodel.gpu.implementations import Local, Prepared, Remote
@@ -225,6 +227,54 @@ def test_an_implementation_out_of_memory_beside_the_others_is_prepared_again_onc
     rows, _ = timing_point.time_pass(Point("lab", 1, 1, 64, 64, False), "forward", impls[:1],
                                      TimingCase(1, 1, 64, 64, False, 0, 1, 1), 3, {"peak_flops_per_s": 1e15})
     assert rows[0]["status"] == contract.OUT_OF_MEMORY and rows[0]["ms"] is None
+
+
+class _Held:
+    """What a preparation built before it ran out of memory (a backward's saved forward)."""
+
+
+class _Heavy(_Fake):
+    """Runs out of memory beside `blocker`, or while what its own failed try built is still held
+    (by the traceback of that try's error, until it is cleared and collected)."""
+
+    def __init__(self, name, held, blocker):
+        super().__init__(name, held, blocker)
+        self.built = None  # a weak reference to what the failed try built
+
+    def prepare(self, case, direction, inputs):
+        if self.built is not None and self.built() is not None:
+            raise torch.OutOfMemoryError("CUDA out of memory (held by the first try)")
+        built = _Held()
+        self.built = weakref.ref(built)
+        if self.blocker in self.held:
+            raise torch.OutOfMemoryError("CUDA out of memory (held by another)")
+        return super().prepare(case, direction, inputs)
+
+
+def test_the_second_try_of_a_preparation_starts_once_the_first_ones_memory_is_gone(monkeypatch):
+    """On the H200 naive attention's backward at (1, 32, 16384, 64) ran out of memory twice when
+    its second try began inside the first one's except, whose traceback held the first try's
+    saved forward."""
+    monkeypatch.setattr(timing_point, "timing_inputs", lambda case, count: (torch.zeros(1),) * count)
+    monkeypatch.setattr(timing_point, "crowded", lambda: False)
+    monkeypatch.setattr(timing_point, "forward_reference", lambda *args: (None, float("nan")))
+    held = set()
+    impls = [_Fake("a", held), _Heavy("naive", held, blocker="a")]
+    rows, _ = timing_point.time_pass(Point("lab", 1, 1, 64, 64, False), "forward", impls,
+                                     TimingCase(1, 1, 64, 64, False, 0, 1, 1), 3, {"peak_flops_per_s": 1e15})
+    assert [(r["impl"], r["status"], r["samples"]) for r in rows] == [("a", "ok", 3), ("naive", "ok", 3)]
+
+
+@pytest.mark.parametrize(("replay_ms", "warmup_ms", "expected"), [
+    (4.0, 40, (10, 5)),  # a graph of many short calls: 40 ms of warm-up, 5 replays of 4 ms
+    (10.0, 40, (4, 2)),
+    (88.0, 40, (1, 1)),  # one call of naive attention at N = 16384: one replay each, not 15
+    (4.0, 0, (0, 5)),
+])
+def test_a_samples_replays_follow_the_graphs_measured_duration(replay_ms, warmup_ms, expected):
+    sampler = Sampler.__new__(Sampler)
+    sampler.sample_ms, sampler.replay_ms = 20, replay_ms
+    assert sampler.replays(warmup_ms) == expected
 
 
 @pytest.mark.gpu
