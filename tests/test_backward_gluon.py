@@ -1,7 +1,7 @@
 """The backward's Gluon dK/dV kernels for Hopper (`minimodel.kernel.gluon_backward`, one partition;
 `gluon_bwd_ws`, warp-specialized, with dQ by the tl pass or by atomics in the kernel): where the
 policy lets them run, what they compile to for sm_90 (on any machine), and, on an H200, every sweep
-case with each path forced, against float64 under the project's rule (minimodel.gpu.grads).
+case with each path forced, against float64 under the project's rule (minimodel.gpu.kernel_check).
 
 Gluon has no interpreter: on a machine without Hopper the Gluon configuration runs the tl table's
 kernels (`launch_bwd_config`), and these tests check that it says so.
@@ -19,7 +19,8 @@ import pytest
 import torch
 from conftest import DEVICE, HAS_CUDA
 
-from minimodel.gpu.grads import check_backward_case, reference_grads
+from minimodel.floor.correctness_rule import reference_grads
+from minimodel.gpu.kernel_check import check_backward_case
 from minimodel.kernel import HOPPER, SHARED_MEMORY, bwd_config, flash_attn_backward, flash_attn_forward
 from minimodel.kernel.bwd_config import (
     BwdConfig,

@@ -9,14 +9,14 @@ import pytest
 import torch
 from conftest import DEVICE, HAS_CUDA, snakemake_until
 
-from minimodel import contract
 from minimodel.contenders import parse
 from minimodel.contenders.timed import TimingCase
+from minimodel.floor import contract
+from minimodel.floor.byte_model.forward import attention_flops
+from minimodel.floor.timers import Sampler
 from minimodel.gpu import grids, timing, timing_point, timing_rows
 from minimodel.gpu.grids import Point
 from minimodel.gpu.implementations import Local, Prepared, Remote
-from minimodel.symbolic import attention_flops
-from minimodel.timers import Sampler
 
 
 def test_attention_flops_halves_for_causal():
@@ -284,7 +284,7 @@ def test_a_pass_checks_and_samples_every_implementation_and_a_contender(directio
     """One lab point in each pass: the implementations always timed, FlexAttention (compiled, with
     a backward) and triton_tl (none) in their child processes; every sample in the long table."""
     from minimodel.contenders import registry
-    from minimodel.contenders.builtin import BUILTINS
+    from minimodel.contenders.catalog import BUILTINS
     from minimodel.contenders.run import Child
     from minimodel.gpu.implementations import implementations
 
@@ -312,7 +312,7 @@ def test_a_pass_checks_and_samples_every_implementation_and_a_contender(directio
 def test_a_sampler_reads_the_time_of_a_known_amount_of_work():
     """A matmul's samples agree with do_bench_cudagraph's reading of it (a loaded GPU's clocks
     move them by several percent between samples: that is what the rounds share out)."""
-    from minimodel.timers import Sampler, bench_graph_ms
+    from minimodel.floor.timers import Sampler, bench_graph_ms
 
     a = torch.randn(4096, 4096, device="cuda", dtype=torch.float16)
     sampler = Sampler(lambda: lambda: a @ a, 20, 5, 20)
@@ -342,7 +342,7 @@ def test_flashattentions_backward_is_timed_in_its_child(name):
     """FlashAttention-2's and -4's backward through autograd, one point on FlashAttention's grid
     (skipped rows saying why where the package is missing)."""
     from minimodel.contenders import registry
-    from minimodel.contenders.builtin import BUILTINS, unavailable
+    from minimodel.contenders.catalog import BUILTINS, unavailable
     from minimodel.contenders.run import Child
 
     point = Point("flashattention", 4, 16, 4096, 128, True)

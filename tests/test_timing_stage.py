@@ -6,7 +6,7 @@ import pandas as pd
 import timing_stage
 from conftest import REFERENCE
 
-from minimodel import contract
+from minimodel.floor import contract
 
 
 def test_a_run_judged_against_itself_agrees_and_a_slower_kernel_is_named(tmp_path, capsys):

@@ -40,7 +40,7 @@ from pathlib import Path
 import torch
 
 import minimodel.entry  # noqa: F401 (first: compiled or interpreted is decided on import)
-from minimodel.correctness_rule import failure_reason, grad_errors, reference_grads
+from minimodel.floor.correctness_rule import failure_reason, grad_errors, reference_grads
 from minimodel.kernel import backward
 from minimodel.kernel.bwd_config import gluon_bwd_config, gluon_ws_config, tl_bwd_config
 from minimodel.kernel.flash import flash_attn_forward

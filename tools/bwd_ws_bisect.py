@@ -27,10 +27,12 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import bwd_gluon_gpu as gpu  # first: it imports minimodel.entry (compiled, not interpreted)
+import bwd_gluon_gpu as gpu
 import torch
 
-from minimodel.correctness_rule import failure_reason, grad_errors, reference_grads
+import minimodel.entry  # noqa: F401 (first: compiled or interpreted is decided on import)
+from minimodel.floor import contract
+from minimodel.floor.correctness_rule import failure_reason, grad_errors, reference_grads
 from minimodel.kernel import backward, gluon_bwd_ws
 from minimodel.kernel.bwd_config import gluon_ws_config
 
@@ -44,7 +46,7 @@ class Variant:
     n: int
     rows_tma: bool = False  # LSE and D by 1-D TMA (the first design), else the producer's loads
     worker_regs: int | None = None  # the MMA warpgroups' registers (None: MMA_REGS, 240)
-    expect: str = "ok"  # what the diagnosis predicts
+    expect: str = contract.OK  # what the diagnosis predicts
 
 
 # N = 77: row coordinates (b·H + h)·N + start_m not multiples of 4 (16 bytes of float32) for h = 1
@@ -149,7 +151,7 @@ def run_variant(name: str, out: Path, lock_wait_s: float) -> int:
     dq, dk, dv = grads
     errors = grad_errors((dq.to(torch.float16) if var.atomic_dq else dq, dk, dv), exact, lowp)
     worst = errors["err_kernel_vs_fp64"] / errors["tolerance"]
-    row.update(result="ok" if errors["passed"] else f"wrong by {worst:.3g}x the tolerance",
+    row.update(result=contract.OK if errors["passed"] else f"wrong by {worst:.3g}x the tolerance",
                reason=failure_reason(errors),
                errors={g: [errors[f"err_{g}_kernel_vs_fp64"], errors[f"tolerance_{g}"]]
                        for g in ("dq", "dk", "dv")})
@@ -186,7 +188,7 @@ def print_table(rows: list[dict]) -> None:
         mark = "" if r["result"] == r["expect"] else "  <-- not as predicted"
         print(f"  {r['variant']:34s} {r['result']:24s} [{r['expect']}] {r.get('compile_s', '-')} s, "
               f"{r.get('run_s', '-')} s{mark}")
-        if r.get("reason") and r["result"] != "ok":
+        if r.get("reason") and r["result"] != contract.OK:
             print(f"      {r['reason'][-200:]}")
 
 

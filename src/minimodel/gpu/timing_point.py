@@ -17,7 +17,7 @@ backward's dO after them, so its Q, K, V are the forward's):
 3. each row's `ms` is the median of its samples, `samples` their count; the samples themselves go
    to the long table (`timing_rows.KEY`, `sample`, `ms`).
 The first head of each output (or of dQ, dK, dV) is checked against float64 on that head with the
-correctness rule (`minimodel.correctness_rule`): `checked`, `err_vs_fp64`, and the status
+correctness rule (`minimodel.floor.correctness_rule`): `checked`, `err_vs_fp64`, and the status
 `contract.FAILED_CHECK` where it misses (its times are kept, and said so by the status).
 """
 
@@ -29,13 +29,14 @@ import statistics
 
 import torch
 
-from minimodel import contract, symbolic_backward
-from minimodel.attention_ref import reference_attn
 from minimodel.contenders.timed import TimingCase, timing_inputs
-from minimodel.correctness_rule import grad_errors, reference_grads, tolerance
+from minimodel.floor import contract
+from minimodel.floor.attention_ref import reference_attn
+from minimodel.floor.byte_model.backward import attention_flops
+from minimodel.floor.correctness_rule import grad_errors, reference_grads, tolerance
+from minimodel.floor.timers import release_memory
 from minimodel.gpu.grids import Point
 from minimodel.gpu.timing_rows import KEY, empty_row, failures_in_status, with_rates
-from minimodel.timers import release_memory
 
 # An implementation whose prepared call leaves less than this fraction of the device's memory free
 # (naive attention's graph at N = 16384 holds tens of GiB) is sampled at once and released before
@@ -45,7 +46,7 @@ ALONE_BELOW = 0.25
 
 def flops(point: Point, direction: str) -> float:
     """FLOPs of one call (FlashAttention's convention: backward 2.5 × the forward's, fwd+bwd 3.5 ×)."""
-    return symbolic_backward.attention_flops(point.B, point.H, point.N, point.d, point.causal, direction)
+    return attention_flops(point.B, point.H, point.N, point.d, point.causal, direction)
 
 
 def forward_reference(q, k, v, causal: bool):

@@ -9,8 +9,8 @@ import logging
 
 import torch
 
-from minimodel import contract
-from minimodel.timers import release_memory
+from minimodel.floor import contract
+from minimodel.floor.timers import release_memory
 
 log = logging.getLogger(__name__)
 

@@ -22,7 +22,7 @@ import time
 import torch
 import triton.testing
 
-from minimodel import contract
+from minimodel.floor import contract
 
 log = logging.getLogger(__name__)
 
