@@ -5,7 +5,7 @@ rule compare_verdict then fails the run on a disagreement when the config asks f
 from pathlib import Path
 
 import minimodel.entry  # noqa: F401 (first: compiled or interpreted is decided on import)
-from minimodel.provenance.manifest import stage
+from minimodel.floor.provenance.manifest import stage
 from minimodel.report import compare
 
 with stage(snakemake) as st:

@@ -3,8 +3,8 @@
 import pandas as pd
 
 import minimodel.entry  # noqa: F401 (first: compiled or interpreted is decided on import)
-from minimodel.provenance.io import write_csv
-from minimodel.provenance.manifest import stage
+from minimodel.floor.provenance.io import write_csv
+from minimodel.floor.provenance.manifest import stage
 
 with stage(snakemake) as st:
     table = pd.concat([pd.read_csv(p) for p in snakemake.input.parts], ignore_index=True)

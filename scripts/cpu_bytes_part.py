@@ -6,10 +6,11 @@ import pandas as pd
 import torch
 
 import minimodel.entry  # noqa: F401 (first: compiled or interpreted is decided on import)
-from minimodel.cpu import backward_bytes, bytecount
-from minimodel.provenance import project
-from minimodel.provenance.io import write_csv
-from minimodel.provenance.manifest import stage
+from minimodel.cpu import bytecount
+from minimodel.floor import contract
+from minimodel.floor.provenance import project
+from minimodel.floor.provenance.io import write_csv
+from minimodel.floor.provenance.manifest import stage
 
 with stage(snakemake) as st:
     cfg = snakemake.params.cfg
@@ -24,9 +25,9 @@ with stage(snakemake) as st:
     )
     bwd = cfg["backward"]
     if dtype in bwd["dtypes"]:
-        rows += backward_bytes.sweep(
+        rows += bytecount.sweep(
             bwd["n"], bwd["head_dims"], [dtype], *tiles,
-            random_seed=snakemake.params.random_seed, progress=st.progress,
+            random_seed=snakemake.params.random_seed, progress=st.progress, direction=contract.BACKWARD,
         )
     table = pd.DataFrame(rows)
     st.extra["worst_abs_deviation"] = float(table["deviation"].abs().max())

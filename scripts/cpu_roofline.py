@@ -5,12 +5,12 @@ import logging
 import torch
 
 import minimodel.entry  # noqa: F401 (first: compiled or interpreted is decided on import)
-from minimodel import roofline_model
 from minimodel.cpu import roofline
-from minimodel.provenance import project
-from minimodel.provenance.io import write_json
-from minimodel.provenance.machine import cpu_description
-from minimodel.provenance.manifest import stage
+from minimodel.floor import roofline_model
+from minimodel.floor.provenance import project
+from minimodel.floor.provenance.io import write_json
+from minimodel.floor.provenance.machine import cpu_description
+from minimodel.floor.provenance.manifest import stage
 
 with stage(snakemake):
     cfg = snakemake.params.cfg

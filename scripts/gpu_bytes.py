@@ -10,21 +10,22 @@ import torch
 
 import minimodel.entry  # noqa: F401 (first: compiled or interpreted is decided on import)
 from minimodel.contenders import registry
-from minimodel.gpu import hbm
-from minimodel.provenance import machine
-from minimodel.provenance.io import write_csv, write_json
-from minimodel.provenance.manifest import stage
+from minimodel.floor.provenance import machine
+from minimodel.floor.provenance.io import write_csv, write_json
+from minimodel.floor.provenance.manifest import stage
+from minimodel.gpu import hbm, hbm_plan
+from minimodel.gpu import ncu as ncu_tool
 
 with stage(snakemake) as st:
     cfg, l2_bytes = snakemake.params.cfg, snakemake.params.l2_bytes
     if machine.gpu_required(snakemake.params.require_cuda):
         machine.require_cuda()
     contenders = registry.selected(snakemake.config, "bytes")
-    kernels = pd.DataFrame(columns=hbm.KERNEL_COLUMNS)
-    ncu = hbm.find_ncu(cfg["ncu"]) if torch.cuda.is_available() else None
+    kernels = pd.DataFrame(columns=ncu_tool.KERNEL_COLUMNS)
+    ncu = ncu_tool.find_ncu(cfg["ncu"]) if torch.cuda.is_available() else None
     if ncu is None:
         reason = hbm.NO_NCU if torch.cuda.is_available() else hbm.NO_CUDA
-        rows = hbm.planned_rows(cfg, l2_bytes, reason, contenders)
+        rows = hbm_plan.planned_rows(cfg, l2_bytes, reason, contenders)
     else:
         with tempfile.TemporaryDirectory() as work:
             try:

@@ -7,21 +7,19 @@ import pandas as pd
 
 import minimodel.entry  # noqa: F401 (first: compiled or interpreted is decided on import)
 from minimodel.contenders import registry
-from minimodel.gpu import correctness, grads
-from minimodel.provenance import machine
-from minimodel.provenance.io import write_csv, write_json
-from minimodel.provenance.manifest import stage
+from minimodel.floor.provenance import machine
+from minimodel.floor.provenance.io import write_csv, write_json
+from minimodel.floor.provenance.manifest import stage
+from minimodel.gpu import correctness
 
 with stage(snakemake) as st:
     cfg = snakemake.params.cfg
     # with require_cuda, a machine without a usable GPU is an error, not the interpreter
     backend = correctness.select_backend(machine.gpu_required(snakemake.params.require_cuda))
     random_seed = snakemake.params.random_seed
-    rows = correctness.run_sweep(cfg, backend, random_seed, progress=st.progress)
-    rows += grads.run_backward_sweep(cfg, backend, random_seed, progress=st.progress)  # direction: backward
-    # the contenders' rows beside the kernel's; a contender that fails never fails the rule
-    rows += correctness.run_contenders(cfg, registry.selected(snakemake.config, "correctness"), backend,
-                                       random_seed, progress=st.progress)
+    # the kernel's rows, then the contenders'; a contender that fails never fails the rule
+    rows = correctness.run(cfg, backend, random_seed, registry.selected(snakemake.config, "correctness"),
+                           progress=st.progress)
     summary = correctness.summarize(rows, backend, random_seed)
     backward = summary["backward"]
     backward_passed = None if backward is None else backward["all_passed"]

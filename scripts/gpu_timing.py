@@ -6,12 +6,12 @@ import pandas as pd
 import torch
 
 import minimodel.entry  # noqa: F401 (first: compiled or interpreted is decided on import)
-from minimodel import contract
 from minimodel.contenders import registry
+from minimodel.floor import contract
+from minimodel.floor.provenance import machine
+from minimodel.floor.provenance.io import write_csv, write_json
+from minimodel.floor.provenance.manifest import stage
 from minimodel.gpu import timing
-from minimodel.provenance import machine
-from minimodel.provenance.io import write_csv, write_json
-from minimodel.provenance.manifest import stage
 
 with stage(snakemake) as st:
     cfg = snakemake.params.cfg

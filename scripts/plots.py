@@ -13,9 +13,9 @@ import matplotlib
 import pandas as pd
 
 import minimodel.entry  # noqa: F401 (first: compiled or interpreted is decided on import)
-from minimodel import contract
-from minimodel.provenance.io import save_figure
-from minimodel.provenance.manifest import stage
+from minimodel.floor import contract
+from minimodel.floor.provenance.io import save_figure
+from minimodel.floor.provenance.manifest import stage
 from minimodel.report import backward_plots, correctness_figure, plots
 
 # seaborn's figure-level grids are drawn through pyplot: off-screen, whatever display the machine has

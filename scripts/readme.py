@@ -2,8 +2,8 @@
 this run's tables."""
 
 import minimodel.entry  # noqa: F401 (first: compiled or interpreted is decided on import)
-from minimodel.provenance.io import write_text
-from minimodel.provenance.manifest import stage
+from minimodel.floor.provenance.io import write_text
+from minimodel.floor.provenance.manifest import stage
 from minimodel.report import results_readme
 
 with stage(snakemake):

@@ -11,9 +11,9 @@ import logging
 from pathlib import Path
 
 import minimodel.entry  # noqa: F401 (first: compiled or interpreted is decided on import)
-from minimodel.provenance.io import write_text
-from minimodel.provenance.manifest import ProvenanceError, stage
-from minimodel.provenance.verify import check
+from minimodel.floor.provenance.io import write_text
+from minimodel.floor.provenance.manifest import ProvenanceError, stage
+from minimodel.floor.provenance.verify import check
 
 with stage(snakemake, checks_itself=("manifests",)):
     manifests = list(snakemake.input.manifests)

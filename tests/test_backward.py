@@ -2,7 +2,7 @@
 (`minimodel.kernel.attention`), on a CUDA device when there is one, else under Triton's CPU
 interpreter.
 
-The accuracy rule is the forward's, per gradient (minimodel.gpu.grads): against float64 autograd,
+The accuracy rule is the forward's, per gradient (minimodel.gpu.kernel_check): against float64 autograd,
 err_kernel <= max(1e-3, 2 × err_torch), err_torch being PyTorch autograd's own in the same dtype.
 The interpreter runs one program at a time (tens of milliseconds each): the CPU cases are one or
 two heads of short sequences; the `gpu` cases are the bigger sweep.
@@ -17,9 +17,9 @@ import pytest
 import torch
 from conftest import DEVICE, HAS_CUDA, requires_gpu
 
-from minimodel.attention_ref import reference_attn
-from minimodel.gpu import correctness
-from minimodel.gpu.grads import check_backward_case, reference_grads
+from minimodel.floor.attention_ref import reference_attn
+from minimodel.floor.correctness_rule import reference_grads, tolerance
+from minimodel.gpu.kernel_check import check_backward_case
 from minimodel.kernel import BF16_INTERPRETER_REASON, attention, flash_attn_backward, flash_attn_forward
 from minimodel.kernel.backward import BwdConfig, arguments, backward_fn, get_bwd_config
 
@@ -47,7 +47,7 @@ def within_rule(got, exact, lowp) -> bool:
     """The correctness rule for one gradient: its error against float64 against PyTorch's."""
     err, err_torch = ((t.double() - exact).abs().max().item() for t in (got, lowp))
     print(f"kernel {err:.2e} torch {err_torch:.2e}")
-    return err <= correctness.tolerance(err_torch)
+    return err <= tolerance(err_torch)
 
 
 def half(*shape, gen=None):

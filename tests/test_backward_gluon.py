@@ -1,11 +1,13 @@
-"""The backward's Gluon dK/dV kernel for Hopper (`minimodel.kernel.gluon_backward`): where the policy
-lets it run, what it compiles to for sm_90 (on any machine), and, on an H200, every sweep case with
-each path forced, against float64 under the project's rule (minimodel.gpu.grads).
+"""The backward's Gluon dK/dV kernels for Hopper (`minimodel.kernel.gluon_backward`, one partition;
+`gluon_bwd_ws`, warp-specialized, with dQ by the tl pass or by atomics in the kernel): where the
+policy lets them run, what they compile to for sm_90 (on any machine), and, on an H200, every sweep
+case with each path forced, against float64 under the project's rule (minimodel.gpu.kernel_check).
 
 Gluon has no interpreter: on a machine without Hopper the Gluon configuration runs the tl table's
 kernels (`launch_bwd_config`), and these tests check that it says so.
 """
 
+import json
 import os
 import re
 import subprocess
@@ -17,17 +19,20 @@ import pytest
 import torch
 from conftest import DEVICE, HAS_CUDA
 
-from minimodel.gpu.grads import check_backward_case, reference_grads
-from minimodel.kernel import HOPPER, SHARED_MEMORY, flash_attn_backward, flash_attn_forward
+from minimodel.floor.correctness_rule import reference_grads
+from minimodel.gpu.kernel_check import check_backward_case
+from minimodel.kernel import HOPPER, SHARED_MEMORY, bwd_config, flash_attn_backward, flash_attn_forward
 from minimodel.kernel.bwd_config import (
     BwdConfig,
     get_bwd_config,
     gluon_bwd_config,
     gluon_ok,
+    gluon_ws_config,
     launch_bwd_config,
     tl_bwd_config,
 )
 from minimodel.kernel.gluon_backward import HEAD_DIMS
+from minimodel.kernel.gluon_bwd_ws import MMA_REGS, WARPS
 
 ROOT = Path(__file__).resolve().parents[1]
 HOPPER_HERE = HAS_CUDA and torch.cuda.get_device_capability() == (9, 0)
@@ -41,7 +46,7 @@ def gen(request):
 
 
 def test_a_gluon_configuration_is_checked_when_made():
-    with pytest.raises(ValueError, match="GLUON keeps the separate dQ pass"):
+    with pytest.raises(ValueError, match="GLUON in one partition keeps the separate dQ pass"):
         BwdConfig(64, 128, 128, 64, 8, 2, ATOMIC_DQ=True, GLUON=True)
     with pytest.raises(ValueError, match="64 keys per warpgroup .* got BLOCK_N1 = 128, num_warps_kv = 4"):
         BwdConfig(64, 128, 128, 64, 4, 2, GLUON=True)
@@ -49,20 +54,46 @@ def test_a_gluon_configuration_is_checked_when_made():
         BwdConfig(64, 128, 128, 64, 8, 1, GLUON=True)
     with pytest.raises(ValueError, match=r"built for head dims \(64, 128\), got 32"):
         gluon_bwd_config(32, False)
+    with pytest.raises(ValueError, match="warp-specialized.*BLOCK_N1 is 128, got 64"):
+        BwdConfig(64, 64, 128, 64, WARPS, 2, GLUON=True)
+    with pytest.raises(ValueError, match="ATOMIC_DQ: BLOCK_M1 is 64 or 128"):
+        BwdConfig(32, 128, 128, 64, WARPS, 2, ATOMIC_DQ=True, GLUON=True)
     cfg = gluon_bwd_config(128, True)
     assert cfg.path == "gluon" and cfg.num_warps_kv * 16 == cfg.BLOCK_N1 and not cfg.ATOMIC_DQ
+    assert cfg.kernel == "gluon" and not cfg.warp_specialized
+    for d in HEAD_DIMS:
+        for causal in (False, True):
+            ws, wsdq = gluon_ws_config(d, causal), gluon_ws_config(d, causal, atomic_dq=True)
+            assert (ws.kernel, wsdq.kernel) == ("gluon-ws", "gluon-ws-atomic-dq")
+            assert ws.path == wsdq.path == "gluon" and ws.BLOCK_N1 == wsdq.BLOCK_N1 == 128
+            assert not ws.ATOMIC_DQ and wsdq.ATOMIC_DQ  # deterministic unless asked
+            tl = get_bwd_config(d, causal, "cuda")
+            assert (ws.BLOCK_M2, ws.BLOCK_N2) == (tl.BLOCK_M2, tl.BLOCK_N2)  # the tl dQ pass's tiles
     # its dQ pass is the tl table's
     assert (cfg.BLOCK_M2, cfg.BLOCK_N2) == (get_bwd_config(128, True, "cuda").BLOCK_M2,
                                             get_bwd_config(128, True, "cuda").BLOCK_N2)
 
 
-# on Hopper too, for now: the Gluon kernel was not faster than tl's on the H200 (notes/backward.md)
+# the tl table's (its N unknown), on a GPU that is not Hopper, and under the interpreter
 @pytest.mark.parametrize("arch", [80, 86, 89, HOPPER])
 @pytest.mark.parametrize("d", [16, 32, 64, 128, 256])
 @pytest.mark.parametrize("causal", [False, True])
-def test_the_policy_runs_tl_on_every_architecture_and_under_the_interpreter(arch, d, causal):
+def test_the_policy_runs_tl_off_hopper_and_under_the_interpreter(arch, d, causal):
     assert get_bwd_config(d, causal, "cuda", arch).path == "tl"
-    assert get_bwd_config(d, causal, "cpu").path == "tl"
+    assert get_bwd_config(d, causal, "cpu", n=4096).path == "tl"
+    if arch != HOPPER:
+        assert get_bwd_config(d, causal, "cuda", arch, n=4096).path == "tl"
+
+
+@pytest.mark.parametrize("d", HEAD_DIMS)
+@pytest.mark.parametrize("causal", [False, True])
+def test_the_policy_picks_the_warp_specialized_kernel_on_hopper_from_ws_min_n(d, causal, monkeypatch):
+    """Timed faster than the tl kernels on the H200 at N = 4096 (notes/backward.md); deterministic:
+    the tl dQ pass, no atomics."""
+    monkeypatch.setattr(bwd_config, "INTERPRETED", False)
+    cfg = get_bwd_config(d, causal, "cuda", HOPPER, n=bwd_config.WS_MIN_N)
+    assert cfg == gluon_ws_config(d, causal) and cfg.kernel == "gluon-ws" and not cfg.ATOMIC_DQ
+    assert get_bwd_config(d, causal, "cuda", HOPPER, n=bwd_config.WS_MIN_N - 1).path == "tl"
 
 
 @pytest.mark.parametrize("d", [16, 32, 256])
@@ -76,11 +107,12 @@ def test_the_policy_keeps_tl_where_no_gluon_kernel_is_built(d):
 def test_a_gluon_configuration_runs_the_tl_kernels_where_gluon_cannot_and_says_so(gen):
     q, k, v, do = (torch.randn(1, 2, 70, 64, generator=gen).half().to(DEVICE) for _ in range(4))
     assert not gluon_ok(q, k, v, do)
-    ran = launch_bwd_config(q, k, v, True, gluon_bwd_config(64, True), do)
-    assert ran.path == "tl" and ran == tl_bwd_config(64, True, q.device.type)
+    for cfg in (gluon_bwd_config(64, True), gluon_ws_config(64, True), gluon_ws_config(64, True, True)):
+        ran = launch_bwd_config(q, k, v, True, cfg, do)
+        assert ran.kernel == "tl" and ran == tl_bwd_config(64, True, q.device.type)  # deterministic
     row = check_backward_case(1, 2, 70, 64, True, device=DEVICE, generator=gen,
-                              config=gluon_bwd_config(64, True))
-    assert row["passed"], row
+                              config=gluon_ws_config(64, True, atomic_dq=True))
+    assert row["passed"] and not row["ATOMIC_DQ"], row
 
 
 def test_the_gluon_kernel_compiles_for_sm90_without_spilling_in_one_partition_that_fits():
@@ -101,21 +133,75 @@ def test_the_gluon_kernel_compiles_for_sm90_without_spilling_in_one_partition_th
         assert 0 < int(registers) <= 255 and int(registers) * int(warps) * 32 <= 65536
 
 
+# one compile per case (d, causal, atomic dQ): both head dims, causal and not, both dQ paths
+WS_CASES = ("64,0,0", "64,1,1", "128,0,1", "128,1,0")
+
+
+def test_the_warp_specialized_kernel_compiles_for_sm90_without_spilling_and_splits_its_registers(tmp_path):
+    # compiled in a fresh process: this session interprets its kernels
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    cases = [a for c in WS_CASES for a in ("--case", c)]
+    proc = subprocess.run([sys.executable, str(ROOT / "tools" / "bwd_ws_report.py"), *cases, "--json",
+                           str(tmp_path / "report.json")], env=env, capture_output=True, text=True)
+    print(proc.stdout)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    rows = json.loads((tmp_path / "report.json").read_text())
+    assert len(rows) == len(WS_CASES)
+    for row in rows:
+        cfg = gluon_ws_config(row["d"], row["causal"], row["atomic_dq"])
+        assert (row["BLOCK_M1"], row["stages"]) == (cfg.BLOCK_M1, cfg.num_stages_kv)
+        assert row["spill_stack_bytes"] == 0 and row["stl"] == row["ldl"] == 0
+        assert row["shared_bytes"] <= SHARED_MEMORY[HOPPER] and row["warps"] == WARPS
+        # the split: the producer's warpgroup down to 24 registers, the two MMA warpgroups up to 240
+        assert {24, MMA_REGS.value} <= set(row["setmaxnreg"])
+        assert 2 * 128 * MMA_REGS.value + 128 * 24 <= 65536
+        # TMA loads of K, V, Q, dO only (LSE and D by the producer's loads: `_rows`), warpgroup MMAs,
+        # mbarriers; fp32 reductions to global memory only with dQ in it
+        assert row["utmaldg"] == 4 and row["hgmma"] > 0 and row["syncs"] > 0
+        assert (row["redg"] > 0) == row["atomic_dq"]
+
+
+def test_lse_and_d_come_by_tma_only_where_every_row_coordinate_is_16_byte_aligned():
+    # the H200 (bb5c731): 1-D TMA of LSE and D at coordinate (b·H + h)·N + start_m, not a multiple
+    # of 4 float32 where N % 4 != 0, was an illegal instruction; the kernel loads them instead, and
+    # the TMA variant (kept to bisect) is refused where it would fault
+    from minimodel.kernel.gluon_bwd_ws import dkdv_launch, rows_tma_ok
+
+    def launch(n, **kw):
+        t = torch.empty(1, 2, n, 64, dtype=torch.float16)
+        rows = torch.empty(1, 2, n)
+        return dkdv_launch(t, t, t, t, t, t, t, rows, rows, 0.125, gluon_ws_config(64, False), False, **kw)[2]
+
+    args = launch(77)
+    assert not args["ROWS_TMA"] and isinstance(args["lse"], torch.Tensor)
+    assert args["WORKER_REGS"] == MMA_REGS.value
+    assert not rows_tma_ok(torch.empty(1, 2, 77, 64)) and rows_tma_ok(torch.empty(1, 2, 128, 64))
+    with pytest.raises(ValueError, match="rows_tma needs N % 4 = 0"):
+        launch(77, rows_tma=True)
+    assert launch(128, rows_tma=True)["ROWS_TMA"]
+
+
 SWEEP = [(n, d, causal, dtype, h_kv) for n in (128, 1000, 4096) for d in (64, 128) for causal in (False, True)
          for dtype in ("float16", "bfloat16") for h_kv in (4, 1)]
 
 
+# the dK/dV kernel (`BwdConfig.kernel`) -> its configuration
+FORCED = {"gluon": gluon_bwd_config, "gluon-ws": gluon_ws_config,
+          "gluon-ws-atomic-dq": lambda d, causal: gluon_ws_config(d, causal, atomic_dq=True),
+          "tl": lambda d, causal: tl_bwd_config(d, causal, "cuda", HOPPER)}
+
+
 def forced(path: str, d: int, causal: bool) -> BwdConfig:
-    return gluon_bwd_config(d, causal) if path == "gluon" else tl_bwd_config(d, causal, "cuda", HOPPER)
+    return FORCED[path](d, causal)
 
 
 def check(path, B, H, N, d, causal, dtype="float16", gen=None, **kw):
-    """One case with `path` forced, against float64; asserts the path that ran."""
+    """One case with the dK/dV kernel `path` forced, against float64; asserts the kernel that ran."""
     q = torch.empty(B, H, N, d, dtype=getattr(torch, dtype), device="cuda")
     h_kv = kw.get("H_kv") or H
     kv = torch.empty(B, h_kv, N, d, dtype=q.dtype, device="cuda")
     if kw.get("layout", "contiguous") == "contiguous":
-        assert launch_bwd_config(q, kv, kv, causal, forced(path, d, causal), q).path == path
+        assert launch_bwd_config(q, kv, kv, causal, forced(path, d, causal), q).kernel == path
     row = check_backward_case(B, H, N, d, causal, dtype, device="cuda", generator=gen,
                               config=forced(path, d, causal), **kw)
     print(" ".join(f"{g}: {row[f'err_{g}_kernel_vs_fp64']:.2e}/{row[f'tolerance_{g}']:.2e}"
@@ -125,7 +211,7 @@ def check(path, B, H, N, d, causal, dtype="float16", gen=None, **kw):
 
 @requires_hopper
 @pytest.mark.gpu
-@pytest.mark.parametrize("path", ["gluon", "tl"])
+@pytest.mark.parametrize("path", list(FORCED))
 @pytest.mark.parametrize("n, d, causal, dtype, h_kv", SWEEP)
 def test_each_path_on_every_sweep_case_matches_float64(gen, path, n, d, causal, dtype, h_kv):
     check(path, 2, 4, n, d, causal, dtype, gen=gen, H_kv=h_kv)
@@ -133,28 +219,30 @@ def test_each_path_on_every_sweep_case_matches_float64(gen, path, n, d, causal, 
 
 @requires_hopper
 @pytest.mark.gpu
+@pytest.mark.parametrize("path", ["gluon", "gluon-ws", "gluon-ws-atomic-dq"])
 @pytest.mark.parametrize("d", HEAD_DIMS)
 @pytest.mark.parametrize("causal", [False, True])
-def test_the_gluon_kernel_keeps_every_guarantee_on_the_gpu(gen, d, causal):
-    check("gluon", 1, 2, 1, d, causal, gen=gen)  # one query: every tile ragged
-    check("gluon", 1, 4, 77, d, causal, "bfloat16", gen=gen, H_kv=2)
-    check("gluon", 2, 2, 300, d, causal, gen=gen, layout="bnhd")
-    check("gluon", 1, 2, 333, d, causal, gen=gen, sm_scale=0.3)
-    check("gluon", 2, 33_000, 24, d, causal, gen=gen)  # B·H past 65,535
-    check("gluon", 2, 33_000, 24, d, causal, gen=gen, H_kv=3_000)
+def test_the_gluon_kernel_keeps_every_guarantee_on_the_gpu(gen, path, d, causal):
+    check(path, 1, 2, 1, d, causal, gen=gen)  # one query: every tile ragged
+    check(path, 1, 4, 77, d, causal, "bfloat16", gen=gen, H_kv=2)
+    check(path, 2, 2, 300, d, causal, gen=gen, layout="bnhd")
+    check(path, 1, 2, 333, d, causal, gen=gen, sm_scale=0.3)
+    check(path, 2, 33_000, 24, d, causal, gen=gen)  # B·H past 65,535
+    check(path, 2, 33_000, 24, d, causal, gen=gen, H_kv=3_000)
 
 
 @requires_hopper
 @pytest.mark.gpu
+@pytest.mark.parametrize("path", ["gluon", "gluon-ws", "gluon-ws-atomic-dq"])
 @pytest.mark.parametrize("causal", [False, True])
-def test_the_gluon_kernel_addresses_rows_past_2_31_elements(gen, causal):
+def test_the_gluon_kernel_addresses_rows_past_2_31_elements(gen, path, causal):
     row_stride, N, d = 2**25 + 64, 130, 64
     base = torch.empty(row_stride * (N - 1) + 4 * d, dtype=torch.float16, device="cuda")
     q, k, v, do = (base.as_strided((1, 1, N, d), (0, 0, row_stride, 1), j * d) for j in range(4))
     for t in (q, k, v, do):
         t.copy_(torch.randn(1, 1, N, d, generator=gen).half())
-    cfg = gluon_bwd_config(d, causal)
-    assert launch_bwd_config(q, k, v, causal, cfg, do).path == "gluon"
+    cfg = forced(path, d, causal)
+    assert launch_bwd_config(q, k, v, causal, cfg, do).kernel == path
     o, lse = flash_attn_forward(q, k, v, causal=causal, return_lse=True)
     got = flash_attn_backward(q, k, v, o, lse, do, causal, config=cfg)
     exact, lowp = reference_grads(q, k, v, do, causal, upcast=True), reference_grads(q, k, v, do, causal)
@@ -167,8 +255,8 @@ def test_the_gluon_kernel_addresses_rows_past_2_31_elements(gen, causal):
 def test_the_gluon_path_is_deterministic_and_a_broadcast_do_runs_tl(gen):
     q, k, v, do = (torch.randn(2, 4, 1000, 128, generator=gen).half().cuda() for _ in range(4))
     o, lse = flash_attn_forward(q, k, v, causal=True, return_lse=True)
-    first, second = (flash_attn_backward(q, k, v, o, lse, do, True, config=gluon_bwd_config(128, True))
-                     for _ in range(2))
-    assert all(torch.equal(a, b) for a, b in zip(first, second, strict=True))
+    for cfg in (gluon_bwd_config(128, True), gluon_ws_config(128, True)):  # dQ by atomics is not
+        first, second = (flash_attn_backward(q, k, v, o, lse, do, True, config=cfg) for _ in range(2))
+        assert all(torch.equal(a, b) for a, b in zip(first, second, strict=True)), cfg
     ones = torch.ones(1, 1, 1, 1, dtype=q.dtype, device="cuda").expand(q.shape)  # autograd's dO of a sum
     assert launch_bwd_config(q, k, v, True, gluon_bwd_config(128, True), ones).path == "tl"

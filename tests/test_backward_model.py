@@ -7,14 +7,23 @@ import pytest
 import sympy as sp
 import torch
 
-from minimodel import attention_ref, contract, symbolic, symbolic_backward
-from minimodel.attention_ref import reference_attn
-from minimodel.byte_model import backward as backward_model
-from minimodel.byte_model import forward as forward_model
-from minimodel.byte_model.forward import B_c, B_r, N, d, dtype_bytes
-from minimodel.cpu import backward, backward_bytes, bytecount, slow_memory
-from minimodel.provenance import project
-from minimodel.provenance.configcheck import load_config
+from minimodel import symbolic
+from minimodel.cpu import backward, bytecount, slow_memory
+from minimodel.floor import attention_ref, contract
+from minimodel.floor.attention_ref import reference_attn
+from minimodel.floor.byte_model import backward as backward_model
+from minimodel.floor.byte_model import forward as forward_model
+from minimodel.floor.byte_model.backward import BACKWARD_DIRECTIONS
+from minimodel.floor.byte_model.forward import B_c, B_r, N, d, dtype_bytes
+from minimodel.floor.provenance import project
+from minimodel.floor.provenance.configcheck import load_config
+
+
+def _backward_rows(*grid):
+    """Stage 1's rows of the backward alone and of forward + backward."""
+    return pd.concat([symbolic.byte_table(*grid, direction=d) for d in BACKWARD_DIRECTIONS],
+                     ignore_index=True)
+
 
 RMW, SEPARATE = contract.DQ_READ_MODIFY_WRITE, contract.DQ_SEPARATE_PASS
 BWD, FWD_BWD = contract.BACKWARD, contract.FWD_BWD
@@ -108,7 +117,7 @@ def test_bad_arguments_name_what_is_accepted():
 
 
 def test_backward_table_is_tidy():
-    table = symbolic_backward.byte_table([64, 256], [64], [(64, 64), (128, 64)], ["float16", "float32"])
+    table = _backward_rows([64, 256], [64], [(64, 64), (128, 64)], ["float16", "float32"])
     assert set(table.direction) == {BWD, FWD_BWD}
     assert set(table.convention) == {contract.CONSISTENT_CONVENTION}
     assert set(table[table.scheme == "flash"].dq_accumulation) == set(contract.DQ_ACCUMULATIONS)
@@ -124,8 +133,7 @@ def test_backward_table_is_tidy():
 def _rule_table(cfg):
     """What the symbolic rule writes as symbolic/bytes.csv."""
     grid = cfg["n"], cfg["head_dims"], cfg["tiles"], cfg["dtypes"]
-    return pd.concat([symbolic.byte_table(*grid, schemes=symbolic.SCHEMES),
-                      symbolic_backward.byte_table(*grid)], ignore_index=True)
+    return symbolic.tidy_table(*grid)
 
 
 def _forward_only(reference: pd.DataFrame) -> pd.DataFrame:
@@ -241,7 +249,7 @@ def test_the_references_refuse_what_they_cannot_take(gen):
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 @pytest.mark.parametrize("n, d", [(256, 64), (512, 32), (256, 128)])
 def test_measured_backward_bytes_are_within_five_percent_of_the_model(scheme, dtype, n, d):
-    row = backward_bytes.measure(scheme, n, d, dtype)
+    row = bytecount.measure(scheme, n, d, dtype, direction=contract.BACKWARD)
     assert abs(row["deviation"]) <= 0.05
     # the points of the workflow's grid, N a multiple of the tile: the count is the model's exactly
     assert row["bytes_instrumented"] == row["bytes_model"]
@@ -251,15 +259,15 @@ def test_measured_backward_bytes_are_within_five_percent_of_the_model(scheme, dt
 def test_a_flash_tail_tile_costs_a_whole_tiles_reads():
     # N = 300 with 64 × 64 tiles: 5 K/V tiles, the last of 44 rows, each re-reading all of Q,
     # dO, LSE and D: the model's N/B_c tiles taken as 5, i.e. at B_c = 60, is the count exactly
-    tail = backward_bytes.measure("flash", 300, 32, "float32")
+    tail = bytecount.measure("flash", 300, 32, "float32", direction=contract.BACKWARD)
     assert tail["bytes_instrumented"] == backward_model.model_bytes("flash", 300, 32, 64, 60, 4, dq=RMW)
     assert 0 < tail["deviation"] < 0.06
 
 
 def test_the_gradients_writes_are_split_off_and_the_result_is_right(gen):
-    Q, K, V, O, lse, dO = backward_bytes.inputs("flash", 256, 64, "float32", random_seed=3)
-    counted = backward_bytes.count_backward_bytes(
-        backward_bytes.reference("flash", 64, 64), (Q, K, V, O, lse, dO))
+    Q, K, V, O, lse, dO = bytecount.backward_inputs("flash", 256, 64, "float32", random_seed=3)
+    counted = bytecount.count_backward_bytes(
+        bytecount.backward_reference("flash", 64, 64), (Q, K, V, O, lse, dO))
     assert counted["grad_write"] == 3 * 256 * 64 * 4  # dQ (cast from its accumulator), dK, dV
     expected = _autograd_fp64(Q, K, V, dO, causal=False)
     for g, e in zip(counted["result"], expected, strict=True):
@@ -268,7 +276,7 @@ def test_the_gradients_writes_are_split_off_and_the_result_is_right(gen):
 
 
 def test_the_profiler_sees_the_backwards_allocations():
-    row = backward_bytes.measure("naive", 256, 64, "float32", with_profiler=True)
+    row = bytecount.measure("naive", 256, 64, "float32", with_profiler=True, direction=contract.BACKWARD)
     # it sees dV, dP, dS, dQ, dK allocated, not the reads: under the model's total
     assert 0 < row["bytes_profiler"] < row["bytes_model"] + row["grad_write_bytes"]
     assert row["profiler_input_bytes"] > 0
@@ -276,13 +284,13 @@ def test_the_profiler_sees_the_backwards_allocations():
 
 def test_the_sweep_covers_every_point_and_names_itself():
     bar = io.StringIO()
-    rows = backward_bytes.sweep([256], [32], ["float32"], progress=bar)
+    rows = bytecount.sweep([256], [32], ["float32"], progress=bar, direction=contract.BACKWARD)
     assert [(r["scheme"], r["N"]) for r in rows] == [("naive", 256), ("flash", 256)]
     assert "cpu backward bytes float32" in bar.getvalue()
     with pytest.raises(ValueError, match="accepted: naive, flash"):
-        backward_bytes.measure("blocked", 64, 64, "float32")
+        bytecount.measure("blocked", 64, 64, "float32", direction=contract.BACKWARD)
     with pytest.raises(ValueError, match="accepted: float16"):
-        backward_bytes.measure("flash", 64, 64, "float64")
+        bytecount.measure("flash", 64, 64, "float64", direction=contract.BACKWARD)
 
 
 # ---- what reads the tables ----------------------------------------------------------------------
@@ -295,10 +303,11 @@ def test_todays_figures_and_readme_read_only_the_forward_rows():
 
     grid = [256, 512], [64], [(64, 64)], ["float32"]
     sym = symbolic.byte_table(*grid)
-    both_sym = _with_backward(sym, symbolic_backward.byte_table(*grid))
+    both_sym = _with_backward(sym, _backward_rows(*grid))
     cpu = pd.DataFrame([bytecount.measure(s, n, 64, "float32") for s in ("naive", "flash")
                         for n in (256, 512)])
-    both_cpu = _with_backward(cpu, pd.DataFrame(backward_bytes.sweep([256, 512], [64], ["float32"])))
+    backward = bytecount.sweep([256, 512], [64], ["float32"], direction=contract.BACKWARD)
+    both_cpu = _with_backward(cpu, pd.DataFrame(backward))
     fig, data = plots.bytes_vs_n(both_cpu, "test machine")
     assert set(data["direction"]) == {contract.FORWARD} and len(data) == len(cpu)
     fig, ratio = plots.intensity_ratio(both_sym, (64, 64))
@@ -311,8 +320,8 @@ def test_the_backward_bytes_figure_plots_the_model_and_the_cpu_points():
     from minimodel.report import backward_plots
 
     grid = [256, 512, 1024], [64], [(64, 64)], ["float32"]
-    sym = _with_backward(symbolic.byte_table(*grid), symbolic_backward.byte_table(*grid))
-    cpu = pd.DataFrame(backward_bytes.sweep([256, 512], [64], ["float32"]))
+    sym = _with_backward(symbolic.byte_table(*grid), _backward_rows(*grid))
+    cpu = pd.DataFrame(bytecount.sweep([256, 512], [64], ["float32"], direction=contract.BACKWARD))
     fig, data = backward_plots.backward_bytes_vs_n(sym, cpu, (64, 64), "float32")
     model = data[data["source"] == "model"]
     assert set(model["variant"]) == {"naive", f"flash, dQ {RMW}", f"flash, dQ {SEPARATE}"}

@@ -4,9 +4,18 @@ from pathlib import Path
 
 import pandas as pd
 
-from minimodel import contract, symbolic, symbolic_backward
-from minimodel.cpu import backward_bytes
+from minimodel import symbolic
+from minimodel.cpu import bytecount
+from minimodel.floor import contract
+from minimodel.floor.byte_model.backward import BACKWARD_DIRECTIONS
 from minimodel.report import backward_plots
+
+
+def _backward_rows(*grid):
+    """Stage 1's rows of the backward alone and of forward + backward."""
+    return pd.concat([symbolic.byte_table(*grid, direction=d) for d in BACKWARD_DIRECTIONS],
+                     ignore_index=True)
+
 
 REF = Path(__file__).resolve().parents[1] / "results" / "reference" / "nvidia-h200"
 
@@ -41,8 +50,8 @@ def test_backward_throughput_without_backward_rows_says_so():
 
 def test_backward_bytes_draw_the_gpu_dram_reads_beside_the_models_where_measured():
     grid = [256, 512, 1024], [64], [(64, 64)], ["float32"]
-    sym = pd.concat([symbolic.byte_table(*grid), symbolic_backward.byte_table(*grid)], ignore_index=True)
-    cpu = pd.DataFrame(backward_bytes.sweep([256, 512], [64], ["float32"]))
+    sym = pd.concat([symbolic.byte_table(*grid), _backward_rows(*grid)], ignore_index=True)
+    cpu = pd.DataFrame(bytecount.sweep([256, 512], [64], ["float32"], direction=contract.BACKWARD))
     gpu = contract.forward_rows(pd.read_csv(REF / contract.GPU_BYTES))
     backward = gpu[gpu["impl"].isin([contract.NAIVE_SCHEME, contract.FLASH_SCHEME])].assign(
         direction=contract.BACKWARD, dram_read_bytes=lambda f: f["dram_read_bytes"] * 3)

@@ -7,7 +7,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from minimodel import contract, symbolic, symbolic_backward
+from minimodel import symbolic
+from minimodel.floor import contract
 from minimodel.gpu import grids, timing
 from minimodel.report import backward_answers, results_readme
 
@@ -29,8 +30,7 @@ def symbolic_table(tmp_path) -> Path:
     """Today's symbolic table (forward and backward rows) on a small grid, as the symbolic rule writes it."""
     grid = [256, 1024, 4096, 16384], [64, 128], [(64, 64), (128, 128)], ["float16", "float32"]
     path = tmp_path / "symbolic.csv"
-    pd.concat([symbolic.byte_table(*grid, schemes=symbolic.SCHEMES), symbolic_backward.byte_table(*grid)],
-              ignore_index=True).to_csv(path, index=False)
+    symbolic.tidy_table(*grid).to_csv(path, index=False)
     return path
 
 
@@ -65,8 +65,7 @@ def test_without_a_gpu_the_trade_is_on_the_cpus_roofline_and_the_timing_says_not
 
 def test_the_recomputation_pays_from_the_first_n_after_which_the_saved_bytes_time_exceeds():
     grid = [64, 256, 1024, 4096], [64], [(64, 64)], ["float16"]
-    rows = pd.concat([symbolic.byte_table(*grid, schemes=symbolic.SCHEMES),
-                      symbolic_backward.byte_table(*grid)], ignore_index=True)
+    rows = symbolic.tidy_table(*grid)
     fast_memory = {"peak_flops_per_s": 1e12, "bandwidth_bytes_per_s": 1e15}  # bytes are nearly free
     never = backward_answers.recompute_trade(rows, fast_memory, "float16", "x")["per_d"][0]
     assert never["pays_from_n"] is None

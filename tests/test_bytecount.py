@@ -6,11 +6,11 @@ import pytest
 import torch
 from conftest import snakemake_until
 
-from minimodel.attention_ref import attn_naive
-from minimodel.byte_model.forward import DTYPE_BYTES, model_bytes
-from minimodel.contract import CONSISTENT_CONVENTION, NAIVE_FP32_SOFTMAX_SCHEME
 from minimodel.cpu import bytecount, slow_memory
 from minimodel.cpu.references import attn_flash_reference_cpu
+from minimodel.floor.attention_ref import attn_naive
+from minimodel.floor.byte_model.forward import DTYPE_BYTES, model_bytes
+from minimodel.floor.contract import CONSISTENT_CONVENTION, NAIVE_FP32_SOFTMAX_SCHEME
 
 
 def test_counter_counts_a_known_sequence_of_ops():

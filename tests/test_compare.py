@@ -8,8 +8,8 @@ import pandas as pd
 import pytest
 from conftest import REFERENCE
 
-from minimodel import contract
-from minimodel.provenance import io, manifest
+from minimodel.floor import contract
+from minimodel.floor.provenance import io, manifest
 from minimodel.report import compare, runs
 from minimodel.report.compare.rows import label_direction
 

@@ -9,8 +9,9 @@ import pandas as pd
 from conftest import REFERENCE
 from test_compare import edit_csv, vouch
 
-from minimodel import contract, symbolic, symbolic_backward
-from minimodel.provenance import io
+from minimodel import symbolic
+from minimodel.floor import contract
+from minimodel.floor.provenance import io
 from minimodel.report import compare
 from minimodel.report.compare.symbolic import READS as SYMBOLIC_READS
 
@@ -114,10 +115,9 @@ def test_a_fresh_symbolic_table_agrees_with_the_reference_and_says_what_it_adds(
     row that moved is a disagreement of that pass."""
     cfg = json.loads((REFERENCE / contract.manifest("symbolic")).read_text())["params"]["cfg"]
     grid = cfg["n"], cfg["head_dims"], cfg["tiles"], cfg["dtypes"]
-    table = pd.concat([symbolic.byte_table(*grid, schemes=symbolic.SCHEMES),
-                       symbolic_backward.byte_table(*grid)], ignore_index=True)
+    table = symbolic.tidy_table(*grid)
     io.write_csv(run / contract.SYMBOLIC_BYTES, table)
-    io.write_csv(run / contract.SYMBOLIC_BACKWARD_FORMULAS, symbolic_backward.formulas_table())
+    io.write_csv(run / contract.SYMBOLIC_BACKWARD_FORMULAS, symbolic.backward_formulas_table())
     for name in (contract.SYMBOLIC_BYTES, contract.SYMBOLIC_BACKWARD_FORMULAS):
         vouch(run / name)
     texts = len(SYMBOLIC_READS) - 1  # every closed form, the backward's too, and lab 01's table

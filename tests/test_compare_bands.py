@@ -11,7 +11,7 @@ import pytest
 from conftest import REFERENCE
 from scipy import stats
 
-from minimodel import contract
+from minimodel.floor import contract
 from minimodel.report.compare import bands, ratios
 
 DATA = Path(__file__).resolve().parent / "data"

@@ -12,7 +12,7 @@ import pytest
 from conftest import REFERENCE
 from test_compare import vouch
 
-from minimodel import contract
+from minimodel.floor import contract
 from minimodel.report import compare
 from minimodel.report.compare import bands, families, ratios, samples, timing
 from minimodel.report.compare.rows import AGREE, DISAGREE, NOT_COMPARABLE

@@ -7,7 +7,7 @@ import pytest
 import torch
 import yaml
 
-from minimodel.provenance.configcheck import ConfigError, check_config, check_yaml_syntax, main
+from minimodel.floor.provenance.configcheck import ConfigError, check_config, check_yaml_syntax, main
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = str(ROOT / "workflow" / "schemas" / "config.schema.yaml")
@@ -167,7 +167,7 @@ def test_a_config_file_can_be_checked_before_a_run(tmp_path, capsys):
 
 
 def test_load_config_is_the_workflows_config_with_configfiles_over_it(tmp_path):
-    from minimodel.provenance.configcheck import ConfigError, load_config
+    from minimodel.floor.provenance.configcheck import ConfigError, load_config
 
     default = load_config()
     assert default["gpu"]["timing"]["lab_n"] == [64, 256, 1024, 4096]

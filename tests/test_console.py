@@ -4,7 +4,7 @@ import io
 
 from tqdm import tqdm
 
-from minimodel.provenance.console import Progress
+from minimodel.floor.provenance.console import Progress
 
 
 class Recorder(io.StringIO):

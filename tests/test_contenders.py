@@ -6,6 +6,7 @@ Every bad contender must give a failed row naming what went wrong, and leave the
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -15,15 +16,26 @@ import pandas as pd
 import pytest
 from conftest import copy_of_tiny_run, copy_project
 
-from minimodel import contract
 from minimodel.contenders import ContenderError, file_sha256, load, module_path, parse
-from minimodel.contenders.check import sweep
-from minimodel.contenders.run import Case
-from minimodel.contenders.spec import BF16_INTERPRETER_REASON, DEFAULT_TIMEOUT_S
-from minimodel.gpu.correctness import tolerance
-from minimodel.provenance import verify
+from minimodel.contenders.catalog import runs_at
+from minimodel.contenders.run import Case, Child
+from minimodel.contenders.spec import DEFAULT_TIMEOUT_S
+from minimodel.floor import contract
+from minimodel.floor.contract import BF16_INTERPRETER_REASON
+from minimodel.floor.provenance import verify
+from minimodel.gpu import correctness
+from minimodel.gpu.correctness import Planned
+from minimodel.gpu.implementations import Remote
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
+def sweep(contender, cases, search, backward=()) -> list[dict]:
+    """The contender's rows at `cases`, then its backward rows at `backward`, in its child process,
+    through the correctness stage's loop over an implementation's cases."""
+    planned = {contract.FORWARD: [Planned(c) for c in cases],
+               contract.BACKWARD: [Planned(c) for c in backward]}
+    return correctness.rows_of(Remote(Child(contender, tuple(search))), planned)
 
 BAD = textwrap.dedent('''
     import time
@@ -127,7 +139,7 @@ def test_an_unknown_module_or_function_is_one_line(tmp_path):
 
 def test_a_plain_pytorch_contender_passes_on_the_cpu_bf16_too():
     c = parse("blocked", {"fn": "torch_blocked:forward"})
-    rows = sweep(c, cases() + cases((50,), "bfloat16"), (EXAMPLES,), tolerance, interpreted=True)
+    rows = sweep(c, cases() + cases((50,), "bfloat16"), (EXAMPLES,))
     assert all(r["passed"] for r in rows), rows
     assert {r["dtype"] for r in rows} == {"float16", "bfloat16"} and all(r["impl"] == "blocked" for r in rows)
 
@@ -143,7 +155,7 @@ def test_a_plain_pytorch_contender_passes_on_the_cpu_bf16_too():
 def test_a_bad_contender_gets_failed_rows_with_the_reason(tmp_path, fn, reason):
     (tmp_path / "bad_contenders.py").write_text(BAD)
     c = parse(fn, {"fn": f"bad_contenders:{fn}", "timeout_s": 60})
-    rows = sweep(c, cases((33,)), (tmp_path,), tolerance, interpreted=True)
+    rows = sweep(c, cases((33,)), (tmp_path,))
     assert len(rows) == 2 and all(r["passed"] is False and reason in r["reason"] for r in rows), rows
 
 
@@ -151,7 +163,7 @@ def test_a_hung_point_is_stopped_and_the_next_point_still_runs(tmp_path):
     (tmp_path / "bad_contenders.py").write_text(BAD)
     c = parse("hangs", {"fn": "bad_contenders:hangs", "timeout_s": 4})
     rows = sweep(c, [Case(1, 1, 1, 77, 32, False, "float16", "cpu", 0),
-                     Case(1, 1, 1, 33, 32, False, "float16", "cpu", 1)], (tmp_path,), tolerance, True)
+                     Case(1, 1, 1, 33, 32, False, "float16", "cpu", 1)], (tmp_path,))
     assert rows[0]["passed"] is False and "time limit of 4 s" in rows[0]["reason"]
     assert rows[1]["passed"] is True, rows[1]
 
@@ -293,9 +305,9 @@ def test_the_registry_refuses_in_one_line_before_any_job(tmp_path, monkeypatch):
 
 
 def test_every_builtin_names_a_function_of_its_own_name():
-    from minimodel.contenders import builtin
+    from minimodel.contenders import builtin, catalog
 
-    for name, contender in builtin.BUILTINS.items():
+    for name, contender in catalog.BUILTINS.items():
         assert contender.fn == f"minimodel.contenders.builtin:{name}" and callable(getattr(builtin, name))
 
 
@@ -446,9 +458,8 @@ def test_a_chatty_contenders_output_is_in_the_rules_log_and_not_on_the_console(t
     import io
 
     from minimodel.contenders.registry import SEARCH
-    from minimodel.gpu.correctness import run_contenders
-    from minimodel.provenance.configcheck import load_config
-    from minimodel.provenance.project import RULE_LOG_ENV
+    from minimodel.floor.provenance.configcheck import load_config
+    from minimodel.floor.provenance.project import RULE_LOG_ENV
 
     (tmp_path / "chatty.py").write_text(CHATTY)
     monkeypatch.setattr("minimodel.contenders.registry.SEARCH", (tmp_path, *SEARCH))
@@ -459,7 +470,8 @@ def test_a_chatty_contenders_output_is_in_the_rules_log_and_not_on_the_console(t
                       EXAMPLES.parent / "tests" / "data" / "tiny_config.yaml")["gpu"]["correctness"]
     console = io.StringIO()
     contenders = [parse("chatty", {"fn": "chatty:forward"}), parse("wrong", {"fn": "chatty:wrong"})]
-    rows = run_contenders(cfg, contenders, "interpreter", 0, progress=console)
+    planned = correctness.plan(cfg, "interpreter", 0)
+    rows = correctness.contender_rows(contenders, planned, 0, progress=console)
     ran = sum(r["impl"] == "chatty" and not r["skipped"] for r in rows)
     assert ran > 0 and all(r["passed"] for r in rows if r["impl"] == "chatty" and not r["skipped"])
     text = log.read_text()
@@ -524,7 +536,7 @@ def test_a_function_that_takes_causal_or_cannot_be_judged_is_accepted(tmp_path, 
 
 
 def test_fn_without_a_colon_says_module_function():
-    from minimodel.provenance.configcheck import ConfigError, check_config, load_config
+    from minimodel.floor.provenance.configcheck import ConfigError, check_config, load_config
 
     config = load_config(EXAMPLES.parent / "config" / "config.yaml")
     config["contenders"] = {"mine": {"fn": "my_attn.plain"}}
@@ -555,7 +567,7 @@ BACKWARDS = textwrap.dedent('''
 def backward_sweep(tmp_path, fn, **entry):
     (tmp_path / "backwards.py").write_text(BACKWARDS)
     c = parse(fn, {"fn": f"backwards:{fn}", **entry})
-    rows = sweep(c, cases((33,)), (tmp_path,), tolerance, interpreted=True, backward=cases((33, 70)))
+    rows = sweep(c, cases((33,)), (tmp_path,), backward=cases((33, 70)))
     forward = [r for r in rows if r["direction"] == contract.FORWARD]
     backward = [r for r in rows if r["direction"] == contract.BACKWARD]
     assert len(forward) == 2 and len(backward) == 4 and all(r["passed"] for r in forward), forward
@@ -570,10 +582,10 @@ def test_a_contender_with_a_backward_gets_backward_rows_that_pass(tmp_path):
 
 
 def test_the_examples_blocked_contender_and_naive_pass_the_backward():
-    from minimodel.contenders.builtin import BUILTINS
+    from minimodel.contenders.catalog import BUILTINS
 
     for c in (parse("blocked", {"fn": "torch_blocked:forward", "backward": True}), BUILTINS["naive"]):
-        rows = sweep(c, [], (EXAMPLES,), tolerance, interpreted=True, backward=cases((40,)))
+        rows = sweep(c, [], (EXAMPLES,), backward=cases((40,)))
         assert len(rows) == 2 and all(r["passed"] and r["direction"] == "backward" for r in rows), rows
 
 
@@ -592,12 +604,31 @@ def test_a_wrong_backward_fails_the_backward_rows(tmp_path, fn, reason):
     assert all(r["passed"] is False for r in rows) and all(reason in r["reason"] for r in rows), rows
 
 
+def test_the_builtins_are_listed_in_the_docs_alone():
+    """docs/contenders.md describes every built-in a stage's list may name (the SDPA backends
+    together); the config and the other docs point there, and type none of their names (but
+    naive's, which is also the word for the reference)."""
+    from minimodel.contenders.catalog import BUILTINS
+
+    listable = set(BUILTINS) - {contract.TRITON, *contract.SDPA_BACKENDS}
+    docs = (EXAMPLES.parent / "docs" / "contenders.md").read_text()
+    assert {name for name in listable if f"`{name}`" in docs} == listable
+    elsewhere = [EXAMPLES.parent / "config" / "config.yaml",
+                 EXAMPLES.parent / "docs" / "contenders-inputs.md"]
+    names = (listable - {contract.NAIVE}) | set(contract.SDPA_BACKENDS)
+    named = {(path.name, name) for path in elsewhere for name in names
+             if re.search(rf"\b{name}\b", path.read_text())}
+    assert named == set()
+
+
 def test_the_builtins_say_which_have_a_backward():
-    from minimodel.contenders.builtin import BUILTINS, no_backward_reason
+    from minimodel.contenders.catalog import BUILTINS, Where
 
     assert [n for n, c in BUILTINS.items() if not c.backward] == [contract.TRITON_TL]
-    assert "triton_tl has no backward" in no_backward_reason(BUILTINS[contract.TRITON_TL])
-    assert no_backward_reason(BUILTINS[contract.FA4]) is None
+    where = Where(64, False)
+    assert "triton_tl has no backward" in runs_at(BUILTINS[contract.TRITON_TL], where, contract.BACKWARD)
+    assert runs_at(BUILTINS[contract.TRITON_TL], where, contract.FORWARD) is None
+    assert runs_at(BUILTINS[contract.NAIVE], where, contract.BACKWARD) is None
 
 
 def test_flex_is_compiled_so_that_its_backward_can_be_replayed():

@@ -5,15 +5,25 @@ import pandas as pd
 import pytest
 import yaml
 
-from minimodel.gpu import correctness
+from minimodel.floor import contract
+from minimodel.floor.correctness_rule import tolerance
+from minimodel.gpu import correctness, kernel_check
+from minimodel.gpu.implementations import Local
 from minimodel.kernel import flash
 
 CFG = yaml.safe_load(open("config/config.yaml"))["gpu"]["correctness"]
 
 
+def kernel_rows(cfg, backend, random_seed, *directions):
+    """The kernel's rows of the sweep in `directions` (the forward's alone by default)."""
+    planned = correctness.plan(cfg, backend, random_seed)
+    chosen = {d: planned[d] for d in directions or [contract.FORWARD]}
+    return correctness.rows_of(Local(contract.TRITON), chosen, random_seed)
+
+
 def test_tolerance_rule():
-    assert correctness.tolerance(1e-4) == 1e-3
-    assert correctness.tolerance(1.5e-3) == 3e-3
+    assert tolerance(1e-4) == 1e-3
+    assert tolerance(1.5e-3) == 3e-3
 
 
 def test_interpreter_grid_is_small_and_skips_bf16_with_its_reason():
@@ -55,7 +65,7 @@ def tiny_cfg():
 
 def test_sweep_passes_and_summary_reports_both_errors():
     backend = "cuda" if correctness.select_backend() == "cuda" else "interpreter"
-    rows = correctness.run_sweep(tiny_cfg(), backend, random_seed=1234)
+    rows = kernel_rows(tiny_cfg(), backend, 1234)
     summary = correctness.summarize(rows, backend, 1234)
     assert summary["all_passed"], rows
     ran = [r for r in rows if not r["skipped"]]
@@ -68,18 +78,18 @@ def test_sweep_passes_and_summary_reports_both_errors():
 
 
 def test_a_wrong_kernel_fails_the_sweep(monkeypatch):
-    real = correctness.flash_attn_forward
-    monkeypatch.setattr(correctness, "flash_attn_forward",
+    real = kernel_check.flash_attn_forward
+    monkeypatch.setattr(kernel_check, "flash_attn_forward",
                         lambda q, k, v, causal: real(q, k, v, causal=not causal))
     backend = correctness.select_backend()
-    rows = correctness.run_sweep(tiny_cfg(), backend, random_seed=1)
+    rows = kernel_rows(tiny_cfg(), backend, 1)
     summary = correctness.summarize(rows, backend, 1)
     assert not summary["all_passed"] and summary["failed"] >= 2
 
 
 @pytest.mark.parametrize("err_torch, err_kernel, passed", [(1.5e-3, 2.9e-3, True), (1e-4, 1.1e-3, False)])
 def test_verdict_follows_the_rule(err_torch, err_kernel, passed):
-    assert (err_kernel <= correctness.tolerance(err_torch)) is passed
+    assert (err_kernel <= tolerance(err_torch)) is passed
 
 
 # ---- the backward's rows (direction: backward) -------------------------------------------------
@@ -92,14 +102,9 @@ def fixture_cfg():
 @pytest.mark.skipif(correctness.select_backend() != "interpreter",
                     reason="the table was written by the interpreter")
 def test_forward_rows_are_those_the_code_wrote_before_the_backward():
-    from minimodel import contract
     from minimodel.contenders import registry
-    from minimodel.gpu import grads
 
-    cfg = fixture_cfg()
-    rows = correctness.run_sweep(cfg, "interpreter", 1234)
-    rows += grads.run_backward_sweep(cfg, "interpreter", 1234)
-    rows += correctness.run_contenders(cfg, [registry.BUILTINS["naive"]], "interpreter", 1234)
+    rows = correctness.run(fixture_cfg(), "interpreter", 1234, [registry.BUILTINS["naive"]])
     table = pd.DataFrame(rows).assign(backend="interpreter")
     before = pd.read_csv(Path(__file__).parent / "data" / "correctness_forward_tiny.csv")
     assert set(table["direction"]) == {contract.FORWARD, contract.BACKWARD}
@@ -116,11 +121,9 @@ def test_forward_rows_are_those_the_code_wrote_before_the_backward():
 
 
 def test_backward_rows_pass_for_the_kernel_with_per_gradient_errors():
-    from minimodel.gpu import grads
-
     backend = correctness.select_backend()
     cfg = tiny_cfg()
-    rows = grads.run_backward_sweep(cfg, backend, random_seed=7)
+    rows = kernel_rows(cfg, backend, 7, contract.BACKWARD)
     ran = [r for r in rows if not r["skipped"]]
     assert len(ran) == 8 * (2 if backend == "cuda" else 1)
     assert all(r["direction"] == "backward" and r["impl"] == "triton" for r in rows)
@@ -131,36 +134,32 @@ def test_backward_rows_pass_for_the_kernel_with_per_gradient_errors():
     if backend == "interpreter":
         bf16 = [r for r in rows if r["dtype"] == "bfloat16"]
         assert bf16 and all(r["skipped"] and r["reason"] == flash.BF16_INTERPRETER_REASON for r in bf16)
-    summary = correctness.summarize(correctness.run_sweep(cfg, backend, 7) + rows, backend, 7)
+    summary = correctness.summarize(kernel_rows(cfg, backend, 7) + rows, backend, 7)
     assert summary["all_passed"] and summary["cases"] == len(rows)  # the forward's verdict, its rows
     assert summary["backward"]["all_passed"] and summary["backward"]["ran"] == len(ran)
 
 
 def test_a_wrong_backward_fails_the_backward_rows_only(monkeypatch):
-    from minimodel.gpu import grads
-
-    real = grads.flash_attn_backward
-    monkeypatch.setattr(grads, "flash_attn_backward",
+    real = kernel_check.flash_attn_backward
+    monkeypatch.setattr(kernel_check, "flash_attn_backward",
                         lambda q, k, v, o, lse, do, *a: real(q, k, v, o, lse, 1.01 * do, *a))
     backend = correctness.select_backend()
-    rows = correctness.run_sweep(tiny_cfg(), backend, 3) + grads.run_backward_sweep(tiny_cfg(), backend, 3)
+    rows = kernel_rows(tiny_cfg(), backend, 3, contract.FORWARD, contract.BACKWARD)
     summary = correctness.summarize(rows, backend, 3)
     assert summary["all_passed"] and summary["backward"]["all_passed"] is False
     assert summary["backward"]["failed"] == summary["backward"]["ran"]
 
 
 def test_the_backward_cases_follow_the_config():
-    from minimodel.gpu import grads
-
-    cases = grads.backward_cases(CFG, "interpreter")
+    cases = correctness.backward_cases(CFG, "interpreter")
     planned = correctness.sweep_cases(CFG, "interpreter")
     assert cases and all(c["N"] <= CFG["interpreter"]["backward_max_n"] for c in cases)
     assert all({k: v for k, v in c.items() if k != "index"} == planned[c["index"]] for c in cases)
-    assert len(grads.backward_cases(CFG, "cuda")) == len(correctness.sweep_cases(CFG, "cuda"))
-    assert grads.backward_cases({**CFG, "backward": False}, "cuda") == []
-    assert correctness.summarize(correctness.run_sweep({**tiny_cfg(), "dtypes": ["float16"]},
-                                                       correctness.select_backend(), 1),
-                                 correctness.select_backend(), 1)["backward"] is None
+    assert len(correctness.backward_cases(CFG, "cuda")) == len(correctness.sweep_cases(CFG, "cuda"))
+    assert correctness.backward_cases({**CFG, "backward": False}, "cuda") == []
+    backend = correctness.select_backend()
+    assert correctness.summarize(kernel_rows({**tiny_cfg(), "dtypes": ["float16"]}, backend, 1), backend,
+                                 1)["backward"] is None
 
 
 @pytest.mark.gpu
@@ -170,14 +169,16 @@ def test_the_backward_cases_follow_the_config():
 def test_the_builtins_backward_rows_pass_on_the_gpu(name):
     """Each built-in with a backward, through its child process: fp16 and bf16, a ragged N, causal
     and not (a built-in missing on this machine gives skipped rows saying why)."""
-    from minimodel.contenders import builtin, check, registry
-    from minimodel.contenders.run import Case
+    from minimodel.contenders import catalog, registry
+    from minimodel.contenders.run import Case, Child
+    from minimodel.gpu.implementations import Remote
 
-    contender = builtin.BUILTINS[name]
+    contender = catalog.BUILTINS[name]
     cases = [Case(2, 4, 4, 1000, 128, causal, dtype, "cuda", seed=i)
              for i, (causal, dtype) in enumerate([(False, "float16"), (True, "float16"), (True, "bfloat16")])]
-    rows = check.sweep(contender, [], registry.SEARCH, correctness.tolerance, False, backward=cases)
-    if builtin.unavailable(name):
-        assert all(r["skipped"] and r["reason"] == builtin.unavailable(name) for r in rows)
-        pytest.skip(builtin.unavailable(name))
+    planned = {contract.BACKWARD: [correctness.Planned(c) for c in cases]}
+    rows = correctness.rows_of(Remote(Child(contender, registry.SEARCH)), planned)
+    if catalog.unavailable(name):
+        assert all(r["skipped"] and r["reason"] == catalog.unavailable(name) for r in rows)
+        pytest.skip(catalog.unavailable(name))
     assert all(r["passed"] and r["direction"] == "backward" for r in rows), rows

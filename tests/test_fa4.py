@@ -11,15 +11,14 @@ import textwrap
 
 import pytest
 import torch
+from test_contenders import sweep
 
-from minimodel import contract
-from minimodel.contenders import builtin
-from minimodel.contenders.check import sweep
+from minimodel.contenders import builtin, catalog
 from minimodel.contenders.run import Case
 from minimodel.contenders.spec import Contender, ContenderError, parse
 from minimodel.contenders.timed import TimingCase
+from minimodel.floor import contract
 from minimodel.gpu import timing_rows
-from minimodel.gpu.correctness import tolerance
 from minimodel.gpu.implementations import Remote
 
 STAND_IN = textwrap.dedent('''
@@ -54,15 +53,15 @@ def _flash_attn_modules():
 
 
 def test_fa4_namespace_is_not_flashattention_2(fa4_namespace):
-    assert "FlashAttention-2" in builtin.unavailable(contract.FLASH_ATTN)
-    assert builtin.unavailable(contract.FA4) is None or not torch.cuda.is_available()
+    assert "FlashAttention-2" in catalog.unavailable(contract.FLASH_ATTN)
+    assert catalog.unavailable(contract.FA4) is None or not torch.cuda.is_available()
 
 
 def test_fa4_not_installed_is_said():
     if importlib.util.find_spec("flash_attn") is not None:
         pytest.skip("a flash_attn package is installed here")
-    assert "flash-attn-4" in builtin.unavailable(contract.FA4)
-    assert "not installed" in builtin.unavailable(contract.FLASH_ATTN)
+    assert "flash-attn-4" in catalog.unavailable(contract.FA4)
+    assert "not installed" in catalog.unavailable(contract.FLASH_ATTN)
 
 
 def test_fa4_takes_the_stage_layout_as_views_and_declines_what_it_refuses(fa4_namespace):
@@ -77,8 +76,8 @@ def test_fa4_takes_the_stage_layout_as_views_and_declines_what_it_refuses(fa4_na
 
 
 def test_fa4_runs_only_on_cuda():
-    reason = builtin.not_run_reason(builtin.BUILTINS[contract.FA4], "cpu", "float16", 64, False, False,
-                                    interpreted=True)
+    reason = catalog.runs_at(catalog.BUILTINS[contract.FA4], catalog.Where(64, False, device="cpu"),
+                             contract.FORWARD)
     assert reason is not None
 
 
@@ -98,7 +97,7 @@ def test_a_declined_case_is_a_skipped_row_with_its_reason(tmp_path):
     c = Contender("declining", "declining:forward")
     cases = [Case(1, 2, 2, 33, d, causal, "float16", "cpu", seed=i)
              for i, (d, causal) in enumerate([(16, False), (32, False), (16, True)])]
-    rows = sweep(c, cases, (tmp_path,), tolerance, interpreted=True)
+    rows = sweep(c, cases, (tmp_path,))
     assert [r["skipped"] for r in rows] == [True, False, True]
     assert all(r["reason"] == "head dim 16 is not in this kernel" and r["passed"] is None
                for r in rows if r["skipped"])
@@ -138,10 +137,10 @@ def test_a_sequence_first_contender_gets_its_layout_and_passes(tmp_path):
     assert c.layout == "bnhd"
     cases = [Case(2, 3, 3, 37, 16, causal, "float16", "cpu", seed=i)
              for i, causal in enumerate((False, True))]
-    rows = sweep(c, cases, (tmp_path,), tolerance, interpreted=True)
+    rows = sweep(c, cases, (tmp_path,))
     assert all(r["passed"] for r in rows), rows
     # the same function given the stage's (B, H, N, d) layout computes attention over the wrong axes
-    wrong = sweep(Contender("seqfirst", "seqfirst:forward"), cases, (tmp_path,), tolerance, interpreted=True)
+    wrong = sweep(Contender("seqfirst", "seqfirst:forward"), cases, (tmp_path,))
     assert not any(r["passed"] for r in wrong)
 
 

@@ -12,9 +12,11 @@ import pandas as pd
 import pytest
 from conftest import HAS_CUDA, snakemake_until
 
-from minimodel import contract, symbolic
 from minimodel.contenders.spec import Contender
-from minimodel.gpu import hbm
+from minimodel.floor import contract
+from minimodel.floor.byte_model import forward as forward_model
+from minimodel.gpu import hbm, hbm_plan
+from minimodel.gpu import ncu as ncu_tool
 
 DATA = Path(__file__).parent / "data"
 L2 = 50 * 2**20
@@ -22,7 +24,7 @@ CFG = {"n": [1024, 4096], "head_dims": [64, 128], "many_heads_l2_multiple": 2, "
 
 
 def test_plan_has_every_point_and_enough_heads_to_overflow_the_l2():
-    rows = hbm.plan(CFG, L2)
+    rows = hbm_plan.plan(CFG, L2)
     assert len(rows) == 2 * 2 * 2 * 2 * 2 * 2  # regimes x d x N x causal x implementations x directions
     for row in rows:
         tensor = row["H"] * row["N"] * row["d"] * 2
@@ -36,32 +38,33 @@ def test_plan_has_every_point_and_enough_heads_to_overflow_the_l2():
 
 def test_model_columns_are_the_symbolic_model_for_all_heads():
     row = {"B": 1, "H": 800, "N": 1024, "d": 64, "impl": "flash"}
-    model = hbm.model_columns(row, 128, 64)
+    model = hbm_plan.model_columns(row, 128, 64)
     n, d, h = 1024, 64, 800
     assert model["model_read_bytes"] == h * (n * d + 2 * n * d * n / 128) * 2
     assert model["model_write_bytes"] == h * n * d * 2
-    assert model["model_lab_bytes"] == h * symbolic.bytes_flash(n, d, 128, 64)
+    assert model["model_lab_bytes"] == h * forward_model.bytes_flash(n, d, 128, 64)
     assert model["model_consistent_bytes"] == model["model_read_bytes"]  # O left out
     assert model["compulsory_bytes"] == h * 4 * n * d * 2
-    naive = hbm.model_columns({**row, "impl": "naive"}, 128, 64)
+    naive = hbm_plan.model_columns({**row, "impl": "naive"}, 128, 64)
     assert naive["model_read_bytes"] == h * (3 * n * d + 2 * n * n) * 2
     assert naive["model_write_bytes"] == h * (2 * n * n + n * d) * 2
-    assert naive["model_lab_bytes"] == h * symbolic.bytes_naive(n, d)
+    assert naive["model_lab_bytes"] == h * forward_model.bytes_naive(n, d)
     assert naive["model_B_r"] is None
 
 
 def test_model_by_direction_rejects_an_unknown_scheme():
     with pytest.raises(ValueError, match="unknown scheme 'flash2'"):
-        symbolic.model_bytes_by_direction("flash2", 64, 64)
+        forward_model.model_bytes_by_direction("flash2", 64, 64)
 
 
 def _measured_rows():
-    rows = [{**r, "status": contract.MEASURED} for r in hbm.plan({**CFG, "n": [1024], "head_dims": [64]}, L2)]
+    planned = hbm_plan.plan({**CFG, "n": [1024], "head_dims": [64]}, L2)
+    rows = [{**r, "status": contract.MEASURED} for r in planned]
     return rows[:4]  # the fixture's four points: one head, N = 1024, d = 64
 
 
 def test_planned_rows_say_why_nothing_was_measured():
-    rows = pd.DataFrame(hbm.planned_rows(CFG, L2, hbm.NO_NCU, [Contender("mine", "m:f")]))
+    rows = pd.DataFrame(hbm_plan.planned_rows(CFG, L2, hbm.NO_NCU, [Contender("mine", "m:f")]))
     assert (rows["status"] == hbm.NO_NCU).all() and rows["dram_read_bytes"].isna().all()
     ours = rows["impl"] != "mine"
     assert rows[ours]["model_read_bytes"].gt(0).all() and rows[~ours]["model_read_bytes"].isna().all()
@@ -71,7 +74,7 @@ def test_planned_rows_say_why_nothing_was_measured():
 
 
 def test_a_point_the_device_cannot_hold_is_skipped_with_the_reason():
-    row = hbm.plan({**CFG, "n": [4096], "head_dims": [64]}, L2)[-2]  # many heads, naive
+    row = hbm_plan.plan({**CFG, "n": [4096], "head_dims": [64]}, L2)[-2]  # many heads, naive
     assert hbm._check_memory(row, 2**40) == contract.MEASURED
     status = hbm._check_memory(row, row["device_bytes"])
     assert status.startswith("skipped: needs") and "gpu.bytes.many_heads_l2_multiple" in status
@@ -170,8 +173,10 @@ def as_if_on_a_gpu(monkeypatch):
     """measure() as on a GPU with 1 TiB free, the tile of every flash row 64 x 64."""
     import torch
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda *a: (2**40, 2**40))
-    monkeypatch.setattr(hbm, "_flash_config", lambda row: (64, 64, False))
-    monkeypatch.setattr(hbm.hbm_backward, "flash_config", lambda row: (64, 64, {"cfg_BLOCK_M1": 64}))
+    monkeypatch.setattr(hbm, "_flash_config", lambda row: (64, 64, {"cfg_BLOCK_M": 64, "cfg_BLOCK_N": 64,
+                                                                    "cfg_TMA": False}
+                                                       if row["direction"] == contract.FORWARD
+                                                       else {"cfg_BLOCK_M1": 64}))
 
 
 def test_measure_runs_the_plan_under_ncu_and_fills_every_row(tmp_path, as_if_on_a_gpu):
@@ -183,14 +188,14 @@ def test_measure_runs_the_plan_under_ncu_and_fills_every_row(tmp_path, as_if_on_
     assert (table["l2_write_bytes"] == table["H"] * 32).all()  # the row's own numbers, in order
     assert (table["model_read_bytes"] > 0).all() and len(kernels) == 32
     command = (tmp_path / "work" / "project_0.log").read_text().splitlines()[0]
-    for option in (*hbm.NCU_OPTIONS, "-m minimodel.gpu.hbm_probe", ",".join(hbm.NCU_METRICS)):
+    for option in (*ncu_tool.NCU_OPTIONS, "-m minimodel.gpu.hbm_probe", ",".join(ncu_tool.NCU_METRICS)):
         assert option in command
 
 
 def test_measure_without_counter_permission_plans_and_says_why(tmp_path, as_if_on_a_gpu):
     rows, kernels = hbm.measure(CFG, L2, 0, _fake_ncu(tmp_path, "noperm"), tmp_path / "work")
     assert {r["status"] for r in rows} == {hbm.NO_PERMISSION} and kernels.empty
-    assert list(kernels.columns) == hbm.KERNEL_COLUMNS  # kernels.csv keeps its header
+    assert list(kernels.columns) == ncu_tool.KERNEL_COLUMNS  # kernels.csv keeps its header
 
 
 def test_measure_fails_loudly_when_the_probe_fails(tmp_path, as_if_on_a_gpu):

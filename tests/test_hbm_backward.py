@@ -8,9 +8,11 @@ import pandas as pd
 import pytest
 from conftest import DEVICE, requires_gpu
 
-from minimodel import contract, symbolic_backward
 from minimodel.contenders.spec import Contender
-from minimodel.gpu import hbm, hbm_backward
+from minimodel.floor import contract
+from minimodel.floor.byte_model import backward as backward_model
+from minimodel.gpu import hbm, hbm_plan, hbm_probe
+from minimodel.gpu import ncu as ncu_tool
 
 REF = Path(__file__).resolve().parents[1] / "results" / "reference" / "nvidia-h200"
 L2 = 50 * 2**20
@@ -19,7 +21,7 @@ POINT = ["regime", "B", "H", "N", "d", "causal"]
 
 
 def test_the_backward_is_planned_at_every_forward_point_after_the_forwards_rows():
-    rows = pd.DataFrame(hbm.plan(CFG, L2, [Contender("mine", "m:f")]))
+    rows = pd.DataFrame(hbm_plan.plan(CFG, L2, [Contender("mine", "m:f")]))
     forward, backward = (rows[rows["direction"] == d] for d in (contract.FORWARD, contract.BACKWARD))
     assert list(rows["direction"]) == [contract.FORWARD] * len(forward) + [contract.BACKWARD] * len(backward)
     assert set(backward["impl"]) == {"naive", "flash"}  # no contender has a backward here
@@ -40,7 +42,7 @@ def test_the_forwards_rows_are_those_of_the_committed_reference():
     params = json.loads((REF / contract.manifest("gpu_bytes")).read_text())["params"]
     ref = pd.read_csv(REF / contract.GPU_BYTES, float_precision="round_trip")
     contenders = [Contender(name, "m:f") for name in params["cfg"]["contenders"]]
-    planned = pd.DataFrame(hbm.planned_rows(params["cfg"], params["l2_bytes"], hbm.NO_CUDA, contenders))
+    planned = pd.DataFrame(hbm_plan.planned_rows(params["cfg"], params["l2_bytes"], hbm.NO_CUDA, contenders))
     planned["input_seed"] = params["random_seed"] + planned.index
     forward = contract.forward_rows(planned).reset_index(drop=True)
     ref = contract.forward_rows(ref).reset_index(drop=True)
@@ -53,18 +55,18 @@ def test_the_forwards_rows_are_those_of_the_committed_reference():
                                   ref.loc[naive, model].astype(float))
 
 
-def test_the_backward_model_columns_are_symbolic_backwards_for_all_heads():
+def test_the_backward_model_columns_are_the_byte_models_for_all_heads():
     row = {"B": 1, "H": 800, "N": 1024, "d": 64, "impl": "flash", "direction": contract.BACKWARD}
-    model = hbm.model_columns(row, 64, 128)
-    by_rw = symbolic_backward.bytes_by_rw("flash", 1024, 64, 64, 128, 2, contract.BACKWARD,
+    model = hbm_plan.model_columns(row, 64, 128)
+    by_rw = backward_model.bytes_by_rw("flash", 1024, 64, 64, 128, 2, contract.BACKWARD,
                                           contract.DQ_SEPARATE_PASS)
     assert model["model_read_bytes"] == 800 * by_rw["R"] and model["model_write_bytes"] == 800 * by_rw["W"]
-    assert model["model_consistent_bytes"] == 800 * symbolic_backward.model_bytes(
+    assert model["model_consistent_bytes"] == 800 * backward_model.model_bytes(
         "flash", 1024, 64, 64, 128, 2, contract.BACKWARD, contract.DQ_SEPARATE_PASS)
     assert model["model_lab_bytes"] is None and (model["model_B_r"], model["model_B_c"]) == (64, 128)
     assert model["compulsory_bytes"] == 800 * 8 * 1024 * 64 * 2
-    naive = hbm.model_columns({**row, "impl": "naive"}, 64, 128)
-    assert naive["model_read_bytes"] == 800 * symbolic_backward.bytes_by_rw("naive", 1024, 64, 1, 1, 2)["R"]
+    naive = hbm_plan.model_columns({**row, "impl": "naive"}, 64, 128)
+    assert naive["model_read_bytes"] == 800 * backward_model.bytes_by_rw("naive", 1024, 64, 1, 1, 2)["R"]
     assert naive["model_B_r"] is None
     # the gradients' writes: counted in the writes, left out of the consistent total
     grads = 800 * 3 * 1024 * 64 * 2
@@ -72,7 +74,7 @@ def test_the_backward_model_columns_are_symbolic_backwards_for_all_heads():
 
 
 def test_without_cuda_the_backward_rows_say_not_measured_with_the_model_beside():
-    rows = pd.DataFrame(hbm.planned_rows(CFG, L2, hbm.NO_CUDA))
+    rows = pd.DataFrame(hbm_plan.planned_rows(CFG, L2, hbm.NO_CUDA))
     backward = rows[rows["direction"] == contract.BACKWARD]
     assert len(backward) == len(rows) / 2 and (backward["status"] == hbm.NO_CUDA).all()
     assert backward["dram_read_bytes"].isna().all() and backward["model_read_bytes"].gt(0).all()
@@ -86,7 +88,7 @@ def test_without_cuda_the_backward_rows_say_not_measured_with_the_model_beside()
 def test_the_backwards_dram_bytes_on_the_gpu(tmp_path):
     """On a GPU with ncu: the backward rows are measured, flash's kernels are the Triton backward's
     three, and with many heads flash reads fewer DRAM bytes than naive's autograd backward."""
-    ncu = hbm.find_ncu()
+    ncu = ncu_tool.find_ncu()
     if ncu is None:
         pytest.skip("ncu not found")
     rows, kernels = hbm.measure({**CFG, "n": [4096], "head_dims": [64]}, L2, 0, ncu, tmp_path)
@@ -118,8 +120,8 @@ def test_the_profiled_calls_are_the_backward_alone_and_give_dq(causal):
         return torch.Generator(device=DEVICE).manual_seed(1)
 
     row = {"impl": "naive", "causal": causal, "direction": contract.BACKWARD}
-    naive = hbm_backward.call(row, q, k, v, do_generator())
-    flash = hbm_backward.call({**row, "impl": "flash"}, q, k, v, do_generator())
+    naive = hbm_probe.call(row, None, q, k, v, do_generator())[0]
+    flash = hbm_probe.call({**row, "impl": "flash"}, None, q, k, v, do_generator())[0]
     first = naive()
     assert torch.equal(naive(), first) and first.shape == q.shape and first.dtype == q.dtype
     do = torch.randn(q.shape, device=DEVICE, dtype=q.dtype, generator=do_generator())

@@ -2,15 +2,16 @@
 
 The accuracy rule of tests/ and of the workflow's sweep: against a float64 reference,
 err_kernel <= max(1e-3, 2 × err_torch), where err_torch is PyTorch's own low-precision
-attention's error on the same inputs (see minimodel.gpu.correctness).
+attention's error on the same inputs (see minimodel.floor.correctness_rule).
 """
 
 import pytest
 import torch
 from conftest import DEVICE, HAS_CUDA, requires_gpu
 
-from minimodel.attention_ref import reference_attn
-from minimodel.gpu import correctness
+from minimodel.floor.attention_ref import reference_attn
+from minimodel.floor.correctness_rule import tolerance
+from minimodel.gpu import kernel_check
 from minimodel.kernel import flash, hopper, inputs, launch
 from minimodel.kernel.config import gluon_config, tl_config
 from minimodel.kernel.flash import (
@@ -27,7 +28,7 @@ BF16_SKIP = pytest.mark.skipif(not HAS_CUDA, reason=flash.BF16_INTERPRETER_REASO
 
 
 def check(B, H, N, d, causal, dtype="float16", gen=None, **kw):
-    row = correctness.check_case(B, H, N, d, causal, dtype, device=DEVICE, generator=gen, **kw)
+    row = kernel_check.check_case(B, H, N, d, causal, dtype, device=DEVICE, generator=gen, **kw)
     print(f"B={B} H={H} N={N} d={d} causal={causal} {dtype}: kernel {row['err_kernel_vs_fp64']:.2e}"
           f" torch {row['err_torch_vs_fp64']:.2e} tolerance {row['tolerance']:.2e}")
     assert not row["has_nan"]
@@ -221,7 +222,7 @@ def test_rows_past_2_31_elements_are_addressed_in_64_bits(gen, tma, causal):
     torch_err = (reference_attn(q, k, v, causal=causal).double() - exact).abs().max().item()
     err = (out.double() - exact).abs().max().item()
     print(f"kernel {err:.2e} torch {torch_err:.2e}")
-    assert err <= correctness.tolerance(torch_err)
+    assert err <= tolerance(torch_err)
 
 
 def test_grid_puts_every_program_on_one_axis():
@@ -367,7 +368,7 @@ def test_the_gluon_kernel_matches_float64(gen, d, causal, dtype, n, h_kv, layout
     err = (out.double() - exact).abs().max().item()
     print(f"gluon {tiles} d={d} causal={causal} {dtype} N={n} H_kv={h_kv} {layout}: {err:.2e} "
           f"torch {torch_err:.2e}")
-    assert not torch.isnan(out).any() and err <= correctness.tolerance(torch_err)
+    assert not torch.isnan(out).any() and err <= tolerance(torch_err)
     tl_out, tl_lse = flash_attn_forward(q, k, v, causal=causal, return_lse=True,
                                         config=FwdConfig(64, 64, 4, 2))
     torch.testing.assert_close(lse, tl_lse, atol=1e-4, rtol=1e-5)
@@ -423,7 +424,7 @@ def test_a_repeated_gluon_call_is_launched_directly_and_gives_the_same_output(ge
     torch.testing.assert_close(again, first, rtol=0, atol=0)
     exact = reference_attn(q, k, v, causal=causal, upcast=True)
     torch_err = (reference_attn(q, k, v, causal=causal).double() - exact).abs().max().item()
-    assert (again.double() - exact).abs().max().item() <= correctness.tolerance(torch_err)
+    assert (again.double() - exact).abs().max().item() <= tolerance(torch_err)
 
 
 def test_a_repeated_call_is_refused_what_the_first_was_refused(gen):

@@ -1,5 +1,5 @@
 """Each word of the contract typed once: the status and skip words, the grid names and the scheme
-names that the tables hold are `minimodel.contract`'s constants, and no other file of src/,
+names that the tables hold are `minimodel.floor.contract`'s constants, and no other file of src/,
 scripts/ or tools/ types them again.
 
 A string literal offends when it is one of the words, or begins with one followed by ":" (a status
@@ -13,10 +13,10 @@ it names a column or a key rather than being a status (`row["skipped"]`, `{"fail
 import ast
 from pathlib import Path
 
-from minimodel import contract
+from minimodel.floor import contract
 
 ROOT = Path(__file__).resolve().parents[1]
-CONTRACT = ROOT / "src" / "minimodel" / "contract.py"
+CONTRACT = ROOT / "src" / "minimodel" / "floor" / "contract.py"
 CODE = sorted([*(ROOT / "src").rglob("*.py"), *(ROOT / "scripts").glob("*.py"),
                *(ROOT / "tools").glob("*.py")])
 

@@ -5,7 +5,7 @@ import socket
 import pytest
 import torch
 
-from minimodel.provenance import machine
+from minimodel.floor.provenance import machine
 
 
 def test_environment_records_software_machine_and_cluster_job(monkeypatch):

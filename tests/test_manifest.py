@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from minimodel.provenance import io, manifest, verify
+from minimodel.floor.provenance import code, io, manifest, project, verify
 
 
 class Namedlist(list):
@@ -68,7 +68,7 @@ def test_manifest_records_outputs_inputs_modules_and_environment(tmp_path, monke
     kinds = {e["kind"] for e in m["inputs"]}
     assert kinds == {"data", "script", "module"}
     modules = [e["path"] for e in m["inputs"] if e["kind"] == "module"]
-    assert any(p.endswith("minimodel/provenance/manifest.py") for p in modules)
+    assert any(p.endswith("minimodel/floor/provenance/manifest.py") for p in modules)
     for key in ("python", "torch", "triton", "snakemake", "device"):
         assert key in m["environment"]
     assert set(m["git"]) == {"commit", "dirty"}
@@ -155,17 +155,17 @@ def test_python_m_minimodel_hands_each_command_its_own_arguments(tmp_path, monke
 
 def test_git_commit_from_the_environment_wins_over_the_checkout(monkeypatch):
     monkeypatch.delenv("MINIMODEL_GIT_COMMIT", raising=False)
-    here = manifest.git_state(Path(__file__).parent)
+    here = code.git_state(Path(__file__).parent)
     assert set(here) == {"commit", "dirty"}
     monkeypatch.setenv("MINIMODEL_GIT_COMMIT", "0123abc")
-    named = manifest.git_state(Path(__file__).parent)
+    named = code.git_state(Path(__file__).parent)
     assert named["commit"] == "0123abc" and named["source"] == "MINIMODEL_GIT_COMMIT"
     assert named["checkout"] == here
 
 
 def test_git_state_without_a_repository(tmp_path, monkeypatch):
     monkeypatch.delenv("MINIMODEL_GIT_COMMIT", raising=False)
-    assert manifest.git_state(tmp_path) == {"commit": None, "dirty": None}
+    assert code.git_state(tmp_path) == {"commit": None, "dirty": None}
 
 
 
@@ -274,8 +274,8 @@ def test_a_stage_removes_what_a_killed_write_left(tmp_path, monkeypatch):
 def test_code_from_another_tree_is_refused(tmp_path):
     (tmp_path / "src" / "minimodel").mkdir(parents=True)
     with pytest.raises(manifest.ProvenanceError, match="but Python imported minimodel from"):
-        manifest.check_code_tree(tmp_path)
-    manifest.check_code_tree(Path(manifest.__file__).parents[2])  # this checkout: fine
+        code.check_code_tree(tmp_path)
+    code.check_code_tree(project.ROOT)  # this checkout: fine
 
 
 def test_a_result_without_a_manifest_is_refused(tmp_path, monkeypatch):
@@ -309,7 +309,7 @@ def test_code_closure_follows_imports_through_the_package(tmp_path):
         (src / name).write_text(text)
     script = tmp_path / "script.py"
     script.write_text("import minimodel.a\n\ndef f():\n    from minimodel.sub.d import x\n")
-    found = {Path(p).relative_to(tmp_path).as_posix() for p in manifest.code_closure(script, src)}
+    found = {Path(p).relative_to(tmp_path).as_posix() for p in code.code_closure(script, src)}
     assert found == {"script.py", "src/minimodel/__init__.py", "src/minimodel/a.py",
                      "src/minimodel/b.py", "src/minimodel/sub/__init__.py", "src/minimodel/sub/d.py"}
 

@@ -15,8 +15,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from minimodel.contract import MEASURED
-from minimodel.gpu import hbm, ncu
+from minimodel.floor.contract import MEASURED
+from minimodel.gpu import hbm_plan, ncu
 
 DATA = Path(__file__).parent / "data"
 L2 = 50 * 2**20
@@ -24,7 +24,7 @@ L2 = 50 * 2**20
 
 def _measured_rows():
     cfg = {"n": [1024], "head_dims": [64], "many_heads_l2_multiple": 2, "ncu": None}
-    return [{**r, "status": MEASURED} for r in hbm.plan(cfg, L2)][:4]  # the fixture's four points
+    return [{**r, "status": MEASURED} for r in hbm_plan.plan(cfg, L2)][:4]  # the fixture's four points
 
 
 def test_real_ncu_table_is_read_in_bytes_and_split_at_the_markers():

@@ -14,11 +14,10 @@ import pytest
 import torch
 from docutils.core import publish_parts
 
-from minimodel import contract
 from minimodel.contenders import check, run
 from minimodel.contenders.run import Case
 from minimodel.contenders.spec import Contender
-from minimodel.correctness_rule import tolerance
+from minimodel.floor import contract
 from minimodel.report import results_readme
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -51,8 +50,8 @@ def nograd_rows() -> list[dict]:
     child = InProcess(Contender("nograd", "m:nograd", backward=True), nograd)
     cases = [Case(1, 2, 2, n, 32, causal, "float16", "cpu", seed=i)
              for i, (n, causal) in enumerate((n, c) for n in (33, 64) for c in (False, True))]
-    skipped = check._row(child.contender, cases[0], skipped=True, reason="declined", passed=None)
-    forward = [check.check_case(child, c, tolerance) for c in cases] + [skipped]
+    skipped = check.case_row(child.contender, cases[0], skipped=True, reason="declined", passed=None)
+    forward = [check.check_case(child, c) for c in cases] + [skipped]
     backward = [check.check_backward_case(child, c) for c in cases]
     return forward + [{**skipped, "direction": contract.BACKWARD}] + backward
 

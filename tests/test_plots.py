@@ -8,7 +8,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from minimodel import contract, symbolic
+from minimodel import symbolic
+from minimodel.floor import contract
+from minimodel.floor.byte_model import forward as forward_model
 from minimodel.report import correctness_figure, plots
 
 REF = Path(__file__).resolve().parents[1] / "results" / "reference" / "nvidia-h200"
@@ -44,8 +46,8 @@ def test_intensity_ratio_is_naive_over_flash_bytes():
     table = symbolic.byte_table([256, 1024], [64], [(64, 64)], ["float32"])
     fig, data = plots.intensity_ratio(table, (64, 64))
     for _, r in data.iterrows():
-        expected = (symbolic.model_bytes("naive", r["N"], 64, 64, 64, 4)
-                    / symbolic.model_bytes("flash", r["N"], 64, 64, 64, 4))
+        expected = (forward_model.model_bytes("naive", r["N"], 64, 64, 64, 4)
+                    / forward_model.model_bytes("flash", r["N"], 64, 64, 64, 4))
         assert r["ratio"] == pytest.approx(expected)
     ys = plotted_points(fig.axes[0])[:, 1]
     assert any(np.isclose(ys, data["ratio"].iloc[0]))

@@ -8,8 +8,8 @@ import types
 import pytest
 from conftest import ROOT
 
-from minimodel import contract
-from minimodel.provenance import manifest
+from minimodel.floor import contract
+from minimodel.floor.provenance import manifest
 from minimodel.report import backward_plots, correctness_figure, plots
 
 REF = ROOT / "results" / "reference" / "nvidia-h200"

@@ -3,7 +3,7 @@
 import pytest
 
 from minimodel.cpu import bytecount, roofline
-from minimodel.provenance import project
+from minimodel.floor.provenance import project
 
 
 @pytest.fixture

@@ -8,8 +8,8 @@ import pandas as pd
 import pytest
 from conftest import ROOT
 
-from minimodel import contract
 from minimodel.__main__ import main as cli
+from minimodel.floor import contract
 from minimodel.report import headline
 
 README = ROOT / "README.md"

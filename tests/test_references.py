@@ -1,8 +1,8 @@
 import pytest
 import torch
 
-from minimodel.attention_ref import attn_naive, reference_attn
 from minimodel.cpu.references import attn_flash_reference_cpu
+from minimodel.floor.attention_ref import attn_naive, reference_attn
 
 
 def rand(gen, *shape, dtype=torch.float32):

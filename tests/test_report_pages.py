@@ -12,7 +12,7 @@ import pytest
 import yaml
 from docutils.core import publish_parts
 
-from minimodel import contract
+from minimodel.floor import contract
 from minimodel.report import results_readme
 
 REFERENCE = Path(__file__).resolve().parents[1] / "results" / "reference" / "nvidia-h200"

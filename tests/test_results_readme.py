@@ -7,8 +7,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from minimodel import contract
-from minimodel.gpu import grids, hbm, timing
+from minimodel.floor import contract
+from minimodel.gpu import grids, hbm, hbm_plan, timing
 from minimodel.report import results_readme
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -63,7 +63,7 @@ def test_readme_without_gpu_says_so(tmp_path):
     table = tmp_path / "timing.csv"
     cfg = {**grids.default_timing_config(), "lab_n": [64], "fa_n": [1024], "fa_head_dims": [64]}
     pd.DataFrame(timing.no_gpu_rows(cfg)).to_csv(table, index=False)
-    planned = pd.DataFrame(hbm.planned_rows({"n": [256], "head_dims": [64], "many_heads_l2_multiple": 2,
+    planned = pd.DataFrame(hbm_plan.planned_rows({"n": [256], "head_dims": [64], "many_heads_l2_multiple": 2,
                                              "ncu": None}, 2**20, hbm.NO_CUDA))
     planned.to_csv(tmp_path / "bytes.csv", index=False)
     (tmp_path / "bytes.json").write_text(json.dumps(hbm.summary(planned, None, 2**20)))
@@ -106,7 +106,7 @@ def test_readme_gpu_bytes_of_a_contender_have_no_model_and_a_line_of_their_own(t
     table = pd.read_csv(REF / "gpu" / "bytes" / "bytes.csv")
     mine = table[table["impl"] == "flash"].assign(impl="mine")
     mine["dram_read_bytes"] *= 2
-    mine[list(hbm.MODEL_COLUMNS)] = None
+    mine[list(hbm_plan.MODEL_COLUMNS)] = None
     table = pd.concat([table[table["impl"] != "mine"], mine], ignore_index=True)
     table.to_csv(tmp_path / "bytes.csv", index=False)
     numbers = results_readme.collect(ref_paths(gpu_bytes=tmp_path / "bytes.csv"))

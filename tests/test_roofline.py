@@ -1,8 +1,8 @@
 import pytest
 
-from minimodel import roofline_model
-from minimodel.byte_model.forward import model_bytes
 from minimodel.cpu import roofline
+from minimodel.floor import roofline_model
+from minimodel.floor.byte_model.forward import model_bytes
 
 
 def test_ceilings_are_positive_and_sane():

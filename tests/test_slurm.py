@@ -32,7 +32,7 @@ import pandas as pd
 import pytest
 from conftest import background, copy_project
 
-from minimodel.provenance import manifest
+from minimodel.floor.provenance import manifest
 
 DAEMONS = ("slurmctld", "slurmd")
 TOOLS = ("munged", "mungekey", "munge", "unmunge", "slurmctld", "slurmd", "sbatch", "srun",

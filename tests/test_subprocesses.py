@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from minimodel.provenance.project import SRC
+from minimodel.floor.provenance.project import SRC
 
 STAGE = """
 import sys, time
@@ -57,7 +57,7 @@ def test_a_contender_child_dies_when_its_stage_is_killed_in_the_middle_of_a_call
 
 WATCHED = """
 import sys, time
-from minimodel.subprocesses import exit_with_stage
+from minimodel.floor.subprocesses import exit_with_stage
 exit_with_stage(poll_s=0.1)
 print("watching", flush=True)
 time.sleep(600)

@@ -2,15 +2,15 @@ import io
 import json
 import math
 
-import pandas as pd
 import pytest
 import sympy as sp
 from conftest import REFERENCE
 
-from minimodel import contract, symbolic, symbolic_backward
-from minimodel.byte_model import forward, theory
-from minimodel.byte_model.forward import B_r, N, d, dtype_bytes
-from minimodel.provenance.configcheck import load_config
+from minimodel import symbolic
+from minimodel.floor import contract
+from minimodel.floor.byte_model import forward, theory
+from minimodel.floor.byte_model.forward import B_r, N, d, dtype_bytes
+from minimodel.floor.provenance.configcheck import load_config
 
 MiB = 2**20
 
@@ -155,10 +155,9 @@ def rule_outputs(cfg: dict) -> dict[str, str]:
 
     table = symbolic.lab_table(l1_bytes=cfg["l1_bytes"], l2_bytes=cfg["l2_bytes"])
     return {
-        contract.SYMBOLIC_BYTES: csv(pd.concat([symbolic.byte_table(*grid, schemes=symbolic.SCHEMES),
-                                                symbolic_backward.byte_table(*grid)], ignore_index=True)),
+        contract.SYMBOLIC_BYTES: csv(symbolic.tidy_table(*grid)),
         contract.SYMBOLIC_FORMULAS: csv(symbolic.formulas_table()),
-        contract.SYMBOLIC_BACKWARD_FORMULAS: csv(symbolic_backward.formulas_table()),
+        contract.SYMBOLIC_BACKWARD_FORMULAS: csv(symbolic.backward_formulas_table()),
         contract.SYMBOLIC_LAB_TABLE: symbolic.format_lab_table(table),
     }
 

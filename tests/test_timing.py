@@ -2,19 +2,21 @@
 
 
 import statistics
+import weakref
 
 import pandas as pd
 import pytest
 import torch
 from conftest import DEVICE, HAS_CUDA, snakemake_until
 
-from minimodel import contract
 from minimodel.contenders import parse
 from minimodel.contenders.timed import TimingCase
+from minimodel.floor import contract
+from minimodel.floor.byte_model.forward import attention_flops
+from minimodel.floor.timers import Sampler
 from minimodel.gpu import grids, timing, timing_point, timing_rows
 from minimodel.gpu.grids import Point
 from minimodel.gpu.implementations import Local, Prepared, Remote
-from minimodel.symbolic import attention_flops
 
 
 def test_attention_flops_halves_for_causal():
@@ -227,6 +229,54 @@ def test_an_implementation_out_of_memory_beside_the_others_is_prepared_again_onc
     assert rows[0]["status"] == contract.OUT_OF_MEMORY and rows[0]["ms"] is None
 
 
+class _Held:
+    """What a preparation built before it ran out of memory (a backward's saved forward)."""
+
+
+class _Heavy(_Fake):
+    """Runs out of memory beside `blocker`, or while what its own failed try built is still held
+    (by the traceback of that try's error, until it is cleared and collected)."""
+
+    def __init__(self, name, held, blocker):
+        super().__init__(name, held, blocker)
+        self.built = None  # a weak reference to what the failed try built
+
+    def prepare(self, case, direction, inputs):
+        if self.built is not None and self.built() is not None:
+            raise torch.OutOfMemoryError("CUDA out of memory (held by the first try)")
+        built = _Held()
+        self.built = weakref.ref(built)
+        if self.blocker in self.held:
+            raise torch.OutOfMemoryError("CUDA out of memory (held by another)")
+        return super().prepare(case, direction, inputs)
+
+
+def test_the_second_try_of_a_preparation_starts_once_the_first_ones_memory_is_gone(monkeypatch):
+    """On the H200 naive attention's backward at (1, 32, 16384, 64) ran out of memory twice when
+    its second try began inside the first one's except, whose traceback held the first try's
+    saved forward."""
+    monkeypatch.setattr(timing_point, "timing_inputs", lambda case, count: (torch.zeros(1),) * count)
+    monkeypatch.setattr(timing_point, "crowded", lambda: False)
+    monkeypatch.setattr(timing_point, "forward_reference", lambda *args: (None, float("nan")))
+    held = set()
+    impls = [_Fake("a", held), _Heavy("naive", held, blocker="a")]
+    rows, _ = timing_point.time_pass(Point("lab", 1, 1, 64, 64, False), "forward", impls,
+                                     TimingCase(1, 1, 64, 64, False, 0, 1, 1), 3, {"peak_flops_per_s": 1e15})
+    assert [(r["impl"], r["status"], r["samples"]) for r in rows] == [("a", "ok", 3), ("naive", "ok", 3)]
+
+
+@pytest.mark.parametrize(("replay_ms", "warmup_ms", "expected"), [
+    (4.0, 40, (10, 5)),  # a graph of many short calls: 40 ms of warm-up, 5 replays of 4 ms
+    (10.0, 40, (4, 2)),
+    (88.0, 40, (1, 1)),  # one call of naive attention at N = 16384: one replay each, not 15
+    (4.0, 0, (0, 5)),
+])
+def test_a_samples_replays_follow_the_graphs_measured_duration(replay_ms, warmup_ms, expected):
+    sampler = Sampler.__new__(Sampler)
+    sampler.sample_ms, sampler.replay_ms = 20, replay_ms
+    assert sampler.replays(warmup_ms) == expected
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 @pytest.mark.parametrize("direction", ["forward", "backward", "fwd+bwd"])
@@ -234,7 +284,7 @@ def test_a_pass_checks_and_samples_every_implementation_and_a_contender(directio
     """One lab point in each pass: the implementations always timed, FlexAttention (compiled, with
     a backward) and triton_tl (none) in their child processes; every sample in the long table."""
     from minimodel.contenders import registry
-    from minimodel.contenders.builtin import BUILTINS
+    from minimodel.contenders.catalog import BUILTINS
     from minimodel.contenders.run import Child
     from minimodel.gpu.implementations import implementations
 
@@ -262,7 +312,7 @@ def test_a_pass_checks_and_samples_every_implementation_and_a_contender(directio
 def test_a_sampler_reads_the_time_of_a_known_amount_of_work():
     """A matmul's samples agree with do_bench_cudagraph's reading of it (a loaded GPU's clocks
     move them by several percent between samples: that is what the rounds share out)."""
-    from minimodel.timers import Sampler, bench_graph_ms
+    from minimodel.floor.timers import Sampler, bench_graph_ms
 
     a = torch.randn(4096, 4096, device="cuda", dtype=torch.float16)
     sampler = Sampler(lambda: lambda: a @ a, 20, 5, 20)
@@ -292,7 +342,7 @@ def test_flashattentions_backward_is_timed_in_its_child(name):
     """FlashAttention-2's and -4's backward through autograd, one point on FlashAttention's grid
     (skipped rows saying why where the package is missing)."""
     from minimodel.contenders import registry
-    from minimodel.contenders.builtin import BUILTINS, unavailable
+    from minimodel.contenders.catalog import BUILTINS, unavailable
     from minimodel.contenders.run import Child
 
     point = Point("flashattention", 4, 16, 4096, 128, True)

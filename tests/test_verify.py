@@ -12,8 +12,8 @@ import pytest
 from test_manifest import Namedlist
 
 from minimodel import __main__ as cli
-from minimodel.provenance import io, manifest, verify
-from minimodel.provenance.reading import find_manifests, load_manifest
+from minimodel.floor.provenance import io, manifest, verify
+from minimodel.floor.provenance.reading import find_manifests, load_manifest
 
 ROOT = Path(__file__).resolve().parents[1]
 REFERENCE = ROOT / "results" / "reference" / "nvidia-h200"

@@ -18,8 +18,8 @@ import pandas as pd
 import pytest
 from conftest import copy_of_tiny_run, copy_project, one_at_a_time, user_env
 
-from minimodel import contract
-from minimodel.provenance import io, manifest, reading, verify
+from minimodel.floor import contract
+from minimodel.floor.provenance import code, io, manifest, reading, verify
 
 pytestmark = pytest.mark.workflow
 
@@ -151,13 +151,13 @@ def test_the_workflow_runs_and_hashes_the_code_of_its_own_tree(own_run):
 
 
 def test_each_manifest_records_exactly_the_code_its_rule_lists(workdir):
-    # one tracker (manifest.code_closure) for the rule inputs and the manifests; without CUDA
+    # one tracker (code.code_closure) for the rule inputs and the manifests; without CUDA
     # gpu_timing never imports the kernel, yet depends on it, and both sides say so
     for path in reading.find_manifests(workdir / "results"):
         m = json.loads(path.read_text())
         script = workdir / "scripts" / f"{m['rule']}.py"
         listed = {str(Path(p).resolve().relative_to(workdir)) for p in
-                  manifest.code_closure(script, workdir / "src" / "minimodel") if Path(p) != script}
+                  code.code_closure(script, workdir / "src" / "minimodel") if Path(p) != script}
         recorded = {e["path"] for e in m["inputs"] if e["kind"] == "module"}
         assert recorded == listed, m["rule"]
     timing = json.loads((workdir / "results" / "gpu/timing/manifest.json").read_text())
@@ -281,7 +281,7 @@ def test_a_yaml_error_in_config_yaml_names_the_file_and_the_line(unrun):
 
 @pytest.mark.xfail(strict=True, reason="Snakemake's CLI reads a --configfile before the Snakefile "
                    "runs and drops the YAML error's mark (snakemake/common/configfile.py); the "
-                   "README points to python -m minimodel.provenance.configcheck. Passes, and so "
+                   "README points to python -m minimodel.floor.provenance.configcheck. Passes, and so "
                    "fails here, once Snakemake names the file")
 def test_a_yaml_error_in_a_configfile_names_the_file(unrun, tmp_path):
     (tmp_path / "bad.yaml").write_text("cpu:\n  n: [256\n  threads: 1\n")
@@ -362,7 +362,7 @@ def test_lint_is_clean(workdir):
 
 
 def test_a_failing_sweep_fails_the_rule_and_keeps_its_table(own_run):
-    module = own_run / "src" / "minimodel" / "correctness_rule.py"
+    module = own_run / "src" / "minimodel" / "floor" / "correctness_rule.py"
     source = module.read_text()
     # a rule no result can meet: every case fails
     module.write_text(source.replace("TORCH_MULTIPLE = 2.0", "TORCH_MULTIPLE = -1.0")

@@ -15,7 +15,7 @@ and key tiles, dQ query and key tiles), then WARPS_KV,STAGES_KV,WARPS_Q,STAGES_Q
 shipped configuration (`default_bwd_config`) of each point is always run too (`shipped`).
 
 Each configuration is first checked once per (d, causal) at (2, 4, 1000, d) fp16 against float64
-autograd (the forward's rule, `minimodel.gpu.grads`); one that fails is said and not timed.
+autograd (the forward's rule, `minimodel.gpu.kernel_check`); one that fails is said and not timed.
 Timed is the backward alone: the forward's O and LSE saved, one dO, `flash_attn_backward`
 (`backward_fn`), against SDPA's backward of the same inputs through autograd (`autograd.grad` of a
 saved graph). Medians of `triton.testing.do_bench` (eager) or of CUDA-graph replays (`--graph`,
@@ -43,12 +43,12 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 from triton.experimental.gluon._runtime import GluonASTSource
 
-from minimodel import contract, timers
+from minimodel.floor import contract, timers
+from minimodel.floor.byte_model.forward import attention_flops
 from minimodel.gpu import grids
-from minimodel.gpu.grads import check_backward_case
+from minimodel.gpu.kernel_check import check_backward_case
 from minimodel.kernel.backward import arguments, backward_fn, default_bwd_config, get_bwd_config
 from minimodel.kernel.bwd_config import BwdConfig, gluon_bwd_config
-from minimodel.symbolic import attention_flops
 
 CANDIDATES = {
     "sweep": [BwdConfig(m1, n1, m2, n2, w, s, w, s)

@@ -1,20 +1,28 @@
-"""The Gluon dK/dV kernel on an H200, in one run: checked, then timed beside the tl backward and SDPA.
+"""The Gluon backward's new paths on an H200, in one call of a few minutes: checked, then timed.
 
-    PYTHONPATH=src python tools/bwd_gluon_gpu.py --out DIR [--commit SHA]
+    PYTHONPATH=src python3 tools/bwd_gluon_gpu.py --out DIR [--commit SHA]
 
-1. check (one child process per configuration, each with a time limit, so that a kernel that
-   hangs costs its own limit and no more; the children compile at once, in parallel): every sweep
-   case (B = 2, H = 4; fp16, bf16; d = 64, 128; N = 128, 1000, 4096; causal and not; H_kv = 4 and
-   1) through `flash_attn_backward` with the configuration forced, against float64 autograd under
-   the project's rule (`correctness_rule`), the path that ran asserted (`launch_bwd_config`); the
-   Gluon configurations also at B·H past 65,535, rows past 2³¹ elements, a transposed layout, a
-   given sm_scale, and twice on one input, bit for bit. The tl table is checked the same way.
-2. time (one child): FlashAttention's grid (B·N = 16384, H·d = 2048; N = 1024, 4096, 16384;
-   d = 64, 128; causal and not), fp16, the backward alone (O and LSE saved), medians of CUDA-graph
-   replays of: the tl backward, each Gluon configuration that passed every case, SDPA's cuDNN and
-   flash backward through autograd; and the dK/dV launch alone, tl's and each Gluon one's.
-Writes checks.jsonl (every case's row) and timing.jsonl under --out; prints the table last. Needs
-no snakemake, config or other stage: a development tool, as tools/bwd_bench.py.
+The paths (`PATHS`): the warp-specialized dK/dV kernel (`gluon_ws_config`) with the tl dQ pass
+(`ws64`, `ws128`, deterministic) and with dQ added in the kernel by fp32 atomics (`wsdq64`,
+`wsdq128`, no dQ pass, not deterministic); `g1` is step 1's one-partition kernel
+(`gluon_bwd_config`), timed only, for comparison.
+
+1. check: one child process per path, all at once (they compile in parallel), each case through
+   `flash_attn_backward` with the path forced, against float64 autograd under the project's rule
+   (`correctness_rule`), the kernel that ran asserted (`BwdConfig.kernel`). Smallest grids first
+   (N = 1, 77, then the sweep's cases, B = 2, H = 4, fp16 and bf16, causal and not, H_kv = 4 and 1,
+   by N = 128, 1000, 4096), then B·H past 65,535, rows past 2³¹ elements, a transposed layout, a
+   given sm_scale, and twice on one input (the same bits required of the deterministic paths,
+   reported for the atomic ones). A child that prints nothing for `--stall-s` (a hung kernel) or
+   outlives `--check-limit-s` is killed; its cases so far stay in checks.jsonl. A kernel that
+   fails to compile fails its cases, one line each. A case that breaks the child's CUDA context
+   (an illegal instruction: every later call would fail too) is recorded, and a fresh child goes on
+   from the next case (`check_restarting`).
+2. time: one child, (4, 16, 4096, 128) and (4, 32, 4096, 64) (FlashAttention's grid at N = 4096),
+   causal and not, fp16, the backward alone (O and LSE saved), medians of CUDA-graph replays: the
+   tl backward, `g1`, each path that passed every case it reached with none failed, and SDPA's
+   cuDNN backward through autograd; also each dK/dV launch alone.
+Writes checks.jsonl and timing.jsonl under --out and prints the table last.
 """
 
 import argparse
@@ -23,42 +31,36 @@ import math
 import statistics
 import subprocess
 import sys
+import threading
 import time
 import zlib
-from dataclasses import replace
 from functools import partial
 from pathlib import Path
 
 import torch
 
 import minimodel.entry  # noqa: F401 (first: compiled or interpreted is decided on import)
-from minimodel.correctness_rule import failure_reason, grad_errors, reference_grads
+from minimodel.floor.correctness_rule import failure_reason, grad_errors, reference_grads
 from minimodel.kernel import backward
-from minimodel.kernel.bwd_config import HOPPER_CONFIGS, tl_bwd_config
+from minimodel.kernel.bwd_config import gluon_bwd_config, gluon_ws_config, tl_bwd_config
 from minimodel.kernel.flash import flash_attn_forward
 
-# name -> (head dim, BLOCK_M1, BLOCK_N1, Q/dO stages, causal cases it compiles for without spilling)
-BOTH = (False, True)
-GLUON = {"g64_m64_n128_s2": (64, 64, 128, 2, BOTH), "g64_m64_n64_s2": (64, 64, 64, 2, BOTH),
-         "g128_m32_n128_s2": (128, 32, 128, 2, BOTH), "g128_m32_n64_s2": (128, 32, 64, 2, BOTH),
-         "g128_m64_n128_s2": (128, 64, 128, 2, (False,))}
-SWEEP = [(dtype, d, n, causal, h_kv) for dtype in ("float16", "bfloat16") for d in (64, 128)
-         for n in (128, 1000, 4096) for causal in (False, True) for h_kv in (4, 1)]
-FA_N, FA_TOKENS, FA_MODEL_DIM = (1024, 4096, 16384), 16384, 2048
-
-
-def gluon_config(name: str, causal: bool):
-    d, m, n, stages, _ = GLUON[name]
-    return replace(HOPPER_CONFIGS[(d, causal)], BLOCK_M1=m, BLOCK_N1=n, num_warps_kv=n // 16,
-                   num_stages_kv=stages, GLUON=True)
+# name -> (head dim, configuration per causal)
+PATHS = {"ws64": (64, partial(gluon_ws_config, 64)), "ws128": (128, partial(gluon_ws_config, 128)),
+         "wsdq64": (64, partial(gluon_ws_config, 64, atomic_dq=True)),
+         "wsdq128": (128, partial(gluon_ws_config, 128, atomic_dq=True))}
+TIMED_ONLY = {"g1": gluon_bwd_config}  # checked on the H200 before (notes/backward.md)
+SWEEP = [(n, dtype, causal, h_kv) for n in (128, 1000, 4096) for dtype in ("float16", "bfloat16")
+         for causal in (False, True) for h_kv in (4, 1)]
+POINTS = [(4, 16, 4096, 128), (4, 32, 4096, 64)]
 
 
 def config_of(name: str, d: int, causal: bool):
-    return tl_bwd_config(d, causal, "cuda") if name == "tl" else gluon_config(name, causal)
-
-
-def applies(name: str, d: int, causal: bool) -> bool:
-    return name == "tl" or (GLUON[name][0] == d and causal in GLUON[name][4])
+    if name == "tl":
+        return tl_bwd_config(d, causal, "cuda")
+    if name in TIMED_ONLY:
+        return TIMED_ONLY[name](d, causal)
+    return PATHS[name][1](causal)
 
 
 def inputs(B, H, N, d, dtype, H_kv, seed, layout="contiguous"):
@@ -70,17 +72,6 @@ def inputs(B, H, N, d, dtype, H_kv, seed, layout="contiguous"):
         return torch.randn(B, heads, N, d, generator=gen).to("cuda", dtype)
 
     return rand(H), rand(H_kv), rand(H_kv), rand(H)
-
-
-def check_case(cfg, q, k, v, do, causal, sm_scale=None) -> dict:
-    """One case against float64 under the project's rule; `path` is what ran."""
-    ran = backward.launch_bwd_config(q, k, v, causal, cfg, do)
-    exact = reference_grads(q, k, v, do, causal, sm_scale, upcast=True)
-    lowp = reference_grads(q, k, v, do, causal, sm_scale)
-    o, lse = flash_attn_forward(q, k, v, causal=causal, sm_scale=sm_scale, return_lse=True)
-    got = backward.flash_attn_backward(q, k, v, o, lse, do, causal, sm_scale, cfg)
-    row = grad_errors(got, exact, lowp)
-    return {"path": ran.path, **row, "reason": failure_reason(row)}
 
 
 def far_apart(N, d, row_stride, seed):
@@ -95,60 +86,138 @@ def far_apart(N, d, row_stride, seed):
     return views
 
 
-def extra_cases(name: str):
-    """(label, causal, q, k, v, do, sm_scale) of the guarantees beyond the sweep, at this config's d."""
-    d = GLUON[name][0]
-    for causal in GLUON[name][4]:
-        yield "B*H=66000", causal, *inputs(2, 33_000, 24, d, torch.float16, 33_000, 1), None
-        yield "B*H=66000 GQA", causal, *inputs(2, 33_000, 24, d, torch.float16, 3_000, 2), None
-        yield "rows past 2^31", causal, *far_apart(130, d, 2**25 + 64, 3), None
-        yield "bnhd", causal, *inputs(2, 2, 300, d, torch.float16, 2, 4, "bnhd"), None
-        yield "sm_scale 0.3", causal, *inputs(1, 2, 333, d, torch.float16, 1, 5), 0.3
-        yield "N=1", causal, *inputs(1, 2, 1, d, torch.float16, 2, 8), None
-        yield "N=77 bf16 GQA", causal, *inputs(1, 4, 77, d, torch.bfloat16, 2, 9), None
+def cases(d: int):
+    """(label, causal, make inputs, sm_scale), smallest grids first."""
+    fp16, bf16 = torch.float16, torch.bfloat16
+    for causal in (False, True):
+        yield f"N=1 causal={causal}", causal, partial(inputs, 1, 2, 1, d, fp16, 2, 8), None
+        yield f"N=77 bf16 GQA causal={causal}", causal, partial(inputs, 1, 4, 77, d, bf16, 2, 9), None
+    for n, dtype, causal, h_kv in SWEEP:
+        label = f"sweep N={n} {dtype} causal={causal} H_kv={h_kv}"
+        seed = zlib.crc32(f"{d} {label}".encode())
+        yield label, causal, partial(inputs, 2, 4, n, d, getattr(torch, dtype), h_kv, seed), None
+    for causal in (False, True):
+        yield f"B*H=66000 causal={causal}", causal, partial(inputs, 2, 33000, 24, d, fp16, 33000, 1), None
+        yield f"B*H=66000 GQA causal={causal}", causal, partial(inputs, 2, 33000, 24, d, fp16, 3000, 2), None
+        yield f"rows past 2^31 causal={causal}", causal, partial(far_apart, 130, d, 2**25 + 64, 3), None
+        yield f"bnhd causal={causal}", causal, partial(inputs, 2, 2, 300, d, fp16, 2, 4, "bnhd"), None
+        yield f"sm_scale 0.3 causal={causal}", causal, partial(inputs, 1, 2, 333, d, fp16, 1, 5), 0.3
 
 
-def run_check(name: str, out: Path) -> int:
+def check_case(cfg, q, k, v, do, causal, sm_scale=None) -> dict:
+    """One case against float64 under the project's rule; `kernel` is what ran."""
+    ran = backward.launch_bwd_config(q, k, v, causal, cfg, do)
+    exact = reference_grads(q, k, v, do, causal, sm_scale, upcast=True)
+    lowp = reference_grads(q, k, v, do, causal, sm_scale)
+    o, lse = flash_attn_forward(q, k, v, causal=causal, sm_scale=sm_scale, return_lse=True)
+    got = backward.flash_attn_backward(q, k, v, o, lse, do, causal, sm_scale, cfg)
+    torch.cuda.synchronize()
+    row = grad_errors(got, exact, lowp)
+    return {"kernel": ran.kernel, **row, "reason": failure_reason(row)}
+
+
+# what a CUDA error that poisons the process's context says: the child records the case and exits
+# with STICKY, and the parent starts a fresh child from the next case
+STICKY = 3
+_STICKY_WORDS = ("illegal instruction", "illegal memory access", "misaligned address",
+                 "unspecified launch failure", "an illegal", "device-side assert", "AcceleratorError")
+
+
+def context_broken(err: Exception) -> bool:
+    """Whether err left this process's CUDA context unusable (a sticky error): every later call fails."""
+    if not any(w in f"{type(err).__name__}: {err}" for w in _STICKY_WORDS):
+        return False
+    try:
+        torch.cuda.synchronize()
+        (torch.ones(1, device="cuda") + 1).item()
+    except Exception:  # whatever it says now, the context is broken
+        return True
+    return False
+
+
+def deterministic_case(name: str, d: int, causal: bool) -> dict:
+    """Twice on one input: the same bits required of the deterministic paths, reported for the atomic ones."""
+    q, k, v, do = inputs(2, 4, 1000, d, torch.float16, 1, 6)
+    o, lse = flash_attn_forward(q, k, v, causal=causal, return_lse=True)
+    cfg = config_of(name, d, causal)
+    first, second = (backward.flash_attn_backward(q, k, v, o, lse, do, causal, None, cfg) for _ in range(2))
+    same = [torch.equal(a, b) for a, b in zip(first, second, strict=True)]
+    return {"ok": all(same) or cfg.ATOMIC_DQ, "reason": f"same bits dQ, dK, dV: {same}"}
+
+
+def forced_case(name: str, d: int, causal: bool, make, sm_scale) -> dict:
+    cfg = config_of(name, d, causal)
+    q, k, v, do = make()
+    row = check_case(cfg, q, k, v, do, causal, sm_scale)
+    row["errors"] = " ".join(f"{g} {row[f'err_{g}_kernel_vs_fp64']:.2e}/{row[f'tolerance_{g}']:.2e}"
+                             for g in ("dq", "dk", "dv"))
+    row["ok"] = row["passed"] and row["kernel"] == cfg.kernel
+    return row
+
+
+def check_list(name: str) -> list:
+    """(label, call returning the row) of every check of path `name`, in order: `cases`, then twice
+    on one input."""
+    d, _ = PATHS[name]
+    found = [(label, partial(forced_case, name, d, causal, make, sm_scale))
+             for label, causal, make, sm_scale in cases(d)]
+    twice = [(f"deterministic causal={c}", partial(deterministic_case, name, d, c)) for c in (False, True)]
+    return found + twice
+
+
+def run_check(name: str, out: Path, start: int = 0) -> int:
+    """The checks of `name` from index `start` on, each a line of check_{name}.jsonl (appended).
+    Exit status: 0 all ok, 1 some failed, STICKY when a case broke the CUDA context (its row says
+    which; the parent goes on from the next one in a fresh child)."""
     failed = 0
-    with open(out / f"check_{name}.jsonl", "w") as f:
-        def record(case: dict, row: dict, expect: str):
-            nonlocal failed
-            ok = row["passed"] and row["path"] == expect
-            failed += not ok
-            f.write(json.dumps({"config": name, **case, **row, "ok": ok}) + "\n")
+    with open(out / f"check_{name}.jsonl", "a") as f:
+        def record(row: dict):
+            f.write(json.dumps({"path": name, **row}) + "\n")
             f.flush()
-            errs = " ".join(f"{g} {row[f'err_{g}_kernel_vs_fp64']:.2e}/{row[f'tolerance_{g}']:.2e}"
-                            for g in ("dq", "dk", "dv"))
-            print(f"{'ok  ' if ok else 'FAIL'} {name} {case} path={row['path']} {errs} {row['reason']}",
-                  flush=True)
+            print(f"{'ok  ' if row['ok'] else 'FAIL'} {name} #{row['index']} {row['case']} "
+                  f"{row.get('kernel', '')} {row.get('errors', '')} {row.get('reason', '')}", flush=True)
 
-        expect = "tl" if name == "tl" else "gluon"
-        for dtype, d, n, causal, h_kv in SWEEP:
-            if not applies(name, d, causal):
+        for i, (label, call) in enumerate(check_list(name)):
+            if i < start:
                 continue
-            case = {"dtype": dtype, "d": d, "N": n, "causal": causal, "H_kv": h_kv}
-            seed = zlib.crc32(json.dumps(case).encode())
-            q, k, v, do = inputs(2, 4, n, d, getattr(torch, dtype), h_kv, seed)
-            record(case, check_case(config_of(name, d, causal), q, k, v, do, causal), expect)
-        if name == "tl":
-            return failed
-        for label, causal, q, k, v, do, scale in extra_cases(name):
-            record({"case": label, "causal": causal}, check_case(gluon_config(name, causal), q, k, v, do,
-                                                                 causal, scale), expect)
-            del q, k, v, do
-        for causal in GLUON[name][4]:  # deterministic: the same bits twice
-            q, k, v, do = inputs(2, 4, 1000, GLUON[name][0], torch.float16, 1, 6)
-            o, lse = flash_attn_forward(q, k, v, causal=causal, return_lse=True)
-            cfg = gluon_config(name, causal)
-            first, second = (backward.flash_attn_backward(q, k, v, o, lse, do, causal, None, cfg)
-                             for _ in range(2))
-            same = all(torch.equal(a, b) for a, b in zip(first, second, strict=True))
-            failed += not same
-            print(f"{'ok  ' if same else 'FAIL'} {name} deterministic causal={causal}", flush=True)
-    return failed
+            try:
+                row = call()
+            except Exception as err:  # a compile or launch error: this case fails, the next one runs
+                row = {"ok": False, "reason": f"{type(err).__name__}: {str(err).strip()[-300:]}"}
+                if context_broken(err):
+                    record({"case": label, "index": i, **row, "sticky": True})
+                    print(f"STICKY {i}", flush=True)
+                    return STICKY
+            failed += not row["ok"]
+            record({"case": label, "index": i, **row})
+    return min(failed, 1)
 
 
-def graph_ms(make, rep_ms: float = 60.0) -> float:
+def check_restarting(name: str, me: list[str], limit_s: float, stall_s: float, log) -> str:
+    """Path `name`'s checks in a child, a fresh child from the next case after each sticky CUDA
+    error, until the list ends or limit_s (all children together) runs out."""
+    started, start, restarts = time.time(), 0, 0
+    while True:
+        left = limit_s - (time.time() - started)
+        if left <= 5:
+            return f"out of time before case {start} ({restarts} restarts)"
+        cmd = [*me, "--stage", "check", "--path", name, "--from-case", str(start)]
+        status = watch(name, cmd, left, stall_s, log)
+        if status != STICKY:
+            return f"{status} ({restarts} restarts)" if restarts else status
+        rows = read_rows(name, Path(me[me.index("--out") + 1]))
+        start = max(r["index"] for r in rows) + 1
+        restarts += 1
+        if start >= len(check_list(name)):
+            return f"{STICKY} ({restarts} restarts, the last case sticky)"
+
+
+def read_rows(name: str, out: Path) -> list[dict]:
+    part = out / f"check_{name}.jsonl"
+    return [json.loads(line) for line in part.read_text().splitlines()] if part.exists() else []
+
+
+def graph_ms(make, rep_ms: float = 50.0) -> float:
     """Median ms of one replay of a CUDA graph of `make()`'s call, built and captured on a side stream."""
     stream = torch.cuda.Stream()
     with torch.cuda.stream(stream):
@@ -159,37 +228,39 @@ def graph_ms(make, rep_ms: float = 60.0) -> float:
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, stream=stream):
             call()
-        graph.replay()
-        stream.synchronize()
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record(stream)
-        graph.replay()
-        end.record(stream)
-        end.synchronize()
         times = []
-        for _ in range(max(5, min(200, int(rep_ms / max(start.elapsed_time(end), 1e-3))))):
+        for _ in range(5):
+            start.record(stream)
+            graph.replay()
+            end.record(stream)
+            end.synchronize()
+            times.append(start.elapsed_time(end))
+        for _ in range(max(5, min(100, int(rep_ms / max(min(times), 1e-3))))):
             start.record(stream)
             graph.replay()
             end.record(stream)
             end.synchronize()
             times.append(start.elapsed_time(end))
     del graph
-    return statistics.median(times)
+    return statistics.median(times[5:])
 
 
-def sdpa_backward(q, k, v, do, causal, backend):
+def sdpa_backward(q, k, v, do, causal):
     from torch.nn.attention import SDPBackend, sdpa_kernel  # not at the top: only the timing child needs it
 
     leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
-    with sdpa_kernel(getattr(SDPBackend, backend)):
+    with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
         out = torch.nn.functional.scaled_dot_product_attention(*leaves, is_causal=causal)
     return lambda: torch.autograd.grad(out, leaves, do, retain_graph=True)
 
 
 def dkdv_alone(q, k, v, do, causal, cfg):
-    """The dK/dV launch alone (after one preprocess), as `flash_attn_backward` launches it."""
+    """The dK/dV launch alone (after one preprocess), as `flash_attn_backward` launches it (with
+    ATOMIC_DQ it also adds dQ, into an accumulator nobody zeroes between replays: timing only)."""
     o, lse = flash_attn_forward(q, k, v, causal=causal, return_lse=True)
-    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    dq = torch.zeros(q.shape, dtype=torch.float32 if cfg.ATOMIC_DQ else q.dtype, device="cuda")
+    dk, dv = torch.empty_like(k), torch.empty_like(v)
     delta = torch.empty(q.shape[:3], dtype=torch.float32, device="cuda")
     launches = backward.arguments(q, k, v, o, lse, do, dq, dk, dv, delta, q.shape[-1] ** -0.5, cfg, causal)
     (pk, pg, pa, po), (kernel, grid, args, options) = launches[:2]
@@ -197,102 +268,148 @@ def dkdv_alone(q, k, v, do, causal, cfg):
     return lambda: kernel[grid](**args, **options)
 
 
-def time_point(d: int, n: int, causal: bool, names: list[str]) -> dict:
-    """One point of FlashAttention's grid: every contender's backward, and the dK/dV launches alone."""
-    B, H = FA_TOKENS // n, FA_MODEL_DIM // d
-    q, k, v, do = inputs(B, H, n, d, torch.float16, H, 7)
-    row = {"d": d, "N": n, "causal": causal, "B": B, "H": H}
-    for name in ["tl", *(x for x in names if applies(x, d, causal))]:
-        cfg = config_of(name, d, causal)
-        row[f"{name}_ms"] = graph_ms(partial(backward.backward_fn, q, k, v, causal, do=do, config=cfg))
-        row[f"{name}_dkdv_ms"] = graph_ms(partial(dkdv_alone, q, k, v, do, causal, cfg))
-    for backend in ("CUDNN_ATTENTION", "FLASH_ATTENTION"):
-        try:
-            row[f"{backend}_ms"] = graph_ms(partial(sdpa_backward, q, k, v, do, causal, backend))
-        except Exception as e:
-            print(f"{backend} at {row}: {str(e).splitlines()[0][:120]}", flush=True)
-            row[f"{backend}_ms"] = math.nan
-    row["tflops_tl"] = 2.5 * 4 * B * H * n * n * d / (2 if causal else 1) / row["tl_ms"] / 1e9
-    return row
-
-
 def run_time(names: list[str], out: Path) -> None:
     with open(out / "timing.jsonl", "w") as f:
-        for d in (64, 128):
-            for n in FA_N:
-                for causal in (False, True):
-                    row = time_point(d, n, causal, names)
-                    f.write(json.dumps(row) + "\n")
-                    f.flush()
-                    print(json.dumps(row), flush=True)
-                    torch.cuda.empty_cache()
+        for B, H, n, d in POINTS:
+            for causal in (False, True):
+                q, k, v, do = inputs(B, H, n, d, torch.float16, H, 7)
+                row = {"B": B, "H": H, "N": n, "d": d, "causal": causal}
+                # the new paths first: if the call's time runs out, theirs are the rows it keeps
+                for name in [*(x for x in names if PATHS[x][0] == d), "tl", *TIMED_ONLY]:
+                    cfg = config_of(name, d, causal)
+                    try:
+                        row[f"{name}_ms"] = graph_ms(partial(backward.backward_fn, q, k, v, causal, do=do,
+                                                             config=cfg))
+                        row[f"{name}_dkdv_ms"] = graph_ms(partial(dkdv_alone, q, k, v, do, causal, cfg))
+                    except Exception as err:
+                        print(f"{name} at {row}: {type(err).__name__}: {str(err).strip()[-200:]}", flush=True)
+                try:
+                    row["cudnn_ms"] = graph_ms(partial(sdpa_backward, q, k, v, do, causal))
+                except Exception as err:
+                    print(f"cuDNN at {row}: {str(err).strip()[-200:]}", flush=True)
+                f.write(json.dumps(row) + "\n")
+                f.flush()
+                print(json.dumps(row), flush=True)
+                del q, k, v, do
+                torch.cuda.empty_cache()
 
 
 def table(out: Path) -> None:
-    rows = [json.loads(line) for line in (out / "timing.jsonl").read_text().splitlines()] \
-        if (out / "timing.jsonl").exists() else []
-    names = sorted({key[:-3] for r in rows for key in r if key.endswith("_ms") and "dkdv" not in key
-                    and key[:-3] not in ("tl", "CUDNN_ATTENTION", "FLASH_ATTENTION")})
-    print("\nbackward alone, CUDA-graph ms (cuDNN/x: cuDNN's time over x's; dkdv: the dK/dV launch alone)")
-    print("d    N      causal  tl      cudnn   fa2     cuDNN/tl  best gluon            ms      cuDNN/g  "
-          "tl dkdv  g dkdv")
+    """The last lines: every path's ms and TFLOP/s (FlashAttention's convention, backward = 2.5 ×
+    4·B·H·N²·d, halved when causal), and cuDNN's time over each."""
+    path = out / "timing.jsonl"
+    rows = [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+    names = ["tl", *TIMED_ONLY, *PATHS]
+    print("\nbackward alone, CUDA-graph median ms (TFLOP/s) [cuDNN's time / this one's]; "
+          "dK/dV launch alone ms")
     for r in rows:
-        found = [(r[f"{x}_ms"], x) for x in names if f"{x}_ms" in r]
-        best_ms, best = min(found) if found else (math.nan, "-")
-        print(f"{r['d']:<4} {r['N']:<6} {r['causal']!s:7} {r['tl_ms']:<7.3f} {r['CUDNN_ATTENTION_ms']:<7.3f} "
-              f"{r['FLASH_ATTENTION_ms']:<7.3f} {r['CUDNN_ATTENTION_ms'] / r['tl_ms']:<9.3f} {best:21s} "
-              f"{best_ms:<7.3f} {r['CUDNN_ATTENTION_ms'] / best_ms:<8.3f} {r['tl_dkdv_ms']:<8.3f} "
-              f"{r.get(f'{best}_dkdv_ms', math.nan):.3f}")
-    for x in ["tl", *names]:
-        ratios = [r["CUDNN_ATTENTION_ms"] / r[f"{x}_ms"] for r in rows if f"{x}_ms" in r]
-        if ratios and all(z > 0 for z in ratios):
-            print(f"geomean cuDNN/{x} over {len(ratios)} points: "
-                  f"{math.exp(sum(map(math.log, ratios)) / len(ratios)):.3f}")
+        flops = 2.5 * 4 * r["B"] * r["H"] * r["N"] ** 2 * r["d"] / (2 if r["causal"] else 1)
+        cudnn = r.get("cudnn_ms", math.nan)
+        print(f"({r['B']}, {r['H']}, {r['N']}, {r['d']}) causal={r['causal']!s:5} cuDNN {cudnn:.3f} ms "
+              f"({flops / cudnn / 1e9:.0f})")
+        for x in names:
+            if f"{x}_ms" in r:
+                ms = r[f"{x}_ms"]
+                print(f"    {x:8s} {ms:7.3f} ({flops / ms / 1e9:4.0f}) [{cudnn / ms:.3f}]  dkdv "
+                      f"{r.get(f'{x}_dkdv_ms', math.nan):.3f}")
+
+
+def watch(name: str, cmd: list[str], limit_s: float, stall_s: float, log) -> int | str:
+    """Run a child, echo its lines; kill it past limit_s, or after stall_s without a line."""
+    child = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
+    last = [time.time()]
+
+    def pump():
+        for line in child.stdout:
+            last[0] = time.time()
+            log(f"[{name}] {line.rstrip()}")
+
+    reader = threading.Thread(target=pump, daemon=True)
+    reader.start()
+    started = time.time()
+    while child.poll() is None:
+        now = time.time()
+        if now - started > limit_s or now - last[0] > stall_s:
+            child.kill()
+            child.wait()
+            why = "limit" if now - started > limit_s else "no output"
+            return f"killed after {now - started:.0f} s ({why})"
+        time.sleep(0.5)
+    reader.join(timeout=5)
+    return child.returncode
+
+
+def run_children(specs: dict, limit_s: float, stall_s: float, run=None) -> dict:
+    """Every child at once, each watched: {name: exit status or why it was killed}. run(name, spec,
+    limit_s, stall_s, log) runs one (default: `watch` of the command `spec`)."""
+    lock = threading.Lock()
+
+    def log(line):
+        with lock:
+            print(line, flush=True)
+
+    results = {}
+    run = run or watch
+
+    def one(name, spec):
+        results[name] = run(name, spec, limit_s, stall_s, log)
+
+    threads = [threading.Thread(target=one, args=item) for item in specs.items()]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return results
+
+
+def check_paths(names: list[str], out: Path, limit_s: float, stall_s: float) -> list[str]:
+    """Every path's checks at once (a child per path, restarted after a sticky CUDA error); writes
+    checks.jsonl; returns the paths that passed every case they reached with none failed."""
+    me = [sys.executable, __file__, "--out", str(out)]
+    for name in names:
+        (out / f"check_{name}.jsonl").unlink(missing_ok=True)
+    started = time.time()
+    status = run_children({n: me for n in names}, limit_s, stall_s, run=check_restarting)
+    passed = []
+    with open(out / "checks.jsonl", "a") as merged:  # one file: few come back from a device run
+        for name in names:
+            rows = read_rows(name, out)
+            merged.writelines(json.dumps(r) + "\n" for r in rows)
+            (out / f"check_{name}.jsonl").unlink(missing_ok=True)
+            bad = sum(not r["ok"] for r in rows)
+            print(f"check {name}: {len(rows) - bad} of {len(rows)} cases ok "
+                  f"(of {len(check_list(name))}), exit {status[name]}", flush=True)
+            if rows and not bad:
+                passed.append(name)
+    print(f"checks took {time.time() - started:.0f} s", flush=True)
+    return passed
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--stage", choices=("all", "check", "time"), default="all")
-    parser.add_argument("--config", action="append", help="with --stage check: tl or a GLUON name")
+    parser.add_argument("--path", action="append", choices=sorted(PATHS), help="default: every one")
     parser.add_argument("--commit", default="unknown")
     parser.add_argument("--check-limit-s", type=float, default=120.0)
-    parser.add_argument("--time-limit-s", type=float, default=120.0)
+    parser.add_argument("--time-limit-s", type=float, default=75.0)
+    parser.add_argument("--stall-s", type=float, default=45.0, help="a child silent this long is killed")
+    parser.add_argument("--from-case", type=int, default=0, help=argparse.SUPPRESS)  # a restarted check child
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
+    names = args.path or list(PATHS)
     if args.stage == "check":
-        return min(run_check(args.config[0], args.out), 1)
+        return run_check(names[0], args.out, args.from_case)
     if args.stage == "time":
-        run_time(args.config or [], args.out)
+        run_time(names if args.path else [], args.out)
         return 0
     print(f"{torch.cuda.get_device_name()} torch {torch.__version__} commit {args.commit}", flush=True)
+    (args.out / "checks.jsonl").unlink(missing_ok=True)
+    passed = check_paths(names, args.out, args.check_limit_s, args.stall_s)
+    print(f"timing tl, g1, {passed}", flush=True)
     me = [sys.executable, __file__, "--out", str(args.out)]
-    started = time.time()
-    children = {name: subprocess.Popen([*me, "--stage", "check", "--config", name])
-                for name in ["tl", *GLUON]}
-    passed = []
-    for name, child in children.items():
-        try:
-            status = child.wait(timeout=max(1.0, args.check_limit_s - (time.time() - started)))
-        except subprocess.TimeoutExpired:
-            child.kill()
-            status = "timed out"
-        print(f"check {name}: {'passed every case' if status == 0 else f'FAILED ({status})'}", flush=True)
-        if status == 0 and name != "tl":
-            passed.append(name)
-    print(f"checks took {time.time() - started:.0f} s; timing {passed}", flush=True)
-    with open(args.out / "checks.jsonl", "w") as merged:  # one file: few come back from a device run
-        for name in children:
-            part = args.out / f"check_{name}.jsonl"
-            if part.exists():
-                merged.write(part.read_text())
-                part.unlink()
-    timing = subprocess.Popen([*me, "--stage", "time", *(a for x in passed for a in ("--config", x))])
-    try:
-        timing.wait(timeout=args.time_limit_s)
-    except subprocess.TimeoutExpired:
-        timing.kill()
-        print("timing: stopped at its limit; the table holds the points it finished", flush=True)
+    run_children({"time": [*me, "--stage", "time", *(a for x in passed for a in ("--path", x))]},
+                 args.time_limit_s, args.stall_s)
     table(args.out)
     return 0
 

@@ -23,7 +23,7 @@ import sys
 import torch
 
 import minimodel.entry  # noqa: F401 (first: compiled or interpreted is decided on import)
-from minimodel.attention_ref import reference_attn
+from minimodel.floor.attention_ref import reference_attn
 
 CASES = ("long_d256", "long_d128_misaligned", "many_heads")
 

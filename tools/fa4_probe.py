@@ -16,8 +16,8 @@ import torch
 import triton.testing
 
 import minimodel.entry  # noqa: F401 (first: compiled or interpreted is decided on import)
-from minimodel import contract
-from minimodel.contenders import builtin
+from minimodel.contenders import builtin, catalog
+from minimodel.floor import contract
 
 
 def error_vs_fp64(fn, q, k, v, causal):
@@ -36,7 +36,7 @@ def cases():
 
 def main() -> None:
     for name in (contract.FLASH_ATTN, contract.FA4):
-        print(f"unavailable({name!r}): {builtin.unavailable(name)}")
+        print(f"unavailable({name!r}): {catalog.unavailable(name)}")
     t0 = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

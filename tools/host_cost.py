@@ -20,12 +20,12 @@ import time
 import torch
 
 import minimodel.entry  # noqa: F401 (first: compiled or interpreted is decided on import)
-from minimodel import contract
-from minimodel.contenders import builtin
+from minimodel.contenders import builtin, catalog
+from minimodel.floor import contract
+from minimodel.floor.provenance.configcheck import load_config
+from minimodel.floor.timers import host_ms
 from minimodel.gpu import grids
 from minimodel.kernel import flash, flash_attn_forward, launch, launch_config
-from minimodel.provenance.configcheck import load_config
-from minimodel.timers import host_ms
 
 
 def per_call_us(fn, calls: int) -> float:
@@ -45,7 +45,7 @@ def main() -> None:
     args = parser.parse_args()
     # lab 02's grid, as config/config.yaml's gpu.timing gives it (`minimodel.gpu.grids`)
     points = grids.lab_grid(load_config()["gpu"]["timing"])
-    others = [contract.SDPA_CUDNN] + ([] if builtin.unavailable(contract.FA4) else [contract.FA4])
+    others = [contract.SDPA_CUDNN] + ([] if catalog.unavailable(contract.FA4) else [contract.FA4])
     print(f"N causal | host ms per call: {contract.TRITON} | {' | '.join(others)}")
     for p in points:
         q, k, v = (torch.randn(p.B, p.H, p.N, p.d, device="cuda", dtype=torch.float16) for _ in "qkv")

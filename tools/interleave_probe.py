@@ -22,11 +22,11 @@ import statistics
 import torch
 
 import minimodel.entry  # noqa: F401 (first: compiled or interpreted is decided on import)
-from minimodel import contract
 from minimodel.contenders.timed import TimingCase, timing_inputs
+from minimodel.floor import contract
+from minimodel.floor.provenance import configcheck
 from minimodel.gpu import grids
 from minimodel.gpu.implementations import Local
-from minimodel.provenance import configcheck
 
 NAMES = (contract.TRITON, contract.SDPA_CUDNN, contract.SDPA_FLASH)
 

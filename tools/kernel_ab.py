@@ -27,11 +27,11 @@ import torch
 from tune import checked_run, timing_config
 
 import minimodel.entry  # noqa: F401 (first: compiled or interpreted is decided on import)
-from minimodel import contract
+from minimodel.floor import contract
+from minimodel.floor.timers import bench_graph_ms
 from minimodel.gpu import grids
 from minimodel.gpu.timing_point import forward_reference
 from minimodel.kernel import flash
-from minimodel.timers import bench_graph_ms
 
 
 def shapes(grid_names=contract.GRIDS) -> list[tuple[int, int, int, int]]:

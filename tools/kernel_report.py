@@ -37,9 +37,9 @@ from triton.experimental.gluon._runtime import GluonASTSource
 from triton.runtime.jit import mangle_type
 from tune import add_grid_arguments, grid_shape
 
+from minimodel.floor.provenance.io import write_csv
 from minimodel.kernel import config as policy
 from minimodel.kernel import flash
-from minimodel.provenance.io import write_csv
 
 # Multiprocessors of the GPU each architecture's policy is asked about (A100, L40S, H100/H200).
 SMS = {80: 108, 86: 84, 89: 142, 90: 132}

@@ -23,11 +23,11 @@ import numpy as np
 import pandas as pd
 
 import minimodel.entry  # noqa: F401 (first: compiled or interpreted is decided on import)
-from minimodel import contract
 from minimodel.contenders import registry
+from minimodel.floor import contract
+from minimodel.floor.provenance import configcheck
+from minimodel.floor.provenance.io import write_csv, write_json
 from minimodel.gpu import timing
-from minimodel.provenance import configcheck
-from minimodel.provenance.io import write_csv, write_json
 from minimodel.report.compare import ratios, samples
 from minimodel.report.compare import timing as judged
 from minimodel.report.compare.rows import AGREE

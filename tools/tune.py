@@ -31,15 +31,15 @@ import pandas as pd
 import torch
 
 import minimodel.entry  # noqa: F401 (first: compiled or interpreted is decided on import)
-from minimodel import contract
-from minimodel.byte_model.forward import attention_flops
-from minimodel.contenders import builtin
+from minimodel.contenders import builtin, catalog
+from minimodel.floor import contract
+from minimodel.floor.byte_model.forward import attention_flops
+from minimodel.floor.provenance.configcheck import load_config
+from minimodel.floor.provenance.io import write_csv
+from minimodel.floor.timers import bench_graph_ms, bench_ms, first_heads
 from minimodel.gpu import grids
 from minimodel.gpu.timing_point import check, forward_reference
 from minimodel.kernel import FwdConfig, flash_attn_forward, launch_config
-from minimodel.provenance.configcheck import load_config
-from minimodel.provenance.io import write_csv
-from minimodel.timers import bench_graph_ms, bench_ms, first_heads
 
 SIZES = ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages")
 CANDIDATES = {
@@ -214,8 +214,8 @@ def main(argv=None) -> int:
                   for d in args.d for causal in (False, True) for n in args.n]
         baselines = (contract.SDPA_CUDNN, contract.SDPA_FLASH)
     if args.fa4:
-        if builtin.unavailable(contract.FA4):
-            print(f"--fa4: {builtin.unavailable(contract.FA4)}", file=sys.stderr)
+        if catalog.unavailable(contract.FA4):
+            print(f"--fa4: {catalog.unavailable(contract.FA4)}", file=sys.stderr)
             return 2
         baselines += (contract.FA4,)
     args.out.mkdir(parents=True, exist_ok=True)

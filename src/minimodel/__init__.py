@@ -2,14 +2,17 @@
 
 The package follows the workflow's stages (workflow/rules/*.smk, one script per rule in scripts/):
 
-- `symbolic`: stage 1, the closed-form byte model of naive and flash attention (sympy).
+- `symbolic`: stage 1, the byte model's tables of naive and flash attention, every pass.
 - `cpu`: stage 2, the PyTorch references, their measured byte traffic, this machine's roofline.
 - `kernel`: stage 3, the Triton kernel and its tile policy.
-- `gpu`: stage 3, the timing grids, the correctness sweep and the timing against PyTorch.
+- `contenders`: stage 3, attention implementations from anywhere, run in child processes.
+- `gpu`: stage 3, every implementation behind one interface: the correctness sweep, the timing,
+  the DRAM bytes.
 - `report`: stage 4, the figures, the results README, and the comparison with a reference run.
-- `provenance`: manifests, safe writes, the machine description, where results may go.
-- below the stages, what several share: `contract`, `attention_ref` (the float64 reference),
-  `timers`, `roofline_model`, and the byte model's formulas in `symbolic`.
+- `floor`: below the stages, what they all share: the contract, the byte model's closed forms,
+  the attention references, the correctness rule, the timers, child processes, the commands,
+  the roofline's arithmetic, and `provenance` (manifests, safe writes, the machine description,
+  where results may go).
 - `entry`: imported first by every entry point; decides compiled or interpreted.
 
 `python -m minimodel verify|compare` are the commands for results folders; development tools

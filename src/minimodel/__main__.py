@@ -9,8 +9,8 @@ import argparse
 import sys
 
 import minimodel.entry  # noqa: F401 (first: compiled or interpreted is decided on import)
-from minimodel.commands import described, summary
-from minimodel.provenance import verify
+from minimodel.floor.commands import described, summary
+from minimodel.floor.provenance import verify
 from minimodel.report import compare, headline
 
 COMMANDS = {"verify": verify, "compare": compare.cli, "headline": headline}

@@ -1,7 +1,9 @@
-"""Stage 1: the byte model's tables (notes/labs.md: lab 01 A and B, theory 02), from the closed
-forms of `minimodel.byte_model`: the tidy table of bytes, FLOPs and intensity of the forward
-(`byte_table`; the backward's rows: `symbolic_backward`), every derived closed form beside the
-lab's (`formulas_table`), and the lab's printed table (`lab_table`, `format_lab_table`).
+"""Stage 1: the byte model's tables (notes/labs.md: lab 01 A and B, theory 02; notes/backward.md),
+from the closed forms of `minimodel.floor.byte_model`: the tidy table of bytes, FLOPs and intensity in
+every pass (`byte_table`, the pass a parameter; all of them: `tidy_table`), every derived closed
+form (`formulas_table`; the forward's beside the lab's), and the lab's printed table (`lab_table`,
+`format_lab_table`). It writes tables only: the other stages read the closed forms from
+`minimodel.floor.byte_model`.
 
 Run `python -m minimodel.symbolic` to print the lab's table (L1 and L2 sizes from the config).
 """
@@ -11,8 +13,9 @@ from __future__ import annotations
 import pandas as pd
 import sympy as sp
 
-from minimodel import contract
-from minimodel.byte_model.forward import (
+from minimodel.floor import contract
+from minimodel.floor.byte_model import backward
+from minimodel.floor.byte_model.forward import (
     DTYPE_BYTES,
     SCHEMES,
     counts_o_write,
@@ -21,17 +24,7 @@ from minimodel.byte_model.forward import (
     lab_forms,
     model_bytes,
 )
-
-# The closed forms other stages read, importable from here too until they import minimodel.byte_model
-# (and, with these, DTYPE_BYTES, SCHEMES, flops and model_bytes above)
-from minimodel.byte_model.forward import attention_flops as attention_flops
-from minimodel.byte_model.forward import bytes_flash as bytes_flash
-from minimodel.byte_model.forward import bytes_naive as bytes_naive
-from minimodel.byte_model.forward import compulsory_bytes as compulsory_bytes
-from minimodel.byte_model.forward import intensity as intensity
-from minimodel.byte_model.forward import model_bytes_by_direction as model_bytes_by_direction
-from minimodel.byte_model.theory import practice_problems as practice_problems
-from minimodel.contract import (
+from minimodel.floor.contract import (
     CONSISTENT_CONVENTION,
     FLASH_SCHEME,
     LAB_CONVENTION,
@@ -39,15 +32,28 @@ from minimodel.contract import (
     NAIVE_FP32_SOFTMAX_SCHEME,
     NAIVE_SCHEME,
 )
-from minimodel.provenance.configcheck import load_config
+from minimodel.floor.provenance.configcheck import load_config
 
 MiB = 2**20
 
 
-def byte_table(n_values, head_dims, tiles, dtypes, schemes=(NAIVE_SCHEME, FLASH_SCHEME),
-               conventions=contract.CONVENTIONS) -> pd.DataFrame:
-    """Tidy table of the forward (`direction` = forward): one row per scheme × convention × N × d ×
-    tile × dtype. The backward's rows: `symbolic_backward.byte_table`."""
+def tidy_table(n_values, head_dims, tiles, dtypes) -> pd.DataFrame:
+    """The stage's tidy table (`contract.SYMBOLIC_BYTES`): the forward's rows of every scheme, then
+    the backward's and forward + backward's (`byte_table` in each pass)."""
+    return pd.concat([byte_table(n_values, head_dims, tiles, dtypes, schemes=SCHEMES)]
+                     + [byte_table(n_values, head_dims, tiles, dtypes, direction)
+                        for direction in backward.BACKWARD_DIRECTIONS], ignore_index=True)
+
+
+def byte_table(n_values, head_dims, tiles, dtypes, direction: str = contract.FORWARD,
+               schemes=(NAIVE_SCHEME, FLASH_SCHEME), conventions=contract.CONVENTIONS) -> pd.DataFrame:
+    """Tidy table of one pass (`direction`). The forward's: one row per scheme × convention × N × d
+    × tile × dtype. A backward pass's (the backward alone, forward + backward): one row per scheme
+    and dQ accumulation (`byte_model.backward.variants`) × N × d × tile × dtype, the consistent
+    convention, with `dq_accumulation`; FLOPs with the softmax's left empty (the benchmarks'
+    convention counts matmuls only)."""
+    if direction != contract.FORWARD:
+        return _backward_table(n_values, head_dims, tiles, dtypes, direction)
     rows = []
     for scheme in schemes:
         for convention in conventions:
@@ -70,8 +76,35 @@ def byte_table(n_values, head_dims, tiles, dtypes, schemes=(NAIVE_SCHEME, FLASH_
     return pd.DataFrame(rows)
 
 
-def formulas_table() -> pd.DataFrame:
-    """Every derived closed form beside the lab's, as text, for the results folder."""
+def _backward_table(n_values, head_dims, tiles, dtypes, direction: str) -> pd.DataFrame:
+    rows = []
+    for scheme, dq in backward.variants():
+        for dtype in dtypes:
+            for n in n_values:
+                for hd in head_dims:
+                    for br, bc in tiles:
+                        b = backward.model_bytes(scheme, n, hd, br, bc, DTYPE_BYTES[dtype], direction, dq)
+                        f = backward.flops(n, hd, direction)
+                        rows.append({
+                            "scheme": scheme, "direction": direction,
+                            "convention": contract.CONSISTENT_CONVENTION, "N": n, "d": hd,
+                            "B_r": br, "B_c": bc, "dtype": dtype, "bytes": b, "flops": f,
+                            "flops_with_softmax": float("nan"), "intensity": f / b,
+                            "intensity_with_softmax": float("nan"), "dq_accumulation": dq,
+                        })
+    return pd.DataFrame(rows)
+
+
+def formulas_table(direction: str = contract.FORWARD) -> pd.DataFrame:
+    """Every derived closed form of one pass, as text, for the results folder: the forward's beside
+    the lab's (`contract.SYMBOLIC_FORMULAS`); a backward pass's per scheme and dQ accumulation
+    (`contract.SYMBOLIC_BACKWARD_FORMULAS` holds both backward passes)."""
+    if direction != contract.FORWARD:
+        return pd.DataFrame([
+            {"scheme": scheme, "direction": direction, "dq_accumulation": dq,
+             "convention": contract.CONSISTENT_CONVENTION,
+             "bytes": str(backward.derived_bytes(scheme, direction, dq))}
+            for scheme, dq in backward.variants()])
     lab = lab_forms()
     rows = []
     for scheme in SCHEMES:
@@ -86,6 +119,13 @@ def formulas_table() -> pd.DataFrame:
                 ),
             })
     return pd.DataFrame(rows)
+
+
+def backward_formulas_table() -> pd.DataFrame:
+    """`contract.SYMBOLIC_BACKWARD_FORMULAS`: `formulas_table` of the backward alone, then of
+    forward + backward."""
+    return pd.concat([formulas_table(direction) for direction in backward.BACKWARD_DIRECTIONS],
+                     ignore_index=True)
 
 
 def lab_table(grid=contract.LAB_TABLE_POINTS, B_r_: int = LAB_TILE[0], B_c_: int = LAB_TILE[1],

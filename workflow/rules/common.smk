@@ -4,9 +4,9 @@ from pathlib import Path
 from snakemake.exceptions import WorkflowError
 from snakemake.io import contains_wildcard
 
-from minimodel import contract as C
-from minimodel.provenance.manifest import code_closure
-from minimodel.provenance.project import (
+from minimodel.floor import contract as C
+from minimodel.floor.provenance.code import code_closure
+from minimodel.floor.provenance.project import (
     UnsafeResultsDir,
     check_results_dir,
     check_written_folders,
@@ -97,7 +97,7 @@ REFERENCE_MANIFESTS = list(C.COMPARED_MANIFESTS)
 
 
 def code(script):
-    """The script and every minimodel module it imports (manifest.code_closure): a rule's code.
+    """The script and every minimodel module it imports (code.code_closure): a rule's code.
 
     Listed as inputs so that editing a module re-runs exactly the rules that use it; the rule's
     manifest records the same list.
@@ -137,7 +137,7 @@ def contender_entries(stage):
 
 
 def out(*parts):
-    """A path under results_dir; the parts are the contract's (minimodel.contract, imported as C)."""
+    """A path under results_dir; the parts are the contract's (minimodel.floor.contract, imported as C)."""
     return str(RESULTS.joinpath(*parts))
 
 

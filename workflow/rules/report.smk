@@ -38,7 +38,7 @@ rule readme:
 
 
 rule verify:
-    """Every manifest of the run re-hashed (minimodel.provenance.verify): fails naming what is
+    """Every manifest of the run re-hashed (minimodel.floor.provenance.verify): fails naming what is
     damaged; lists what is stale, without failing."""
     input:
         manifests=[

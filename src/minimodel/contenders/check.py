@@ -1,13 +1,13 @@
 """A contender through the correctness rule: its output against float64 on the case's inputs.
 
-The rule is the project kernel's (`minimodel.gpu.correctness`): err <= max(1e-3, 2 × err_torch),
+The rule is the project kernel's (`minimodel.floor.correctness_rule`): err <= max(1e-3, 2 × err_torch),
 where err_torch is PyTorch's own low-precision attention's error on the same inputs. A contender
 that raises, hangs, returns the wrong shape or dtype, or NaN gets a failed row with the reason; one
 that raises NotImplementedError declines the case, a skipped row with its message.
 
 A contender with a backward (`backward: true`) also gets backward rows: dQ, dK, dV by autograd in
 its child process, at an output gradient dO drawn from the case's seed, each against float64
-autograd with the same rule (`minimodel.correctness_rule`). An output autograd cannot differentiate (a
+autograd with the same rule (`minimodel.floor.correctness_rule`). An output autograd cannot differentiate (a
 detached one, say) is a failed row saying so.
 """
 
@@ -15,31 +15,30 @@ from __future__ import annotations
 
 import torch
 
-from minimodel import contract
-from minimodel.attention_ref import reference_attn
-from minimodel.contenders.builtin import no_backward_reason, not_run_reason
 from minimodel.contenders.run import SKIPPED, Case, Child, backward_inputs, inputs
 from minimodel.contenders.spec import Contender
-from minimodel.correctness_rule import failure_reason, grad_errors, reference_grads
+from minimodel.floor import contract
+from minimodel.floor.attention_ref import reference_attn
+from minimodel.floor.correctness_rule import failure_reason, grad_errors, reference_grads, tolerance
 
 
-def _row(contender: Contender, case: Case, direction: str = contract.FORWARD, **values) -> dict:
+def case_row(contender: Contender, case: Case, direction: str = contract.FORWARD, **values) -> dict:
     """A correctness-table row of `contender` at `case`: the case's keys, then `values`."""
     return {"impl": contender.name, "direction": direction, "B": case.B, "H": case.H, "H_kv": case.H_kv,
             "N": case.N, "d": case.d, "causal": case.causal, "dtype": case.dtype, "layout": case.layout,
             **values}
 
 
-def check_case(child: Child, case: Case, tolerance) -> dict:
+def check_case(child: Child, case: Case) -> dict:
     """One row of the correctness table for the child's contender at `case`."""
-    row = _row(child.contender, case, skipped=False, reason="", has_nan=None, err_kernel_vs_fp64=None)
+    row = case_row(child.contender, case, skipped=False, reason="", has_nan=None, err_kernel_vs_fp64=None)
     q, k, v = inputs(case)
     exact = reference_attn(q, k, v, causal=case.causal, upcast=True).cpu()
     err_torch = (reference_attn(q, k, v, causal=case.causal).double().cpu() - exact).abs().max().item()
     row.update(err_torch_vs_fp64=err_torch, tolerance=tolerance(err_torch))
     status, out = child.call("output", case)
     if status == SKIPPED:  # the contender declined this case
-        return _row(child.contender, case, skipped=True, reason=out, passed=None)
+        return case_row(child.contender, case, skipped=True, reason=out, passed=None)
     if status != contract.OK:
         return {**row, "passed": False, "reason": out}
     has_nan = bool(torch.isnan(out).any())
@@ -60,32 +59,10 @@ def check_backward_case(child: Child, case: Case) -> dict:
     lowp = [g.cpu() for g in reference_grads(q, k, v, do, case.causal)]
     status, got = child.call("grads", case)
     if status == SKIPPED:
-        return _row(child.contender, case, contract.BACKWARD, skipped=True, reason=got, passed=None)
+        return case_row(child.contender, case, contract.BACKWARD, skipped=True, reason=got, passed=None)
     if status != contract.OK:
-        return _row(child.contender, case, contract.BACKWARD, skipped=False, reason=got, has_nan=None,
-                    err_kernel_vs_fp64=None, passed=False)
+        return case_row(child.contender, case, contract.BACKWARD, skipped=False, reason=got, has_nan=None,
+                        err_kernel_vs_fp64=None, passed=False)
     errors = grad_errors(got, exact, lowp)
-    return _row(child.contender, case, contract.BACKWARD, skipped=False, reason=failure_reason(errors),
-                **errors)
-
-
-def sweep(contender: Contender, cases: list[Case], search, tolerance, interpreted: bool,
-          backward: list[Case] = ()) -> list[dict]:
-    """Every case for one contender, each in its child process, then the `backward` cases' backward
-    rows; unsupported cases, and every backward case of a contender without a backward, are
-    skipped rows."""
-    def reason(case):
-        return not_run_reason(contender, case.device, case.dtype, case.d, case.causal, case.H_kv != case.H,
-                              interpreted)
-
-    rows = []
-    with Child(contender, tuple(search)) as child:
-        for case in cases:
-            why = reason(case)
-            rows.append(_row(contender, case, skipped=True, reason=why, passed=None) if why
-                        else check_case(child, case, tolerance))
-        for case in backward:
-            why = no_backward_reason(contender) or reason(case)
-            rows.append(_row(contender, case, contract.BACKWARD, skipped=True, reason=why, passed=None) if why
-                        else check_backward_case(child, case))
-    return rows
+    return case_row(child.contender, case, contract.BACKWARD, skipped=False, reason=failure_reason(errors),
+                    **errors)

@@ -15,11 +15,11 @@ import ast
 import difflib
 from pathlib import Path
 
-from minimodel import contract as C
-from minimodel.contenders.builtin import BUILTINS
+from minimodel.contenders.catalog import BUILTINS
 from minimodel.contenders.closure import closure
 from minimodel.contenders.spec import Contender, ContenderError, module_path, parse
-from minimodel.provenance.project import ROOT
+from minimodel.floor import contract as C
+from minimodel.floor.provenance.project import ROOT
 
 EXAMPLES = ROOT / "examples"  # where a contender's module is looked for after PYTHONPATH
 SEARCH = (EXAMPLES,)

@@ -32,12 +32,13 @@ from pathlib import Path
 
 import torch
 
-from minimodel import contract
 from minimodel.contenders import timed
+from minimodel.contenders.catalog import Where
 from minimodel.contenders.spec import Contender, ContenderError, load, prepared
 from minimodel.contenders.timed import ContenderOutputError, validated
-from minimodel.provenance.project import RULE_LOG_ENV, SRC
-from minimodel.subprocesses import die_with_parent
+from minimodel.floor import contract
+from minimodel.floor.provenance.project import RULE_LOG_ENV, SRC
+from minimodel.floor.subprocesses import die_with_parent
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,13 @@ class Case:
     device: str
     seed: int
     layout: str = "contiguous"  # or "bnhd": a transposed view of (B, N, H, d)
+
+    @property
+    def where(self) -> Where:
+        """The case as `catalog.runs_at` asks about it: on the CPU, the kernel runs under Triton's
+        interpreter."""
+        return Where(self.d, self.causal, self.dtype, self.device, grouped=self.H_kv != self.H,
+                     interpreted=self.device == "cpu")
 
 
 def inputs(case: Case) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -38,7 +38,7 @@ import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
-from minimodel import contract
+from minimodel.floor import contract
 
 DEVICES = ("cuda", "cpu")
 DTYPES = ("float16", "bfloat16")
@@ -48,8 +48,6 @@ BHND, BNHD = "bhnd", "bnhd"
 LAYOUTS = (BHND, BNHD)
 KEYS = {"fn", "devices", "dtypes", "head_dims", "causal", "gqa", "triton", "timeout_s", "grids", "layout",
         "backward"}
-# a Triton contender's bf16 cases under the interpreter: the kernel's reason (minimodel.contract)
-BF16_INTERPRETER_REASON = f"bfloat16 skipped: {contract.BF16_INTERPRETER_REASON}"
 
 
 class ContenderError(ValueError):
@@ -85,7 +83,7 @@ class Contender:
         if grouped and not self.gqa:
             return f"{self.name} does not take grouped-query heads"
         if self.triton and interpreted and dtype == "bfloat16":
-            return BF16_INTERPRETER_REASON
+            return contract.BF16_INTERPRETER_REASON  # the kernel's reason
         return None
 
     def no_backward_reason(self) -> str | None:

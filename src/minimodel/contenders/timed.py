@@ -1,12 +1,12 @@
 """A contender's call at one timing point, in its child process: prepared once, then sampled.
 
 The timing stage (`minimodel.gpu.timing`) times every implementation at a point in rounds: each
-round takes one sample of each, in rotated order, so that clock and thermal drift land on all of
-them alike. A contender's part of that is three tasks of its child (`minimodel.contenders.run`):
+round takes one sample of each, in a shuffled order, so that clock and thermal drift land on all
+of them alike. A contender's part of that is three tasks of its child (`minimodel.contenders.run`):
 - `prepare` (a `TimingCase` and a pass): draws the point's inputs from its seed (the stage draws
   the very same for its float64 reference), makes one checked call on a poisoned allocator (the
   first head of its output, or of its gradients, comes back for the check), then builds a
-  `minimodel.timers.Sampler`: its eager time, its host cost where asked, a CUDA graph;
+  `minimodel.floor.timers.Sampler`: its eager time, its host cost where asked, a CUDA graph;
 - `sample`: one sample of the prepared call, in ms;
 - `release`: frees it (the next point's inputs get the memory).
 One call is prepared at a time in a child: a second `prepare` releases the first.
@@ -18,9 +18,9 @@ from dataclasses import dataclass
 
 import torch
 
-from minimodel import contract
 from minimodel.contenders.spec import SequenceFirst, prepared
-from minimodel.timers import Sampler, autograd_call, first_heads
+from minimodel.floor import contract
+from minimodel.floor.timers import Sampler, autograd_call, first_heads
 
 
 @dataclass(frozen=True)

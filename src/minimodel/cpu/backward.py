@@ -1,5 +1,6 @@
 """Plain PyTorch references of the attention backward, one op per step of the byte model
-(`minimodel.byte_model.backward`), so that `minimodel.cpu.backward_bytes` can count their traffic.
+(`minimodel.floor.byte_model.backward`), so that `minimodel.cpu.bytecount` can count their
+traffic in the backward.
 
 - `forward_with_lse`: O and the log-sum-exp of each query row, what the backward reads of the
   forward (in float64 with `upcast`).
@@ -19,14 +20,14 @@ from __future__ import annotations
 
 import torch
 
-from minimodel.attention_ref import (  # the naive backward and its P: attention_ref, the floor
+from minimodel.cpu.references import _load_tile
+from minimodel.floor.attention_ref import (  # the naive backward and its P: attention_ref, the floor
     _accumulator,
     _check_backward,
     causal_mask,
     check_qkv,
     softmax_scale,
 )
-from minimodel.cpu.references import _load_tile
 
 
 def forward_with_lse(Q, K, V, causal: bool = False, sm_scale: float | None = None,

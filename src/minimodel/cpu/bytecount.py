@@ -9,7 +9,14 @@
    instrumented ones, not used as the measurement.
 
 `measure()` runs one reference under both and returns one tidy row, beside the byte model's
-bytes (`minimodel.byte_model`).
+bytes (`minimodel.floor.byte_model`), in either pass (`direction`):
+- the forward: naive attention (`attention_ref.attn_naive`) and theory 02's tiled loop
+  (`minimodel.cpu.references`), beside `byte_model.forward`;
+- the backward: the naive backward from the stored P (`attention_ref.attn_naive_backward`) and
+  FlashAttention-2's tiled backward (`minimodel.cpu.backward`), beside `byte_model.backward`.
+  What the forward handed the backward is an input, in slow memory and not counted as traffic of
+  the backward: P for the naive one, O and LSE for the flash one. The writes of the gradients dQ,
+  dK and dV are split off (`grad_write_bytes`), as the consistent convention leaves them out.
 """
 
 from __future__ import annotations
@@ -26,17 +33,19 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 from tqdm import tqdm
 
-from minimodel import attention_ref, contract
-from minimodel.byte_model.forward import DTYPE_BYTES, model_bytes
-from minimodel.contract import (
+from minimodel.cpu import backward, references
+from minimodel.cpu.slow_memory import THEORY_SRAM_BYTES, ByteCounter, count_bytes, unwrap
+from minimodel.floor import attention_ref, contract
+from minimodel.floor.byte_model import backward as backward_model
+from minimodel.floor.byte_model.forward import DTYPE_BYTES, model_bytes
+from minimodel.floor.contract import (
     BYTES_SCHEMES,
     CONSISTENT_CONVENTION,
+    FLASH_SCHEME,
     LAB_TILE,
     NAIVE_FP32_SOFTMAX_SCHEME,
     NAIVE_SCHEME,
 )
-from minimodel.cpu import references
-from minimodel.cpu.slow_memory import THEORY_SRAM_BYTES, count_bytes
 
 log = logging.getLogger(__name__)
 
@@ -105,12 +114,16 @@ def model_scheme(scheme: str, dtype: str) -> str:
 
 
 def measure(scheme: str, n: int, d: int, dtype: str, block_r: int = LAB_TILE[0], block_c: int = LAB_TILE[1],
-            sram_bytes: int = THEORY_SRAM_BYTES, with_profiler: bool = False, random_seed: int = 0) -> dict:
-    """Bytes of one reference on one (N, d) head, measured and set beside the model."""
+            sram_bytes: int = THEORY_SRAM_BYTES, with_profiler: bool = False, random_seed: int = 0,
+            direction: str = contract.FORWARD) -> dict:
+    """Bytes of one reference on one (N, d) head in `direction`, measured and set beside the model."""
     if scheme not in BYTES_SCHEMES:
         raise ValueError(f"unknown scheme {scheme!r}; accepted: {', '.join(BYTES_SCHEMES)}")
     if dtype not in DTYPE_BYTES:
         raise ValueError(f"unknown dtype {dtype!r}; accepted: {', '.join(DTYPE_BYTES)}")
+    if direction != contract.FORWARD:
+        return _measure_backward(scheme, n, d, dtype, block_r, block_c, sram_bytes, with_profiler,
+                                 random_seed)
     gen = torch.Generator().manual_seed(random_seed)
     Q, K, V = (torch.randn(n, d, generator=gen).to(getattr(torch, dtype)) for _ in range(3))
     if scheme == NAIVE_SCHEME:
@@ -142,29 +155,84 @@ def measure(scheme: str, n: int, d: int, dtype: str, block_r: int = LAB_TILE[0],
     return row
 
 
+# the backward reference's dQ accumulation, the model it is set beside
+REFERENCE_DQ = {NAIVE_SCHEME: None, FLASH_SCHEME: contract.DQ_READ_MODIFY_WRITE}
+
+
+def count_backward_bytes(fn, inputs, sram_bytes: int = THEORY_SRAM_BYTES) -> dict:
+    """Call `fn(*inputs)` -> (dQ, dK, dV) with the inputs in slow memory; the gradients' writes split off."""
+    counter = ByteCounter(sram_bytes)
+    grads = fn(*(counter.wrap(t) for t in inputs))
+    grad_write = sum(counter.writes_to(g) for g in grads)
+    return {"reads": counter.reads, "writes": counter.writes - grad_write, "grad_write": grad_write,
+            "bytes": counter.total - grad_write,
+            "per_op": {k: tuple(v) for k, v in counter.per_op.items()},
+            "result": tuple(unwrap(g) for g in grads)}
+
+
+def backward_inputs(scheme: str, n: int, d: int, dtype: str,
+                    random_seed: int = 0) -> tuple[torch.Tensor, ...]:
+    """One head's inputs of the backward: Q, K, V, what the forward stored, dO."""
+    gen = torch.Generator().manual_seed(random_seed)
+    Q, K, V, dO = (torch.randn(n, d, generator=gen).to(getattr(torch, dtype)) for _ in range(4))
+    if scheme == NAIVE_SCHEME:
+        return Q, K, V, attention_ref.softmax_probabilities(Q, K), dO
+    O, lse = backward.forward_with_lse(Q, K, V)
+    return Q, K, V, O, lse, dO
+
+
+def backward_reference(scheme: str, block_r: int, block_c: int):
+    """The backward reference of `scheme`, taking the tensors `backward_inputs` makes."""
+    if scheme == NAIVE_SCHEME:
+        return attention_ref.attn_naive_backward
+    return lambda Q, K, V, O, lse, dO: backward.attn_flash_backward_reference_cpu(Q, K, V, O, lse, dO,
+                                                                                   block_r, block_c)
+
+
+def _measure_backward(scheme, n, d, dtype, block_r, block_c, sram_bytes, with_profiler, random_seed) -> dict:
+    tensors = backward_inputs(scheme, n, d, dtype, random_seed)
+    fn = backward_reference(scheme, block_r, block_c)
+    # as the forward's: the naive one's N x N matmuls on the meta device, the flash one's small tile
+    # ops on real tensors
+    on = "meta" if scheme == NAIVE_SCHEME else "cpu"
+    counted = count_backward_bytes(fn, [t.to(on) for t in tensors], sram_bytes)
+    dq = REFERENCE_DQ[scheme]
+    model = backward_model.model_bytes(scheme, n, d, block_r, block_c, DTYPE_BYTES[dtype],
+                                       contract.BACKWARD, dq)
+    row = {
+        "scheme": scheme, "direction": contract.BACKWARD, "model_scheme": scheme, "N": n, "d": d,
+        "B_r": block_r, "B_c": block_c, "dtype": dtype, "sram_bytes": sram_bytes,
+        "convention": "consistent (dQ, dK, dV writes left out)",
+        "bytes_model": model, "bytes_instrumented": counted["bytes"],
+        "bytes_read": counted["reads"], "bytes_written": counted["writes"],
+        "o_write_bytes": None, "deviation": (counted["bytes"] - model) / model,
+        "bytes_profiler": None, "profiler_input_bytes": None,
+        "dq_accumulation": dq, "grad_write_bytes": counted["grad_write"],
+    }
+    if with_profiler:
+        prof = profiler_bytes(lambda: fn(*tensors))
+        row["bytes_profiler"] = prof["allocated"]
+        row["profiler_input_bytes"] = prof["input_bytes"]
+    return row
+
+
 def memory_needed(n_values) -> dict[str, int]:
     """Bytes the sweep's largest naive point holds at once: fp16's S, S32, P32, P and a margin."""
     return {"cpu.n": 16 * max(n_values) ** 2}
 
 
 def sweep(n_values, head_dims, dtypes, block_r=64, block_c=64, sram_bytes=THEORY_SRAM_BYTES,
-          profiler_max_n=0, random_seed=0, progress=None):
-    """Every (scheme, N, d, dtype) of the CPU stage, as a list of rows."""
-    return measure_points(measure, BYTES_SCHEMES, "cpu bytes", n_values, head_dims, dtypes, block_r,
-                          block_c, sram_bytes, profiler_max_n, random_seed, progress)
-
-
-def measure_points(measure_one, schemes, name: str, n_values, head_dims, dtypes, block_r, block_c,
-                   sram_bytes, profiler_max_n, random_seed, progress) -> list[dict]:
-    """`measure_one` (this module's `measure`, or the backward's) at every (scheme, dtype, d, N), in
-    that order, with a progress bar named `name` and the dtypes."""
-    points = list(itertools.product(schemes, dtypes, head_dims, n_values))
+          profiler_max_n=0, random_seed=0, progress=None, direction: str = contract.FORWARD) -> list[dict]:
+    """Every (scheme, dtype, d, N) of the CPU stage in `direction`, in that order, as a list of rows,
+    with a progress bar naming the pass and the dtypes."""
+    points = list(itertools.product(BYTES_SCHEMES, dtypes, head_dims, n_values))
     rows = []
     # the dtypes in the label: the workflow runs one sweep per dtype side by side on one terminal
+    name = "cpu bytes" if direction == contract.FORWARD else f"cpu {direction} bytes"
     label = f"{name} {', '.join(dtypes)}"
     for scheme, dtype, d, n in tqdm(points, desc=label, file=progress, mininterval=2):
-        rows.append(measure_one(scheme, n, d, dtype, block_r, block_c, sram_bytes,
-                                with_profiler=n <= profiler_max_n, random_seed=random_seed))
+        rows.append(measure(scheme, n, d, dtype, block_r, block_c, sram_bytes,
+                            with_profiler=n <= profiler_max_n, random_seed=random_seed, direction=direction))
         log.info("%s %s N=%d d=%d %s: deviation %.3g", name, scheme, n, d, dtype, rows[-1]["deviation"])
     return rows
 

@@ -1,5 +1,5 @@
 """Theory 02's tiled loop in plain PyTorch (notes/labs.md: lab 02 C), beside the naive attention of
-`minimodel.attention_ref`.
+`minimodel.floor.attention_ref`.
 
 - `attn_flash_reference_cpu`: theory 02's tiled loop in FlashAttention-2 order (query tiles
   outside), online softmax in fp32, no (N, N) tensor ever created. Tiles are "loaded" with an
@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import torch
 
-from minimodel.attention_ref import check_qkv, softmax_scale
-from minimodel.contract import LAB_TILE
+from minimodel.floor.attention_ref import check_qkv, softmax_scale
+from minimodel.floor.contract import LAB_TILE
 
 
 def _load_tile(view: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

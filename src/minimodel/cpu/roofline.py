@@ -2,7 +2,7 @@
 
 `measure_ceilings` times a large fp32 matmul (peak FLOP/s) and a large copy (bandwidth,
 counting the bytes read plus the bytes written), several repeats each, and keeps the median;
-`minimodel.roofline_model.predict_speedup` places naive and flash attention on those ceilings.
+`minimodel.floor.roofline_model.predict_speedup` places naive and flash attention on those ceilings.
 `time_references` times the CPU references themselves.
 """
 
@@ -13,10 +13,10 @@ import time
 
 import torch
 
-from minimodel.attention_ref import attn_naive
-from minimodel.byte_model.forward import flops, intensity
-from minimodel.contract import FLASH_SCHEME, LAB_TILE, NAIVE_SCHEME
 from minimodel.cpu.references import attn_flash_reference_cpu
+from minimodel.floor.attention_ref import attn_naive
+from minimodel.floor.byte_model.forward import flops, intensity
+from minimodel.floor.contract import FLASH_SCHEME, LAB_TILE, NAIVE_SCHEME
 
 
 def _median_seconds(fn, repeats: int) -> tuple[float, list[float]]:

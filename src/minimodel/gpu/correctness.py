@@ -1,39 +1,37 @@
-"""The kernel's correctness sweep (notes/labs.md, lab 02 D), judged by `minimodel.correctness_rule`.
+"""The correctness sweep (notes/labs.md, lab 02 D): the kernel, then each contender, in every pass,
+against float64 by `minimodel.floor.correctness_rule`.
 
-Lab 02's literal test ("max-abs-error < 1e-3 against the PyTorch reference in fp16") is
-reported beside each case (`err_vs_torch_fp16`, `lab_literal_pass`); the verdict is the rule
-against float64 that `minimodel.correctness_rule` states and says why.
+The cases (`sweep_cases`: the lab's grid, awkward N, other head dims, each dtype, grouped-query
+heads; the backward's, `backward_cases`) are run by every implementation
+(`minimodel.gpu.implementations`), the kernel first, in each pass (`direction`: the forward, and
+with `backward` the backward): a case an implementation does not run (`runs_at`) is a skipped row
+saying why, any other its check (`check`): the kernel's in this process
+(`minimodel.gpu.kernel_check`), a contender's in its child (`minimodel.contenders.check`).
 
 Without a CUDA device the very same kernel runs under Triton's CPU interpreter on a smaller
 grid (`backend: interpreter`). bf16 `tl.dot` gives wrong results under the interpreter
 (Triton 3.6), so bf16 cases are skipped there with that reason.
 
-These are the rows with `direction` = forward; the backward's rows of the same cases come from
-`minimodel.gpu.grads` (the kernel's) and `run_contenders` (each contender's, after its forward
-rows). `summarize` keeps the forward's verdict and puts the backward's beside it.
+`summarize` keeps the kernel's forward verdict and puts the backward's beside it.
 """
 
 from __future__ import annotations
 
 import logging
+from typing import NamedTuple
 
 import torch
 from tqdm import tqdm
 
-from minimodel import contract
-from minimodel.attention_ref import reference_attn
-from minimodel.contenders import check, registry, run
-from minimodel.correctness_rule import ABS_FLOOR, TORCH_MULTIPLE, tolerance
-from minimodel.kernel import (
-    BF16_INTERPRETER_REASON,
-    INTERPRETED,
-    flash_attn_forward,
-    launch_config,
-)
-from minimodel.provenance import machine
+from minimodel.contenders import registry
+from minimodel.contenders.run import Case, Child, failure_line, rule_log
+from minimodel.floor import contract
+from minimodel.floor.correctness_rule import ABS_FLOOR, TORCH_MULTIPLE
+from minimodel.floor.provenance import machine
+from minimodel.gpu.implementations import Local, Remote
+from minimodel.kernel import BF16_INTERPRETER_REASON, INTERPRETED
 
 log = logging.getLogger(__name__)
-
 
 
 def select_backend(require_cuda: bool = False) -> str:
@@ -45,43 +43,6 @@ def select_backend(require_cuda: bool = False) -> str:
     if require_cuda:
         machine.require_cuda()
     return "interpreter" if INTERPRETED else "cuda"
-
-
-def check_case(B: int, H: int, N: int, d: int, causal: bool, dtype: str = "float16",
-               H_kv: int | None = None, device: str = "cuda", layout: str = "contiguous",
-               generator: torch.Generator | None = None) -> dict:
-    """One case on fresh random inputs: errors vs float64 of the kernel and of PyTorch fp16."""
-    H_kv = H_kv or H
-    tdtype = getattr(torch, dtype)
-
-    def rand(heads):
-        if layout == "bnhd":  # a transposed view of a (B, N, H, d) tensor: non-contiguous
-            x = torch.randn(B, N, heads, d, generator=generator, device="cpu")
-            return x.to(device=device, dtype=tdtype).transpose(1, 2)
-        x = torch.randn(B, heads, N, d, generator=generator, device="cpu")
-        return x.to(device=device, dtype=tdtype)
-
-    Q, K, V = rand(H), rand(H_kv), rand(H_kv)
-    exact = reference_attn(Q, K, V, causal=causal, upcast=True)
-    torch_lowp = reference_attn(Q, K, V, causal=causal)
-    out = flash_attn_forward(Q, K, V, causal=causal)
-    has_nan = bool(torch.isnan(out).any())
-    err_kernel = (out.double() - exact).abs().max().item() if out.numel() else 0.0
-    err_torch = (torch_lowp.double() - exact).abs().max().item() if out.numel() else 0.0
-    err_literal = (out.float() - torch_lowp.float()).abs().max().item() if out.numel() else 0.0
-    tol = tolerance(err_torch)
-    cfg = launch_config(Q, K, V, causal)
-    return {
-        "B": B, "H": H, "H_kv": H_kv, "N": N, "d": d, "causal": causal, "dtype": dtype,
-        "layout": layout,
-        "err_kernel_vs_fp64": err_kernel, "err_torch_vs_fp64": err_torch,
-        "tolerance": tol, "err_vs_torch_fp16": err_literal,
-        "lab_literal_pass": err_literal < ABS_FLOOR,
-        "has_nan": has_nan, "passed": (not has_nan) and err_kernel <= tol,
-        "skipped": False, "reason": "", "path": cfg.path,
-        "BLOCK_M": cfg.BLOCK_M, "BLOCK_N": cfg.BLOCK_N,
-        "num_warps": cfg.num_warps, "num_stages": cfg.num_stages, "TMA": cfg.TMA,
-    }
 
 
 def sweep_cases(cfg: dict, backend: str) -> list[dict]:
@@ -121,29 +82,6 @@ def sweep_cases(cfg: dict, backend: str) -> list[dict]:
     return cases
 
 
-def run_sweep(cfg: dict, backend: str, random_seed: int, progress=None) -> list[dict]:
-    """Every case of `sweep_cases` on inputs drawn from `random_seed` (the config's)."""
-    device = "cuda" if backend == "cuda" else "cpu"
-    gen = torch.Generator()
-    gen.manual_seed(random_seed)
-    rows = []
-    for case in tqdm(sweep_cases(cfg, backend), desc="correctness", file=progress, mininterval=2):
-        if "skip" in case:
-            key = {k: case[k] for k in ("B", "H", "H_kv", "N", "d", "causal", "dtype")}
-            rows.append({"impl": contract.TRITON, "direction": contract.FORWARD, **key,
-                         "group": case["group"], "skipped": True, "reason": case["skip"],
-                         "passed": None})
-            continue
-        row = check_case(case["B"], case["H"], case["N"], case["d"], case["causal"],
-                         case["dtype"], H_kv=case["H_kv"], device=device, generator=gen)
-        row.update(impl=contract.TRITON, direction=contract.FORWARD, group=case["group"])
-        rows.append(row)
-        log.info("N=%d d=%d causal=%s %s: kernel %.2e, torch %.2e, %s", row["N"], row["d"],
-                 row["causal"], row["dtype"], row["err_kernel_vs_fp64"],
-                 row["err_torch_vs_fp64"], "pass" if row["passed"] else "FAIL")
-    return rows
-
-
 def backward_cases(cfg: dict, backend: str) -> list[dict]:
     """The sweep's cases the backward runs (`sweep_cases`, in its order, each with its index there,
     `index`): none with cfg['backward'] false; under the interpreter those with N <= backward_max_n."""
@@ -155,32 +93,73 @@ def backward_cases(cfg: dict, backend: str) -> list[dict]:
     return cases
 
 
-def run_contenders(cfg: dict, contenders, backend: str, random_seed: int, progress=None) -> list[dict]:
-    """The sweep's cases for each contender, each in a child process (`minimodel.contenders`): its
-    forward rows, then its backward rows (the kernel's backward cases, `backward_cases`;
-    skipped rows saying so for a contender without a backward).
+class Planned(NamedTuple):
+    """A case of the sweep in one pass: its `Case`, its group (`contract.LAB_CASES`, ...), and why
+    the kernel leaves it out (`skip`: a dtype the interpreter's sweep does not run), or None."""
 
-    A contender's inputs are drawn from random_seed + the case's index, the same for every
-    contender and both directions. The interpreter's smaller grid applies; its bf16 skip only to
-    Triton contenders.
-    """
+    case: Case
+    group: str | None = None
+    skip: str | None = None
+
+
+def plan(cfg: dict, backend: str, random_seed: int) -> dict[str, list[Planned]]:
+    """direction -> its cases: `sweep_cases` forward, `backward_cases` backward, each case's seed
+    random_seed + its index in `sweep_cases`."""
     device = "cuda" if backend == "cuda" else "cpu"
 
-    def case(c, i):
-        return run.Case(c["B"], c["H"], c["H_kv"], c["N"], c["d"], c["causal"], c["dtype"], device,
-                        seed=random_seed + i)
+    def planned(c, index):
+        case = Case(c["B"], c["H"], c["H_kv"], c["N"], c["d"], c["causal"], c["dtype"], device,
+                        seed=random_seed + index)
+        return Planned(case, c["group"], c.get("skip"))
 
-    planned = sweep_cases(cfg, backend)
-    backward = backward_cases(cfg, backend)
-    cases = [case(c, i) for i, c in enumerate(planned)]
+    return {contract.FORWARD: [planned(c, i) for i, c in enumerate(sweep_cases(cfg, backend))],
+            contract.BACKWARD: [planned(c, c["index"]) for c in backward_cases(cfg, backend)]}
+
+
+def rows_of(impl, planned: dict[str, list[Planned]], random_seed: int = 0, progress=None) -> list[dict]:
+    """One implementation's rows (`minimodel.gpu.implementations`) at every planned case of each
+    pass, in order: a skipped row where it does not run (`runs_at`, and for the kernel the plan's
+    `skip`), else its check. The kernel draws its cases' inputs one after another from a generator
+    seeded with `random_seed`, one per pass; a contender, in its child, from each case's seed (the
+    same for every contender and both passes). The implementation is stopped after."""
+    rows = []
+    try:
+        for direction, cases in planned.items():
+            generator = torch.Generator().manual_seed(random_seed)  # the kernel's inputs
+            label = f"correctness {impl.name}" + (f" ({direction})" if direction != contract.FORWARD else "")
+            for case, group, skip in tqdm(cases, desc=label, file=progress, mininterval=2, disable=not cases):
+                why = (skip if isinstance(impl, Local) else None) or impl.runs_at(case, direction)
+                row = impl.skipped(case, direction, why) if why else impl.check(case, direction, generator)
+                rows.append(row if group is None else {**row, "group": group})
+                verdict = contract.SKIPPED if why else "pass" if row["passed"] else "FAIL"
+                log.info("%s %s N=%d d=%d causal=%s %s: %s", impl.name, direction, case.N, case.d,
+                         case.causal, case.dtype, verdict)
+    finally:
+        impl.stop()
+    return rows
+
+
+def run(cfg: dict, backend: str, random_seed: int, contenders=(), progress=None) -> list[dict]:
+    """Every row of the sweep (`plan`): the kernel's (`rows_of`), then each contender's
+    (`contender_rows`), each its forward rows, then its backward rows. The interpreter's smaller
+    grid applies to all; the dtypes it leaves out to the kernel only."""
+    planned = plan(cfg, backend, random_seed)
+    rows = rows_of(Local(contract.TRITON), planned, random_seed, progress)  # the rule fails on its failures
+    return rows + contender_rows(contenders, planned, random_seed, progress)
+
+
+def contender_rows(contenders, planned: dict[str, list[Planned]], random_seed: int,
+                   progress=None) -> list[dict]:
+    """Each contender's rows (`minimodel.contenders.Contender`, each in a child process), and, after
+    them, one line on the console for each that failed a case, naming the log its output went to:
+    a contender that fails never fails the rule."""
     rows, failures = [], []
-    for contender in tqdm(contenders, desc="contenders", file=progress, disable=not contenders):
-        found = check.sweep(contender, cases, registry.SEARCH, tolerance, backend == "interpreter",
-                            backward=[case(c, c["index"]) for c in backward])
-        rows += [{**row, "group": c["group"]} for row, c in zip(found, planned + backward, strict=True)]
-        failures.append(run.failure_line(contender.name, [r["reason"] for r in found if r["passed"] is False],
-                                         sum(not r["skipped"] for r in found), run.rule_log(), "cases"))
-    for line in filter(None, failures):  # after the bar: one line each on the console, and in the log
+    for contender in contenders:
+        mine = rows_of(Remote(Child(contender, registry.SEARCH)), planned, random_seed, progress)
+        failures.append(failure_line(contender.name, [r["reason"] for r in mine if r["passed"] is False],
+                                     sum(not r["skipped"] for r in mine), rule_log(), "cases"))
+        rows += mine
+    for line in filter(None, failures):  # after the bars: one line each on the console, and in the log
         print(line, file=progress)
     return rows
 

@@ -6,15 +6,16 @@
   heads·d = fa_model_dim, for N in fa_n and d in fa_head_dims.
 Each point is timed causal and not. The timing stage, its no-GPU table, and the development
 tools all take their points from here, from the config the workflow validates
-(`minimodel.provenance.configcheck.load_config`).
+(`minimodel.floor.provenance.configcheck.load_config`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from minimodel import contract
-from minimodel.provenance import configcheck
+from minimodel.contenders.catalog import Where
+from minimodel.floor import contract
+from minimodel.floor.provenance import configcheck
 
 
 @dataclass(frozen=True)
@@ -25,6 +26,11 @@ class Point:
     N: int
     d: int
     causal: bool
+
+    @property
+    def where(self) -> Where:
+        """The point as `catalog.runs_at` asks about it: float16 on the GPU, in its grid."""
+        return Where(self.d, self.causal, grid=self.grid)
 
 
 def lab_grid(cfg: dict) -> list[Point]:

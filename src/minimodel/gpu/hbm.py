@@ -1,131 +1,46 @@
 """The GPU's own DRAM bytes (notes/labs.md, lab 01, asked on the device the byte model is about).
 
 Nsight Compute (`minimodel.gpu.ncu`) reads the DRAM counters of every kernel the naive reference,
-the Triton kernel and the config's contenders (`gpu.bytes.contenders`) launch; their sums per call
-are set beside the closed-form model of `minimodel.symbolic`, in both conventions
-(`contract.CONVENTIONS`: the lab's formulas and the consistent one), with the tile the kernel
-really ran. A contender's tiles are not known: its rows carry the compulsory bytes (Q, K, V read
-once, O written once) and no model.
+the Triton kernel and the config's contenders (`gpu.bytes.contenders`) launch, in each pass of
+the plan; their sums per call are set beside the closed-form model, with the tile the kernel
+really ran (`minimodel.gpu.hbm_plan`: the points, the rows and the model beside each).
 
-The points (`plan`): N × d × causal × two head counts × {naive, flash, each contender}, batch 1,
-float16, each row's `direction` forward; then the backward's rows at the same points, naive and
-flash (`minimodel.gpu.hbm_backward`).
-- "one head": Q, K, V, O, and up to N ≈ 4096 even S, fit in the L2 cache;
-- "many heads": enough heads that each of Q, K, V and O alone is `many_heads_l2_multiple` L2s,
-  so neither the inputs nor the output can stay in it.
+How a measurement is made (`measure`): each implementation's rows whose point it runs at
+(`minimodel.contenders.catalog.runs_at`) and whose tensors the device can hold are profiled:
+the project's rows (naive and the kernel, both passes) in one profiled process, each contender's
+in its own (`python -m minimodel.gpu.hbm_probe PLAN` under ncu): for each row, fresh inputs are
+drawn and the implementation runs once unprofiled (compilation, library set-up), then a marker
+kernel and the row's call run inside ncu's NVTX range. A contender that raises at a row gets a
+failed row with the error; one that hangs past its `timeout_s`, or kills its process, gets a
+failed row saying so, and its other rows are profiled again in a fresh process.
 
-How a measurement is made (`measure`): the project's rows run in one profiled process, each
-contender's in its own (`python -m minimodel.gpu.hbm_probe PLAN` under ncu): for each row, fresh
-inputs are drawn and the implementation runs once unprofiled (compilation, library set-up), then
-a marker kernel and the implementation run inside ncu's NVTX range. A contender that raises at a
-row gets a failed row with the error; one that hangs past its `timeout_s`, or kills its process,
-gets a failed row saying so, and its other rows are profiled again in a fresh process.
-
-Without CUDA, without ncu, or without permission to read the counters, `planned_rows` gives
-the same points with a status that says why nothing was measured.
+Without CUDA, without ncu, or without permission to read the counters, `hbm_plan.planned_rows`
+gives the same points with a status that says why nothing was measured.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 from pathlib import Path
 
 import pandas as pd
 import torch
 
-from minimodel import contract, symbolic
-from minimodel.contenders.builtin import not_run_reason
-from minimodel.gpu import hbm_backward
+from minimodel.contenders.catalog import Where, runs_at
+from minimodel.floor import contract
+from minimodel.floor.provenance import project
 from minimodel.gpu import ncu as ncu_tool
+from minimodel.gpu.hbm_plan import DTYPE, model_columns, plan, planned_rows
 from minimodel.gpu.hbm_probe import MARKED, PROBE, RAISED_AFTER_MARK, RESTART
-from minimodel.gpu.ncu import KERNEL_COLUMNS, NCU_METRICS, NCU_OPTIONS, find_ncu  # noqa: F401
+from minimodel.gpu.ncu import KERNEL_COLUMNS, NCU_METRICS, NCU_OPTIONS
 from minimodel.kernel import launch_config
-from minimodel.provenance import project
+from minimodel.kernel.backward import default_bwd_config
 
-DTYPE = "float16"
-REGIMES = ("one head", "many heads")
 NO_CUDA = f"{contract.NOT_MEASURED}: no CUDA device on this machine"
 NO_NCU = (f"{contract.NOT_MEASURED}: Nsight Compute (ncu) was not found on PATH, in $CUDA_HOME/bin or "
           "/usr/local/cuda/bin; set gpu.bytes.ncu to its path")
 NO_PERMISSION = (f"{contract.NOT_MEASURED}: ncu may not read the GPU's performance counters here "
                  "(ERR_NVGPUCTRPERM; an administrator can allow it for all users)")
-ELEMENT_BYTES = symbolic.DTYPE_BYTES[DTYPE]
-MODEL_COLUMNS = ("model_B_r", "model_B_c", "model_read_bytes", "model_write_bytes",
-                 *(f"model_{convention}_bytes" for convention in contract.CONVENTIONS))
-
-
-def many_heads(n: int, d: int, l2_bytes: int, multiple: float) -> int:
-    """Heads that make one (1, H, N, d) float16 tensor `multiple` times the L2."""
-    return max(1, math.ceil(multiple * l2_bytes / (n * d * ELEMENT_BYTES)))
-
-
-def device_bytes(impl: str, heads: int, n: int, d: int) -> int:
-    """What one call holds on the device: Q, K, V, O, and naive's S and P (and a causal mask)."""
-    tensors = 4 * heads * n * d * ELEMENT_BYTES
-    if impl == contract.NAIVE_SCHEME:
-        tensors += 2 * heads * n * n * ELEMENT_BYTES + n * n  # S, P, and a bool mask
-    return tensors
-
-
-def plan(cfg: dict, l2_bytes: int, contenders=()) -> list[dict]:
-    """Every point of `gpu.bytes`, one row per implementation: the project's rows in the order
-    they are measured, then each contender's (`minimodel.contenders.Contender`) at the same points."""
-    points = []
-    for regime in REGIMES:
-        for d in cfg["head_dims"]:
-            for n in cfg["n"]:
-                heads = 1 if regime == "one head" else many_heads(
-                    n, d, l2_bytes, cfg["many_heads_l2_multiple"])
-                points += [{"regime": regime, "B": 1, "H": heads, "N": n, "d": d, "causal": causal}
-                           for causal in (False, True)]
-    forward = {"direction": contract.FORWARD}
-    rows = [{**point, "impl": impl, **forward} for point in points for impl in contract.BYTES_SCHEMES]
-    rows += [{**point, "impl": c.name, **forward} for c in contenders for point in points]
-    rows += hbm_backward.plan_rows(points)  # last: the forward's rows keep their index and seed
-    held = {False: device_bytes, True: hbm_backward.device_bytes}  # by: a backward row?
-    return [{**row, "dtype": DTYPE, "device_bytes": held[hbm_backward.is_backward(row)](
-        row["impl"], row["H"], row["N"], row["d"])} for row in rows]
-
-
-def model_columns(row: dict, block_m: int, block_n: int) -> dict:
-    """The byte model at the row's point, for all its heads, with the tile the kernel ran.
-
-    The model counts non-causal attention: a causal kernel skips the key tiles above the
-    diagonal (flash reads about half the K/V), a causal naive adds a pass over S for the mask.
-    A contender's row gets the compulsory bytes only: its tiles are its own.
-    """
-    if hbm_backward.is_backward(row):
-        return hbm_backward.model_columns(row, block_m, block_n)
-    n, d, heads = row["N"], row["d"], row["B"] * row["H"]
-    compulsory = heads * symbolic.compulsory_bytes(n, d, ELEMENT_BYTES)
-    if row["impl"] not in contract.BYTES_SCHEMES:
-        return {**dict.fromkeys(MODEL_COLUMNS), "compulsory_bytes": compulsory}
-    flash = row["impl"] == contract.FLASH_SCHEME
-    tile = (block_m, block_n) if flash else (1, 1)  # naive has no tile
-    by_direction = symbolic.model_bytes_by_direction(row["impl"], n, d, *tile, ELEMENT_BYTES)
-    return {
-        "model_B_r": tile[0] if flash else None,
-        "model_B_c": tile[1] if flash else None,
-        "model_read_bytes": heads * by_direction["R"],
-        "model_write_bytes": heads * by_direction["W"],
-        **{f"model_{convention}_bytes": heads * symbolic.model_bytes(row["impl"], n, d, *tile,
-                                                                      ELEMENT_BYTES, convention)
-           for convention in contract.CONVENTIONS},
-        "compulsory_bytes": compulsory,
-    }
-
-
-def planned_rows(cfg: dict, l2_bytes: int, reason: str, contenders=()) -> list[dict]:
-    """The plan with the model beside it and `reason` as every row's status: nothing measured."""
-    return [{**row, "status": reason, "kernels": None, **dict.fromkeys(NCU_METRICS.values()),
-             **model_columns(row, *contract.LAB_TILE)} for row in plan(cfg, l2_bytes, contenders)]
-
-
-# ---- the profiled process -------------------------------------------------------------------
-
-# ---- the stage ------------------------------------------------------------------------------
-
 def _check_memory(row: dict, free_bytes: int) -> str:
     short = project.memory_shortfall(row["device_bytes"], free_bytes, 0.9, "free on the device")
     if short:
@@ -134,9 +49,10 @@ def _check_memory(row: dict, free_bytes: int) -> str:
 
 
 def _initial_status(row: dict, free_bytes: int, contenders: dict) -> str:
+    """`contract.MEASURED` for a row to profile, else why not: where its contender does not run
+    (`runs_at`; naive and the kernel run at every point), or what the device cannot hold."""
     contender = contenders.get(row["impl"])
-    reason = contender and not_run_reason(contender, "cuda", DTYPE, row["d"], row["causal"], False,
-                                          interpreted=False)
+    reason = contender and runs_at(contender, Where(row["d"], row["causal"], DTYPE), row["direction"])
     return f"{contract.SKIPPED}: {reason}" if reason else _check_memory(row, free_bytes)
 
 
@@ -168,13 +84,7 @@ def measure(cfg: dict, l2_bytes: int, random_seed: int, ncu: str, workdir: str |
         parts.append(kernels)
     for row in rows:
         ran_flash = row["impl"] == contract.FLASH_SCHEME and row["status"] == contract.MEASURED
-        if ran_flash and hbm_backward.is_backward(row):
-            block_m, block_n, config = hbm_backward.flash_config(row)
-        elif ran_flash:
-            block_m, block_n, tma = _flash_config(row)
-            config = {"cfg_BLOCK_M": block_m, "cfg_BLOCK_N": block_n, "cfg_TMA": tma}
-        else:
-            (block_m, block_n), config = contract.LAB_TILE, {}
+        block_m, block_n, config = _flash_config(row) if ran_flash else (*contract.LAB_TILE, {})
         row.update(model_columns(row, block_m, block_n), **config)
     parts = [p for p in parts if len(p)]
     return rows, pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=KERNEL_COLUMNS)
@@ -244,11 +154,19 @@ def _profile_rows(ncu: str, rows: list[dict], contender, workdir: Path) -> pd.Da
     return kernels
 
 
-def _flash_config(row) -> tuple[int, int, bool]:
-    """The tile `flash_attn_forward` chose for the row's shape (as the probe's inputs: contiguous)."""
+def _flash_config(row) -> tuple[int, int, dict]:
+    """The tile the kernel ran at the row's shape and pass (as the probe's inputs: contiguous), and
+    the columns that record its configuration: the forward's (`launch_config`), or the backward's
+    dK/dV kernel's tile and the dQ kernel's beside it (`default_bwd_config`)."""
     q = torch.empty(row["B"], row["H"], row["N"], row["d"], device="cuda", dtype=torch.float16)
-    cfg = launch_config(q, q, q, row["causal"])
-    return cfg.BLOCK_M, cfg.BLOCK_N, cfg.TMA
+    if row["direction"] == contract.FORWARD:
+        cfg, recorded = launch_config(q, q, q, row["causal"]), ("BLOCK_M", "BLOCK_N", "TMA")
+        block_m, block_n = cfg.BLOCK_M, cfg.BLOCK_N
+    else:
+        cfg, recorded = default_bwd_config(q, row["causal"]), ("BLOCK_M1", "BLOCK_N1", "BLOCK_M2", "BLOCK_N2",
+                                                               "ATOMIC_DQ")
+        block_m, block_n = cfg.BLOCK_M1, cfg.BLOCK_N1
+    return block_m, block_n, {f"cfg_{name}": getattr(cfg, name) for name in recorded}
 
 
 def summary(table: pd.DataFrame, ncu: str | None, l2_bytes: int) -> dict:

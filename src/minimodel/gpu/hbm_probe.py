@@ -1,8 +1,20 @@
 """The profiled process of the DRAM-bytes stage: `python -m minimodel.gpu.hbm_probe PLAN.json`, run
 under Nsight Compute by `minimodel.gpu.hbm.measure`, one process for the project's rows and one per
 contender. For each row whose status is `contract.MEASURED`, fresh inputs are drawn and the
-implementation runs once unprofiled (compilation, library set-up), then a marker kernel and the
-implementation run inside ncu's NVTX range (`minimodel.gpu.ncu`).
+row's call (`call`, the pass a parameter) runs once unprofiled (compilation, library set-up), then a
+marker kernel and the call run inside ncu's NVTX range (`minimodel.gpu.ncu`).
+
+What a row calls:
+- the forward: naive attention (theory 02's three steps, the softmax in fp16 storage), the kernel
+  (`flash_attn_forward`), or the contender on its layout's inputs (`prepared`, made before);
+- the backward alone, its forward run before the profiled range: naive, theory 02's naive backward
+  (`attention_ref.attn_naive_backward`, one op per step as autograd runs them) from P as the
+  naive forward stores it, so P is read by the backward as `byte_model.backward` counts; it runs on
+  the calling thread: autograd's own engine would launch the kernels from a thread of its own,
+  outside the profiled NVTX range, and ncu would profile none of them (seen on the H200). Flash:
+  this project's Triton backward alone (`kernel.backward.backward_fn`, the forward's O and
+  log-sum-exp saved before the range): its preprocess, dK/dV kernel and dQ kernel. dO is drawn
+  from the row's seed, after Q, K and V.
 """
 
 from __future__ import annotations
@@ -15,16 +27,16 @@ import torch
 import triton
 import triton.language as tl
 
-from minimodel import contract
-from minimodel.attention_ref import attn_naive
 from minimodel.contenders.registry import SEARCH
 from minimodel.contenders.run import _cuda_usable, declined, one_line
 from minimodel.contenders.spec import Contender, load, prepared
 from minimodel.contenders.timed import validated
-from minimodel.gpu import hbm_backward
+from minimodel.floor import contract
+from minimodel.floor.attention_ref import attn_naive, attn_naive_backward, softmax_probabilities
+from minimodel.floor.subprocesses import exit_with_stage
 from minimodel.gpu import ncu as ncu_tool
 from minimodel.kernel import flash_attn_forward
-from minimodel.subprocesses import exit_with_stage
+from minimodel.kernel.backward import backward_fn
 
 MARKED = "marked"  # the probe's record of a row it profiled
 RAISED_AFTER_MARK = f"{MARKED}, then "  # ... of a row whose profiled call raised: then the error
@@ -38,13 +50,22 @@ def minimodel_bytes_marker(X):
     tl.store(X, 1)
 
 
-def _implementation(row: dict, contender):
+def call(row: dict, contender, q, k, v, generator):
+    """(fn, args): the row's call in its pass (module docstring), `fn(*args)` returning O (dQ for a
+    backward); a backward's forward already run and its dO drawn from `generator`."""
     causal = row["causal"]
-    if contender is not None:  # its layout's inputs (`prepared`) are made before the marked call
-        return lambda q, k, v: contender(q, k, v, causal=causal)
-    if row["impl"] == contract.NAIVE_SCHEME:  # theory 02's three steps, the softmax in fp16 storage
-        return lambda q, k, v: attn_naive(q, k, v, causal=causal, fp32_softmax=False)
-    return lambda q, k, v: flash_attn_forward(q, k, v, causal=causal)
+    if row["direction"] == contract.FORWARD:
+        if contender is not None:  # its layout's inputs (`prepared`) are made before the marked call
+            return (lambda *xs: contender(*xs, causal=causal)), prepared(contender, q, k, v)
+        if row["impl"] == contract.NAIVE_SCHEME:
+            return (lambda *xs: attn_naive(*xs, causal=causal, fp32_softmax=False)), (q, k, v)
+        return (lambda *xs: flash_attn_forward(*xs, causal=causal)), (q, k, v)
+    do = torch.randn(q.shape, device=q.device, dtype=q.dtype, generator=generator)
+    if row["impl"] == contract.FLASH_SCHEME:
+        run = backward_fn(q, k, v, causal, do=do)
+        return (lambda: run()[0]), ()
+    P = softmax_probabilities(q, k, causal=causal)
+    return (lambda: attn_naive_backward(q, k, v, P, do)[0]), ()
 
 
 def probe(spec: dict, plan_path: Path) -> int:
@@ -71,9 +92,8 @@ def probe(spec: dict, plan_path: Path) -> int:
         gen = torch.Generator(device="cuda").manual_seed(row["input_seed"])
         q, k, v = (torch.randn(row["B"], row["H"], row["N"], row["d"], device="cuda",
                                dtype=getattr(torch, row["dtype"]), generator=gen) for _ in range(3))
-        backward = hbm_backward.is_backward(row)  # its forward runs here, outside the range
-        fn = hbm_backward.call(row, q, k, v, gen) if backward else _implementation(row, contender)
-        args = () if backward else prepared(contender, q, k, v) if contender is not None else (q, k, v)
+        backward = row["direction"] != contract.FORWARD  # its forward runs here, outside the range
+        fn, args = call(row, contender, q, k, v, gen)
         marked = False
         try:
             with torch.enable_grad() if backward else torch.no_grad():

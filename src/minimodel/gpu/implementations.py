@@ -1,20 +1,25 @@
-"""What the GPU timing stage runs at a point: every implementation behind one interface, the
-kernel first.
+"""What the GPU stages run at a point: every implementation behind one interface, the kernel
+first.
 
-An implementation answers two things, and the stage asks nothing else of it:
-- `runs_at(point, direction)`: None when it is timed at that point in that pass, else why not
-  (what it supports, whether it is installed here, the grids it is timed on, whether it has a
-  backward): the one place that says it;
-- `prepare(case, direction, inputs)`: its call at the point, built once: one checked call (the
-  first heads of its output or gradients, `measured["heads"]`, for the stage's float64 check),
-  its eager time, its host cost where asked, a CUDA graph. It returns a `Prepared`, whose
-  `sample()` takes one more sample, as often as the stage asks, and `release()` frees it.
-  A point it declines raises `Declined`; a call that fails raises `Failed` (or the error itself:
-  out of memory, an unsupported shape, which `timing_rows.failures_in_status` turns into a status).
+An implementation answers, for every GPU stage:
+- `runs_at(point, direction)`: None when it runs at that point in that pass, else why not (what
+  it supports, whether it is installed here, the grids it is timed on, whether it has a
+  backward), from `minimodel.contenders.catalog.runs_at`, the one place that says it; `point` is
+  a timing `Point`, a correctness `Case` or a `catalog.Where`;
+- for the timing stage, `prepare(case, direction, inputs)`: its call at the point, built once:
+  one checked call (the first heads of its output or gradients, `measured["heads"]`, for the
+  stage's float64 check), its eager time, its host cost where asked, a CUDA graph. It returns a
+  `Prepared`, whose `sample()` takes one more sample, as often as the stage asks, and
+  `release()` frees it. A point it declines raises `Declined`; a call that fails raises `Failed`
+  (or the error itself: out of memory, an unsupported shape, which
+  `timing_rows.failures_in_status` turns into a status);
+- for the correctness stage, `check(case, direction, generator)`: its row of the correctness
+  table at a case, and `skipped(case, direction, reason)`: the row of a case it does not run.
 
 Two kinds: `Local`, run in the stage's own process (the kernel, naive PyTorch and SDPA's backends,
-the implementations always timed), and `Remote`, a contender in its child process
-(`minimodel.contenders.run.Child`, whose `minimodel.contenders.timed` tasks prepare and sample it).
+the implementations always timed; the kernel's correctness check), and `Remote`, a contender in
+its child process (`minimodel.contenders.run.Child`, whose `minimodel.contenders.timed` tasks
+prepare and sample it, and whose `output` and `grads` tasks `minimodel.contenders.check` judges).
 The table names (`impl`: `triton`, `naive`, `sdpa_cudnn`, ...) are the contract's.
 """
 
@@ -24,15 +29,15 @@ import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from minimodel import contract
-from minimodel.contenders import builtin
-from minimodel.contenders.run import SKIPPED, Child
+from minimodel.contenders import builtin, catalog, check
+from minimodel.contenders.run import SKIPPED, Case, Child
 from minimodel.contenders.timed import TimingCase
-from minimodel.gpu.grids import Point
+from minimodel.floor import contract
+from minimodel.floor.timers import Sampler, autograd_call, first_heads
+from minimodel.gpu import kernel_check
 from minimodel.gpu.timing_rows import Declined, Failed
 from minimodel.kernel import attention, flash_attn_forward, launch_config
 from minimodel.kernel.backward import backward_fn, launch_bwd_config
-from minimodel.timers import Sampler, autograd_call, first_heads
 
 
 @dataclass
@@ -45,27 +50,31 @@ class Prepared:
     release: Callable[[], None]
 
 
-def _reason(contender, point: Point, direction: str) -> str | None:
-    """Why `contender` (a `Contender`) is not timed at `point` in `direction`, or None."""
-    reason = builtin.no_backward_reason(contender) if direction != contract.FORWARD else None
-    reason = reason or builtin.not_run_reason(contender, "cuda", "float16", point.d, point.causal, False,
-                                              interpreted=False)
-    if not reason and point.grid not in contender.grids:
-        reason = f"{contender.name} is timed on the {', '.join(contender.grids)} grid only"
-    return reason
-
-
 class Local:
     """One of the implementations always timed, run in the stage's process: the kernel (its own
     path, the backward alone through `backward_fn`), naive and SDPA's backends (the built-in
-    contenders' functions, the backward through autograd)."""
+    contenders' functions, the backward through autograd). The kernel's is also the correctness
+    stage's first implementation (`check`)."""
 
     def __init__(self, name: str):
         self.name = name
-        self.contender = builtin.BUILTINS[name]
+        self.contender = catalog.BUILTINS[name]
 
-    def runs_at(self, point: Point, direction: str) -> str | None:
-        return _reason(self.contender, point, direction)
+    def runs_at(self, point, direction: str) -> str | None:
+        return catalog.runs_at(self.contender, point.where, direction)
+
+    def check(self, case: Case, direction: str, generator) -> dict:
+        """The kernel's correctness row at `case` (`kernel_check.check`): its inputs drawn one case
+        after another from the stage's `generator`, one per pass."""
+        return kernel_check.check(case, direction, generator)
+
+    def skipped(self, case: Case, direction: str, reason: str) -> dict:
+        key = {k: getattr(case, k) for k in ("B", "H", "H_kv", "N", "d", "causal", "dtype")}
+        return {"impl": self.name, "direction": direction, **key, "skipped": True, "reason": reason,
+                "passed": None}
+
+    def stop(self) -> None:
+        """Nothing to stop: it runs in the stage's process."""
 
     def _forward(self, q, k, v, causal: bool):
         """(fn(q, k, v), extra row columns): the kernel runs the configuration chosen for the whole
@@ -115,8 +124,20 @@ class Remote:
     def __init__(self, child: Child):
         self.child, self.contender, self.name = child, child.contender, child.contender.name
 
-    def runs_at(self, point: Point, direction: str) -> str | None:
-        return _reason(self.contender, point, direction)
+    def runs_at(self, point, direction: str) -> str | None:
+        return catalog.runs_at(self.contender, point.where, direction)
+
+    def check(self, case: Case, direction: str, generator=None) -> dict:
+        """Its correctness row at `case`, its inputs drawn in the child from the case's seed."""
+        if direction == contract.FORWARD:
+            return check.check_case(self.child, case)
+        return check.check_backward_case(self.child, case)
+
+    def skipped(self, case: Case, direction: str, reason: str) -> dict:
+        return check.case_row(self.contender, case, direction, skipped=True, reason=reason, passed=None)
+
+    def stop(self) -> None:
+        self.child.stop()
 
     def _call(self, task: str, payload=None):
         status, result = self.child.call(task, payload)

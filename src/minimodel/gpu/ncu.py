@@ -1,6 +1,6 @@
 """Nsight Compute (ncu) for the DRAM-bytes stage: finding it, profiling a plan, reading its table.
 
-A plan is a list of rows; the profiled process (`python -m minimodel.gpu.hbm PLAN`) runs each
+A plan is a list of rows; the profiled process (`python -m minimodel.gpu.hbm_probe PLAN`) runs each
 measured row once unprofiled, then a marker kernel and the row's call inside the NVTX range
 `NVTX_RANGE`, which is all ncu profiles. `parse_ncu_csv` reads ncu's table; `assign` cuts its
 kernels at the markers, in plan order, and refuses a count that does not match. ncu replays
@@ -30,9 +30,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from minimodel import contract
-from minimodel.provenance import project
-from minimodel.subprocesses import STAGE_PID_ENV, die_with_parent
+from minimodel.floor import contract
+from minimodel.floor.provenance import project
+from minimodel.floor.subprocesses import STAGE_PID_ENV, die_with_parent
 
 NVTX_RANGE = "minimodel_bytes"
 MARKER = "minimodel_bytes_marker"  # the name of the marker kernel (a Triton function's name)

@@ -9,7 +9,7 @@ the kernel first, naive, SDPA's backends, then each contender in its child proce
 once on the point's inputs and checked against float64, then sampled in interleaved rounds
 (`minimodel.gpu.timing_point`). Per implementation:
 - `ms`: GPU time per call, the median of `samples` samples; each sample is the median over
-  replays of a CUDA graph of back-to-back calls (`minimodel.timers.Sampler`), with no host time
+  replays of a CUDA graph of back-to-back calls (`minimodel.floor.timers.Sampler`), with no host time
   in it. The ratios between implementations are ratios of these; the samples themselves are
   the stage's long table (gpu/timing/samples.csv), which `compare` judges a rerun with.
 - `eager_ms`: the median of `triton.testing.do_bench`, one Python call at a time with the L2
@@ -17,7 +17,7 @@ once on the point's inputs and checked against float64, then sampled in interlea
   launch) outlasts its GPU work, as on the lab grid's small sizes, this is host time; there
   `host_ms` is the host's own cost per call (the forward).
 
-FLOPs: `symbolic.attention_flops` (the backward 2.5 × the forward's, fwd+bwd 3.5 ×). The machine's
+FLOPs: `byte_model.backward.attention_flops` (the backward 2.5 × the forward's, fwd+bwd 3.5 ×). The machine's
 ceilings (a large fp16 matmul, a large device copy) are measured in the same run, after the GPU
 has been under load long enough to hold its sustained clocks (`SUSTAIN_S`), so every number is
 also a fraction of a ceiling of the same machine state. The rows are built and rated by
@@ -33,16 +33,16 @@ import torch
 import triton
 from tqdm import tqdm
 
-from minimodel import contract, roofline_model
 from minimodel.contenders import registry
 from minimodel.contenders.run import Child, failure_line
 from minimodel.contenders.timed import TimingCase
+from minimodel.floor import contract, roofline_model
+from minimodel.floor.timers import bench_ms
 from minimodel.gpu import grids
 from minimodel.gpu.implementations import implementations
 from minimodel.gpu.timing_point import time_pass
 from minimodel.gpu.timing_rows import add_ratios
 from minimodel.kernel import default_config
-from minimodel.timers import bench_ms
 
 log = logging.getLogger(__name__)
 

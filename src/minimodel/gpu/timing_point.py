@@ -17,7 +17,7 @@ backward's dO after them, so its Q, K, V are the forward's):
 3. each row's `ms` is the median of its samples, `samples` their count; the samples themselves go
    to the long table (`timing_rows.KEY`, `sample`, `ms`).
 The first head of each output (or of dQ, dK, dV) is checked against float64 on that head with the
-correctness rule (`minimodel.correctness_rule`): `checked`, `err_vs_fp64`, and the status
+correctness rule (`minimodel.floor.correctness_rule`): `checked`, `err_vs_fp64`, and the status
 `contract.FAILED_CHECK` where it misses (its times are kept, and said so by the status).
 """
 
@@ -29,10 +29,12 @@ import statistics
 
 import torch
 
-from minimodel import contract, symbolic_backward
-from minimodel.attention_ref import reference_attn
 from minimodel.contenders.timed import TimingCase, timing_inputs
-from minimodel.correctness_rule import grad_errors, reference_grads, tolerance
+from minimodel.floor import contract
+from minimodel.floor.attention_ref import reference_attn
+from minimodel.floor.byte_model.backward import attention_flops
+from minimodel.floor.correctness_rule import grad_errors, reference_grads, tolerance
+from minimodel.floor.timers import release_memory
 from minimodel.gpu.grids import Point
 from minimodel.gpu.timing_rows import KEY, empty_row, failures_in_status, with_rates
 
@@ -44,7 +46,7 @@ ALONE_BELOW = 0.25
 
 def flops(point: Point, direction: str) -> float:
     """FLOPs of one call (FlashAttention's convention: backward 2.5 × the forward's, fwd+bwd 3.5 ×)."""
-    return symbolic_backward.attention_flops(point.B, point.H, point.N, point.d, point.causal, direction)
+    return attention_flops(point.B, point.H, point.N, point.d, point.causal, direction)
 
 
 def forward_reference(q, k, v, causal: bool):
@@ -125,7 +127,24 @@ def flush(prepared: dict, samples: int, failures: dict, seed: int) -> dict:
         for _, ready in prepared.values():
             ready.release()
         prepared.clear()
-        torch.cuda.empty_cache()
+        release_memory()
+
+
+def prepare_alone_if_need_be(impl, case: TimingCase, direction: str, inputs, make_room):
+    """`impl.prepare(...)`; where that runs out of memory, `make_room()` (the others prepared so
+    far sampled and released; False when there were none) and one more try, whose running out of
+    memory is the row's status.
+
+    The second try starts outside the first one's `except`: the traceback of its error holds the
+    frames of the failed preparation, and with them what it had built (a backward's saved forward,
+    tens of GiB for naive attention at N = 16384), until it is cleared and collected."""
+    try:
+        return impl.prepare(case, direction, inputs)
+    except torch.OutOfMemoryError:
+        if not make_room():
+            raise
+    release_memory()
+    return impl.prepare(case, direction, inputs)
 
 
 def time_pass(point: Point, direction: str, impls, case: TimingCase, samples: int,
@@ -136,6 +155,13 @@ def time_pass(point: Point, direction: str, impls, case: TimingCase, samples: in
                  else backward_reference(*inputs, point.causal))
     where = dataclasses.asdict(point)
     rows, prepared, failures, taken_alone = {}, {}, {}, {}
+
+    def make_room() -> bool:
+        """The implementations prepared so far sampled and released; False when there are none."""
+        if not prepared:
+            return False
+        taken_alone.update(flush(prepared, samples, failures, case.seed))
+        return True
     for impl in impls:
         row = rows[impl.name] = empty_row(where, impl.name, flops(point, direction), direction)
         failures[impl.name] = lambda row=row: failures_in_status(row)
@@ -144,15 +170,7 @@ def time_pass(point: Point, direction: str, impls, case: TimingCase, samples: in
             row["status"] = f"{contract.SKIPPED}: {reason}"
             continue
         with failures[impl.name]():
-            try:
-                ready = impl.prepare(case, direction, inputs)
-            except torch.OutOfMemoryError:
-                # the others hold memory it needs: they are sampled now and released, and it is
-                # prepared again (out of memory a second time: its status)
-                if not prepared:
-                    raise
-                taken_alone.update(flush(prepared, samples, failures, case.seed))
-                ready = impl.prepare(case, direction, inputs)
+            ready = prepare_alone_if_need_be(impl, case, direction, inputs, make_room)
             measured = {k: v for k, v in ready.measured.items() if k not in ("heads", "has_nan")}
             row.update(measured)
             check(row, ready.measured, reference, direction)

@@ -9,7 +9,8 @@ import logging
 
 import torch
 
-from minimodel import contract
+from minimodel.floor import contract
+from minimodel.floor.timers import release_memory
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +51,7 @@ def failures_in_status(row: dict):
     else:
         return
     finally:
-        torch.cuda.empty_cache()
+        release_memory()  # also what the failed call's traceback held
     row.update(ms=None, samples=None, eager_ms=None, host_ms=None, timing=None)
 
 

@@ -33,7 +33,7 @@ import torch
 import triton
 import triton.language as tl
 
-from minimodel.kernel import flash, gluon_backward
+from minimodel.kernel import flash, gluon_backward, gluon_bwd_ws
 from minimodel.kernel.bwd_config import BwdConfig as BwdConfig
 from minimodel.kernel.bwd_config import default_bwd_config as default_bwd_config
 from minimodel.kernel.bwd_config import get_bwd_config as get_bwd_config
@@ -264,8 +264,9 @@ def arguments(q, k, v, o, lse, do, dq, dk, dv, delta, scale: float, cfg: BwdConf
     """[(kernel, grid, arguments, launch options)] of the launches, in order: what
     `flash_attn_backward` runs, and what a compile for a GPU without one specializes on.
     dq: dQ in q's dtype, or with cfg.ATOMIC_DQ the zeroed float32 accumulator (then there is no
-    dQ kernel: the dK/dV kernel adds to it). With cfg.GLUON the dK/dV launch is the Gluon kernel's
-    (`gluon_backward.dkdv_launch`), between the same preprocess and dQ launches."""
+    dQ kernel: the dK/dV kernel adds to it). With cfg.GLUON the dK/dV launch is a Gluon kernel's
+    (`gluon_bwd_ws.dkdv_launch` warp-specialized, else `gluon_backward.dkdv_launch`), between the
+    same preprocess and dQ launches."""
     B, H, N, d = q.shape
     H_kv = k.shape[1]
     qk_scale = scale * LOG2E
@@ -278,7 +279,9 @@ def arguments(q, k, v, o, lse, do, dq, dk, dv, delta, scale: float, cfg: BwdConf
                 GROUP=H // H_kv, BLOCK_M=cfg.BLOCK_M1, BLOCK_N=cfg.BLOCK_N1, ATOMIC_DQ=cfg.ATOMIC_DQ)
     dqa = dict(Q=q, K=k, V=v, DO=do, DQ=dq, LSE=lse, Delta=delta, **common, **_strides("dq", dq),
                H=H, N=N, GROUP=H // H_kv, BLOCK_M=cfg.BLOCK_M2, BLOCK_N=cfg.BLOCK_N2)
-    if cfg.GLUON:
+    if cfg.warp_specialized:  # with ATOMIC_DQ it adds dQ to dq, the float32 accumulator
+        kv_launch = gluon_bwd_ws.dkdv_launch(q, k, v, do, dq, dk, dv, lse, delta, scale, cfg, causal)
+    elif cfg.GLUON:
         kv_launch = gluon_backward.dkdv_launch(q, k, v, do, dk, dv, lse, delta, scale, cfg, causal)
     else:
         kv_launch = (_bwd_dkdv_kernel, _grid(N, B * H_kv, cfg.BLOCK_N1), dkdv,

@@ -1,6 +1,6 @@
 """The backward kernels' tile configurations (`minimodel.kernel.backward`), the tables that pick
-one per head dim, causality and architecture, and what a call really runs (`launch_bwd_config`:
-the Gluon dK/dV kernel only compiled, on Hopper, on inputs TMA can read)."""
+one per head dim, causality, architecture and sequence length, and what a call really runs
+(`launch_bwd_config`: the Gluon dK/dV kernels only compiled, on Hopper, on inputs TMA can read)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass, replace
 
 import torch
 
-from minimodel.kernel import gluon_backward, hopper
+from minimodel.kernel import gluon_backward, gluon_bwd_ws, hopper
 from minimodel.kernel.config import HOPPER, device_arch
 from minimodel.kernel.inputs import INTERPRETED
 
@@ -29,6 +29,10 @@ class BwdConfig:
     BLOCK_N1 keys per program, 64 per warpgroup (num_warps_kv = BLOCK_N1 / 16), BLOCK_M1 query
     rows per step, num_stages_kv Q/dO buffers (at least 2); the preprocess and the dQ kernel stay
     the tl ones. Hopper only, compiled, on inputs TMA can read (`backward.launch_bwd_config`).
+    GLUON with num_warps_kv = 12: the warp-specialized Gluon kernel (`gluon_bwd_ws`): a producer
+    warpgroup and two MMA warpgroups of 64 keys (BLOCK_N1 = 128). With ATOMIC_DQ it also computes
+    dQ and adds it to a float32 accumulator atomically (no dQ kernel; not deterministic;
+    BLOCK_M1 = 64 or 128, the M of one or two warpgroup MMAs).
     """
 
     BLOCK_M1: int
@@ -50,15 +54,40 @@ class BwdConfig:
             raise ValueError(f"BLOCK_N1 ({self.BLOCK_N1}) must be a multiple of BLOCK_M1 ({self.BLOCK_M1}) "
                              f"and BLOCK_M2 ({self.BLOCK_M2}) of BLOCK_N2 ({self.BLOCK_N2})")
         if self.GLUON:
+            self._check_gluon()
+
+    def _check_gluon(self):
+        if self.warp_specialized:
+            if self.BLOCK_N1 != 128:
+                raise ValueError(f"GLUON with num_warps_kv = {gluon_bwd_ws.WARPS} (warp-specialized): "
+                                 f"BLOCK_N1 is 128, got {self.BLOCK_N1}")
+            if self.ATOMIC_DQ and self.BLOCK_M1 not in (64, 128):
+                raise ValueError(f"GLUON with ATOMIC_DQ: BLOCK_M1 is 64 or 128 (dQ's warpgroup MMAs), "
+                                 f"got {self.BLOCK_M1}")
+        else:
             if self.ATOMIC_DQ:
-                raise ValueError("GLUON keeps the separate dQ pass: ATOMIC_DQ must be False")
+                raise ValueError("GLUON in one partition keeps the separate dQ pass: ATOMIC_DQ must be "
+                                 f"False (the warp-specialized kernel, num_warps_kv = "
+                                 f"{gluon_bwd_ws.WARPS}, has it)")
             if self.BLOCK_N1 not in (64, 128, 192, 256) or self.num_warps_kv != self.BLOCK_N1 // 16:
                 raise ValueError(f"GLUON: BLOCK_N1 is 64 keys per warpgroup (64 ... 256) and num_warps_kv "
                                  f"BLOCK_N1 / 16, got BLOCK_N1 = {self.BLOCK_N1}, num_warps_kv = "
                                  f"{self.num_warps_kv}")
-            if self.BLOCK_M1 > 256 or self.num_stages_kv < 2:
-                raise ValueError(f"GLUON: BLOCK_M1 at most 256 (one MMA's N) and num_stages_kv >= 2, got "
-                                 f"{self.BLOCK_M1} and {self.num_stages_kv}")
+        if self.BLOCK_M1 > 256 or self.num_stages_kv < 2:
+            raise ValueError(f"GLUON: BLOCK_M1 at most 256 (one MMA's N) and num_stages_kv >= 2, got "
+                             f"{self.BLOCK_M1} and {self.num_stages_kv}")
+
+    @property
+    def warp_specialized(self) -> bool:
+        """The warp-specialized Gluon kernel (`gluon_bwd_ws`): GLUON with its 12 warps."""
+        return self.GLUON and self.num_warps_kv == gluon_bwd_ws.WARPS
+
+    @property
+    def kernel(self) -> str:
+        """The dK/dV kernel in words: tl, gluon (one partition), gluon-ws or gluon-ws-atomic-dq."""
+        if not self.warp_specialized:
+            return self.path
+        return "gluon-ws-atomic-dq" if self.ATOMIC_DQ else "gluon-ws"
 
     @property
     def path(self) -> str:
@@ -109,6 +138,30 @@ def gluon_bwd_config(head_dim: int, causal: bool) -> BwdConfig:
                    num_stages_kv=stages, GLUON=True)
 
 
+# The warp-specialized Gluon kernel (`gluon_bwd_ws`) on Hopper, per (head dim, causal): (BLOCK_M1,
+# num_stages_kv), 128 keys per program, FlashAttention-3's tiles where BwdConfig's powers of two
+# allow (its 80 query rows at d = 128 not causal are 64 here). Compiled for sm_90 without a spill
+# (tools/bwd_ws_report.py); on the H200 every path passed all 40 cases of tools/bwd_gluon_gpu.py,
+# and with the tl dQ pass it ran the backward 1.13-1.30x faster than the tl kernels at
+# FlashAttention's grid's N = 4096 (notes/backward.md): the policy picks it there (`WS_MIN_N`).
+# With dQ in the kernel, d = 64 takes 64 query rows: at 128 its fp32 dQ share spills (24-48 bytes).
+GLUON_WS_TILES = {(64, False): (128, 2), (64, True): (128, 2), (128, False): (64, 2), (128, True): (64, 2)}
+GLUON_WS_ATOMIC_TILES = {**GLUON_WS_TILES, (64, False): (64, 2), (64, True): (64, 2)}
+
+
+def gluon_ws_config(head_dim: int, causal: bool, atomic_dq: bool = False) -> BwdConfig:
+    """The warp-specialized Gluon kernel's configuration at a head dim it is built for (64, 128):
+    with atomic_dq its dQ is added in the kernel (not deterministic), else the tl dQ pass of the
+    Hopper table runs after it."""
+    if head_dim not in gluon_backward.HEAD_DIMS:
+        raise ValueError(f"the Gluon backward is built for head dims {gluon_backward.HEAD_DIMS}, "
+                         f"got {head_dim}")
+    rows, stages = (GLUON_WS_ATOMIC_TILES if atomic_dq else GLUON_WS_TILES)[(head_dim, bool(causal))]
+    return replace(HOPPER_CONFIGS[(head_dim, bool(causal))], BLOCK_M1=rows, BLOCK_N1=128,
+                   num_warps_kv=gluon_bwd_ws.WARPS, num_stages_kv=stages, ATOMIC_DQ=bool(atomic_dq),
+                   GLUON=True)
+
+
 def tl_bwd_config(head_dim: int, causal: bool, device_type: str, arch: int = HOPPER) -> BwdConfig:
     """The tl kernels' configuration: the Hopper table on Hopper, the portable one elsewhere, the
     interpreter's on the CPU."""
@@ -118,17 +171,29 @@ def tl_bwd_config(head_dim: int, causal: bool, device_type: str, arch: int = HOP
     return HOPPER_CONFIGS[(d, bool(causal))] if arch == HOPPER else PORTABLE_CONFIGS[d]
 
 
-def get_bwd_config(head_dim: int, causal: bool, device_type: str, arch: int = HOPPER) -> BwdConfig:
+# The shortest sequence the warp-specialized kernel is picked for: FlashAttention's grid starts
+# here. It was timed faster than the tl kernels at N = 4096 only (d = 64 and 128, causal and not);
+# shorter sequences, the lab grid's N = 64 and 256, keep the tl kernels, untimed against it.
+WS_MIN_N = 1024
+
+
+def get_bwd_config(head_dim: int, causal: bool, device_type: str, arch: int = HOPPER,
+                   n: int | None = None) -> BwdConfig:
     """The configuration `flash_attn_backward` takes when none is given (arch: compute
-    capability as major·10 + minor): the tl kernels' table everywhere (the Gluon dK/dV kernel is
-    `gluon_bwd_config`, asked for explicitly)."""
+    capability as major·10 + minor; n: the sequence length, None for the tl table): on Hopper,
+    compiled, at the head dims it is built for and N >= WS_MIN_N, the warp-specialized Gluon
+    kernel with the tl dQ pass (deterministic); the tl kernels' table everywhere else (the
+    one-partition Gluon kernel is `gluon_bwd_config`, asked for explicitly)."""
+    if (device_type == "cuda" and arch == HOPPER and not INTERPRETED and head_dim in gluon_backward.HEAD_DIMS
+            and n is not None and n >= WS_MIN_N):
+        return gluon_ws_config(head_dim, causal)
     return tl_bwd_config(head_dim, causal, device_type, arch)
 
 
 def default_bwd_config(q: torch.Tensor, causal: bool) -> BwdConfig:
     """The configuration `flash_attn_backward` runs for q of shape (B, H, N, d) when none is given."""
     arch = device_arch(q.device) if q.device.type == "cuda" else HOPPER
-    return get_bwd_config(q.shape[-1], causal, q.device.type, arch)
+    return get_bwd_config(q.shape[-1], causal, q.device.type, arch, n=q.shape[-2])
 
 
 def gluon_ok(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.Tensor | None = None) -> bool:

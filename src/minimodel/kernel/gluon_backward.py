@@ -294,8 +294,9 @@ def _bwd_dkdv_hopper(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, lse_ptr,
 
 def dkdv_launch(q, k, v, do, dk, dv, lse, delta, scale: float, cfg, causal: bool):
     """(kernel, grid, arguments, launch options) of the dK/dV launch for `cfg` (a `BwdConfig` with
-    GLUON: BLOCK_M1 query rows per step, BLOCK_N1 keys per program, num_warps_kv = BLOCK_N1 / 16,
-    num_stages_kv Q/dO buffers). q, k, v, do must be readable by TMA (`backward.gluon_ok`)."""
+    GLUON in one partition: BLOCK_M1 query rows per step, BLOCK_N1 keys per program, num_warps_kv =
+    BLOCK_N1 / 16, num_stages_kv Q/dO buffers; the warp-specialized one is `gluon_bwd_ws`'s). q, k,
+    v, do must be readable by TMA (`backward.gluon_ok`)."""
     B, H, N, _ = q.shape
     H_kv = k.shape[1]
     args = dict(q_desc=_descriptor(q, cfg.BLOCK_M1), k_desc=_descriptor(k, cfg.BLOCK_N1),

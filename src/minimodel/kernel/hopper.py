@@ -16,13 +16,17 @@ NaN. It is written out again in `_consume`, not shared: `_softmax_step` issues i
 and the softmax as one step, while here the softmax of tile j runs between the asynchronous QKᵀ
 of tile j and PV of tile j − 1, each GEMM waited for where the overlap allows.
 
+What the partitions share is in `hopper_state`, as aggregates: the shapes and layouts (`Tiles`),
+the shared memory and every barrier, with who arrives and who waits on each (`Channels`), the
+query tile and its outputs (`QueryTile`), the producer's inputs (`Inputs`).
+
 Gluon has no interpreter: the kernel runs only on a CUDA device of compute capability 9.0,
 compiled (`flash._gluon_ok`), or is compiled for sm_90 on the CPU by tools. Defining it needs
 neither, so `flash` imports this module wherever it is imported; both take what their launches
 share from `launch`.
 """
 
-from __future__ import annotations
+# no `from __future__ import annotations`: an aggregate checks its fields against their annotations
 
 import functools
 
@@ -40,6 +44,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from minimodel.kernel.config import GLUON_HEAD_DIMS
+from minimodel.kernel.hopper_state import Channels, Inputs, QueryTile, Tiles
 from minimodel.kernel.launch import LN2, HostDescriptor
 
 
@@ -69,34 +74,31 @@ def _phase(j, STAGES: gl.constexpr):
 
 
 @gluon.jit
-def _load(q_desc, k_desc, v_desc, smem, bars, b, h, h_kv, pid_m, N, CONSUMERS: gl.constexpr,
-          BLOCK_N: gl.constexpr, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr):
+def _load(src: Inputs, ch: Channels, tile: QueryTile, T: Tiles):
     """Producer: each consumer's Q rows once, then K and V of each key tile into stage
     j % STAGES once it is free.
 
     K and V have their own barriers, so QKᵀ may start while V is still in flight. Rows past N
     (a ragged tail) arrive as zeros: the descriptors are 4-D, bounded per head.
     """
-    q_smem, k_smem, v_smem = smem
-    q_ready, k_ready, v_ready, k_empty, v_empty, _ = bars
-    BLOCK_M: gl.constexpr = q_desc.block_type.shape[2]
-    BLOCK_Q: gl.constexpr = BLOCK_M * CONSUMERS
-    mbarrier.expect(q_ready, CONSUMERS * q_desc.block_type.nbytes)
-    for c in gl.static_range(CONSUMERS):
-        tma.async_copy_global_to_shared(q_desc, [b, h, pid_m * BLOCK_Q + c * BLOCK_M, 0], q_ready,
-                                        q_smem.index(c))
-    _, total = _kv_tiles(pid_m, N, BLOCK_Q, BLOCK_N, IS_CAUSAL)
+    mbarrier.expect(ch.q_ready, T.CONSUMERS * src.q.block_type.nbytes)
+    for c in gl.static_range(T.CONSUMERS):
+        row0 = tile.pid_m * T.BLOCK_Q + c * T.BLOCK_M
+        tma.async_copy_global_to_shared(src.q, [tile.b, tile.h, row0, 0], ch.q_ready, ch.q.index(c))
+    _, total = _kv_tiles(tile.pid_m, tile.N, T.BLOCK_Q, T.BLOCK_N, T.IS_CAUSAL)
     for j in range(total):
-        s = _stage(j, STAGES)
+        s = _stage(j, T.STAGES)
         # the consumers released this stage's previous tile in the phase before; on the first
         # pass the fresh barriers count as free
-        free = _phase(j, STAGES) ^ 1
-        mbarrier.wait(k_empty.index(s), free)
-        mbarrier.expect(k_ready.index(s), k_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(k_desc, [b, h_kv, j * BLOCK_N, 0], k_ready.index(s), k_smem.index(s))
-        mbarrier.wait(v_empty.index(s), free)
-        mbarrier.expect(v_ready.index(s), v_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(v_desc, [b, h_kv, j * BLOCK_N, 0], v_ready.index(s), v_smem.index(s))
+        free = _phase(j, T.STAGES) ^ 1
+        mbarrier.wait(ch.k_empty.index(s), free)
+        mbarrier.expect(ch.k_ready.index(s), src.k.block_type.nbytes)
+        tma.async_copy_global_to_shared(src.k, [tile.b, src.h_kv, j * T.BLOCK_N, 0], ch.k_ready.index(s),
+                                        ch.k.index(s))
+        mbarrier.wait(ch.v_empty.index(s), free)
+        mbarrier.expect(ch.v_ready.index(s), src.v.block_type.nbytes)
+        tma.async_copy_global_to_shared(src.v, [tile.b, src.h_kv, j * T.BLOCK_N, 0], ch.v_ready.index(s),
+                                        ch.v.index(s))
 
 
 @gluon.jit
@@ -130,88 +132,77 @@ def _pass_turn(turns, WG: gl.constexpr, CONSUMERS: gl.constexpr, PINGPONG: gl.co
 
 
 @gluon.jit
-def _consume(smem, bars, o_desc, lse_ptr, b, h, pid_m, pid_bh, N, qk_scale, WG: gl.constexpr,
-             CONSUMERS: gl.constexpr,
-             BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr,
-             IS_CAUSAL: gl.constexpr, PINGPONG: gl.constexpr, STORE_LSE: gl.constexpr):
+def _consume(ch: Channels, tile: QueryTile, WG: gl.constexpr, T: Tiles):
     """Consumer warpgroup WG: rows [WG·BLOCK_M, (WG+1)·BLOCK_M) of the query tile.
 
     Step j issues QKᵀ of tile j and PV of tile j − 1 back to back, then computes the softmax of
     tile j while PV runs, so the tensor cores and the exponentials overlap within the warpgroup.
     """
-    q_smem, k_smem, v_smem = smem
-    q_ready, k_ready, v_ready, k_empty, v_empty, turns = bars
-    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                       instr_shape=[16, BLOCK_N, 16])
-    o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                       instr_shape=[16, HEAD_DIM, 16])
-    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
-    BLOCK_Q: gl.constexpr = BLOCK_M * CONSUMERS
-    dtype: gl.constexpr = q_smem.dtype
-
-    full, total = _kv_tiles(pid_m, N, BLOCK_Q, BLOCK_N, IS_CAUSAL)
-    rows = pid_m * BLOCK_Q + WG * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, s_layout))
-    q = q_smem.index(WG)
-    mbarrier.wait(q_ready, 0)
+    full, total = _kv_tiles(tile.pid_m, tile.N, T.BLOCK_Q, T.BLOCK_N, T.IS_CAUSAL)
+    rows = (tile.pid_m * T.BLOCK_Q + WG * T.BLOCK_M
+            + gl.arange(0, T.BLOCK_M, layout=gl.SliceLayout(1, T.s_layout)))
+    q = ch.q.index(WG)
+    mbarrier.wait(ch.q_ready, 0)
 
     # step 0: QKᵀ of the first key tile alone (every row sees key 0: its maximum is finite)
-    mbarrier.wait(k_ready.index(0), 0)
-    _wait_turn(turns, 0, WG, PINGPONG)
-    s = warpgroup_mma(q, k_smem.index(0).permute((1, 0)), gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout),
-                      use_acc=False, is_async=True)
-    _pass_turn(turns, WG, CONSUMERS, PINGPONG)
+    mbarrier.wait(ch.k_ready.index(0), 0)
+    _wait_turn(ch.turns, 0, WG, T.PINGPONG)
+    zeros = gl.zeros([T.BLOCK_M, T.BLOCK_N], gl.float32, T.s_layout)
+    s = warpgroup_mma(q, ch.k.index(0).permute((1, 0)), zeros, use_acc=False, is_async=True)
+    _pass_turn(ch.turns, WG, T.CONSUMERS, T.PINGPONG)
     s = warpgroup_mma_wait(0, deps=[s])
-    mbarrier.arrive(k_empty.index(0), count=1)
-    s = _mask(s, 0, full, rows, N, BLOCK_N, IS_CAUSAL)
+    mbarrier.arrive(ch.k_empty.index(0), count=1)
+    s = _mask(s, 0, full, rows, tile.N, T.BLOCK_N, T.IS_CAUSAL)
     m_i = gl.max(s, 1)
-    p = gl.exp2((s - gl.expand_dims(m_i, 1)) * qk_scale)
+    p = gl.exp2((s - gl.expand_dims(m_i, 1)) * tile.qk_scale)
     l_i = gl.sum(p, 1)
-    alpha = gl.full([BLOCK_M], 1.0, gl.float32, gl.SliceLayout(1, s_layout))
-    acc = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, o_layout)
+    alpha = gl.full([T.BLOCK_M], 1.0, gl.float32, gl.SliceLayout(1, T.s_layout))
+    acc = gl.zeros([T.BLOCK_M, T.HEAD_DIM], gl.float32, T.o_layout)
 
     for j in range(1, total):
-        st = _stage(j, STAGES)
-        prev = _stage(j - 1, STAGES)
-        p16 = gl.convert_layout(p.to(dtype), p_layout)
-        mbarrier.wait(k_ready.index(st), _phase(j, STAGES))
-        _wait_turn(turns, j, WG, PINGPONG)
-        s = warpgroup_mma(q, k_smem.index(st).permute((1, 0)),
-                          gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout), use_acc=False, is_async=True)
+        st = _stage(j, T.STAGES)
+        prev = _stage(j - 1, T.STAGES)
+        p16 = gl.convert_layout(p.to(T.dtype), T.p_layout)
+        mbarrier.wait(ch.k_ready.index(st), _phase(j, T.STAGES))
+        _wait_turn(ch.turns, j, WG, T.PINGPONG)
+        zeros = gl.zeros([T.BLOCK_M, T.BLOCK_N], gl.float32, T.s_layout)
+        s = warpgroup_mma(q, ch.k.index(st).permute((1, 0)), zeros, use_acc=False, is_async=True)
         # while QKᵀ runs: bring O to the maximum that P of tile j − 1 was taken under
-        acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
-        mbarrier.wait(v_ready.index(prev), _phase(j - 1, STAGES))
-        acc = warpgroup_mma(p16, v_smem.index(prev), acc, is_async=True)
-        _pass_turn(turns, WG, CONSUMERS, PINGPONG)
+        acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, T.o_layout)), 1)
+        mbarrier.wait(ch.v_ready.index(prev), _phase(j - 1, T.STAGES))
+        acc = warpgroup_mma(p16, ch.v.index(prev), acc, is_async=True)
+        _pass_turn(ch.turns, WG, T.CONSUMERS, T.PINGPONG)
         s = warpgroup_mma_wait(1, deps=[s])  # QKᵀ done; PV may still run
-        mbarrier.arrive(k_empty.index(st), count=1)
-        s = _mask(s, j, full, rows, N, BLOCK_N, IS_CAUSAL)
+        mbarrier.arrive(ch.k_empty.index(st), count=1)
+        s = _mask(s, j, full, rows, tile.N, T.BLOCK_N, T.IS_CAUSAL)
         m_new = gl.maximum(m_i, gl.max(s, 1))
-        alpha = gl.exp2((m_i - m_new) * qk_scale)  # rescales what was summed under the old maximum
-        p = gl.exp2((s - gl.expand_dims(m_new, 1)) * qk_scale)
+        alpha = gl.exp2((m_i - m_new) * tile.qk_scale)  # rescales what was summed under the old maximum
+        p = gl.exp2((s - gl.expand_dims(m_new, 1)) * tile.qk_scale)
         l_i = l_i * alpha + gl.sum(p, 1)
         m_i = m_new
         acc, p16 = warpgroup_mma_wait(0, deps=[acc, p16])
-        mbarrier.arrive(v_empty.index(prev), count=1)
+        mbarrier.arrive(ch.v_empty.index(prev), count=1)
 
-    last = _stage(total - 1, STAGES)
-    p16 = gl.convert_layout(p.to(dtype), p_layout)
-    acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
-    mbarrier.wait(v_ready.index(last), _phase(total - 1, STAGES))
-    acc = warpgroup_mma(p16, v_smem.index(last), acc, is_async=True)
+    last = _stage(total - 1, T.STAGES)
+    p16 = gl.convert_layout(p.to(T.dtype), T.p_layout)
+    acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, T.o_layout)), 1)
+    mbarrier.wait(ch.v_ready.index(last), _phase(total - 1, T.STAGES))
+    acc = warpgroup_mma(p16, ch.v.index(last), acc, is_async=True)
     acc, p16 = warpgroup_mma_wait(0, deps=[acc, p16])
-    mbarrier.arrive(v_empty.index(last), count=1)
+    mbarrier.arrive(ch.v_empty.index(last), count=1)
 
-    acc = acc / gl.expand_dims(gl.convert_layout(l_i, gl.SliceLayout(1, o_layout)), 1)
+    acc = acc / gl.expand_dims(gl.convert_layout(l_i, gl.SliceLayout(1, T.o_layout)), 1)
     # O leaves through TMA from this consumer's Q buffer, free since its last QKᵀ completed;
     # the 4-D descriptor drops rows past N
-    q.store(acc.to(dtype))
+    q.store(acc.to(T.dtype))
     fence_async_shared()
-    tma.async_copy_shared_to_global(o_desc, [b, h, pid_m * BLOCK_Q + WG * BLOCK_M, 0], q)
+    row0 = tile.pid_m * T.BLOCK_Q + WG * T.BLOCK_M
+    tma.async_copy_shared_to_global(tile.o_desc, [tile.b, tile.h, row0, 0], q)
     tma.store_wait(0)
-    if STORE_LSE:
+    if T.STORE_LSE:
         # natural-log log-sum-exp per row, what a backward pass needs (m_i is the raw maximum)
-        lse = (m_i * qk_scale + gl.log2(l_i)) * LN2
-        gl.store(lse_ptr + pid_bh.to(gl.int64) * N + rows, lse, mask=rows < N)
+        lse = (m_i * tile.qk_scale + gl.log2(l_i)) * LN2
+        gl.store(tile.lse_ptr + tile.pid_bh.to(gl.int64) * tile.N + rows, lse, mask=rows < tile.N)
 
 
 # H, N and GROUP are not specialized on their values, so that one compiled kernel serves every
@@ -221,17 +212,11 @@ def _flash_fwd_hopper(q_desc, k_desc, v_desc, o_desc, lse_ptr, qk_scale, H, N, G
                       HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                       CONSUMERS: gl.constexpr, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr,
                       PINGPONG: gl.constexpr, STORE_LSE: gl.constexpr, CONSUMER_REGS: gl.constexpr):
-    """One program per (query tile of CONSUMERS·BLOCK_M rows, batch·head), on the grid's x axis.
-
-    Barriers (all in shared memory, initialised here):
-    - q_ready: the producer's TMA completes it when Q has landed; every consumer waits once;
-    - k_ready[s], v_ready[s]: TMA completes them when stage s holds K (V) of a key tile;
-    - k_empty[s], v_empty[s]: each consumer arrives when its QKᵀ (PV) of stage s has completed
-      (count CONSUMERS); the producer waits on them before reusing the stage's K (V) buffer;
-    - turns[i]: consumer i − 1 arrives after issuing its GEMMs; consumer i waits before its own.
-    """
-    BLOCK_Q: gl.constexpr = BLOCK_M * CONSUMERS
-    num_m = gl.cdiv(N, BLOCK_Q)
+    """One program per (query tile of CONSUMERS·BLOCK_M rows, batch·head), on the grid's x axis:
+    the producer (`_load`, the default partition) and CONSUMERS consumers (`_consume`), connected
+    by `Channels`."""
+    T = Tiles(BLOCK_M, BLOCK_N, HEAD_DIM, CONSUMERS, STAGES, IS_CAUSAL, PINGPONG, STORE_LSE, q_desc.dtype)
+    num_m = gl.cdiv(N, T.BLOCK_Q)
     pid = gl.program_id(0)
     pid_m = pid % num_m
     if IS_CAUSAL:  # the last query tiles have the most keys to visit: start them first
@@ -239,54 +224,18 @@ def _flash_fwd_hopper(q_desc, k_desc, v_desc, o_desc, lse_ptr, qk_scale, H, N, G
     pid_bh = pid // num_m
     b = pid_bh // H
     h = pid_bh % H
-    h_kv = h // GROUP  # grouped-query attention: GROUP query heads share one K/V head
-
-    dtype: gl.constexpr = q_desc.dtype
-    q_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_M, HEAD_DIM], dtype)
-    kv_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, HEAD_DIM], dtype)
-    q_smem = gl.allocate_shared_memory(dtype, [CONSUMERS, BLOCK_M, HEAD_DIM], q_layout)
-    k_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], kv_layout)
-    v_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], kv_layout)
-    q_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-    k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    turns = gl.allocate_shared_memory(gl.int64, [CONSUMERS, 1], mbarrier.MBarrierLayout())
-    mbarrier.init(q_ready, count=1)
-    for i in gl.static_range(STAGES):
-        mbarrier.init(k_ready.index(i), count=1)
-        mbarrier.init(v_ready.index(i), count=1)
-        mbarrier.init(k_empty.index(i), count=CONSUMERS)
-        mbarrier.init(v_empty.index(i), count=CONSUMERS)
-    for i in gl.static_range(CONSUMERS):
-        mbarrier.init(turns.index(i), count=1)
-
-    smem = (q_smem, k_smem, v_smem)
-    bars = (q_ready, k_ready, v_ready, k_empty, v_empty, turns)
+    src = Inputs(q_desc, k_desc, v_desc, h // GROUP)  # grouped-query attention: GROUP heads share K, V
+    tile = QueryTile(o_desc, lse_ptr, b, h, pid_m, pid_bh, N, qk_scale)
+    ch = Channels.create(T)
     gl.static_assert((CONSUMERS == 2) | (CONSUMERS == 3), "the kernel has two or three consumer warpgroups")
-    # a JITFunction cannot be held in a variable inside the kernel: each count of consumers has
-    # its own list
-    if CONSUMERS == 2:
-        gl.warp_specialize([
-            (_load, (q_desc, k_desc, v_desc, smem, bars, b, h, h_kv, pid_m, N, CONSUMERS, BLOCK_N, STAGES,
-                     IS_CAUSAL)),
-            (_consume, (smem, bars, o_desc, lse_ptr, b, h, pid_m, pid_bh, N, qk_scale, 0, CONSUMERS, BLOCK_M,
-                    BLOCK_N, HEAD_DIM, STAGES, IS_CAUSAL, PINGPONG, STORE_LSE)),
-            (_consume, (smem, bars, o_desc, lse_ptr, b, h, pid_m, pid_bh, N, qk_scale, 1, CONSUMERS, BLOCK_M,
-                    BLOCK_N, HEAD_DIM, STAGES, IS_CAUSAL, PINGPONG, STORE_LSE)),
-        ], [4, 4], [CONSUMER_REGS, CONSUMER_REGS])
-    else:
-        gl.warp_specialize([
-            (_load, (q_desc, k_desc, v_desc, smem, bars, b, h, h_kv, pid_m, N, CONSUMERS, BLOCK_N, STAGES,
-                     IS_CAUSAL)),
-            (_consume, (smem, bars, o_desc, lse_ptr, b, h, pid_m, pid_bh, N, qk_scale, 0, CONSUMERS, BLOCK_M,
-                    BLOCK_N, HEAD_DIM, STAGES, IS_CAUSAL, PINGPONG, STORE_LSE)),
-            (_consume, (smem, bars, o_desc, lse_ptr, b, h, pid_m, pid_bh, N, qk_scale, 1, CONSUMERS, BLOCK_M,
-                    BLOCK_N, HEAD_DIM, STAGES, IS_CAUSAL, PINGPONG, STORE_LSE)),
-            (_consume, (smem, bars, o_desc, lse_ptr, b, h, pid_m, pid_bh, N, qk_scale, 2, CONSUMERS, BLOCK_M,
-                    BLOCK_N, HEAD_DIM, STAGES, IS_CAUSAL, PINGPONG, STORE_LSE)),
-        ], [4, 4, 4], [CONSUMER_REGS, CONSUMER_REGS, CONSUMER_REGS])
+    # every consumer's entry is written out (a partition's WG must be a constexpr); the list is cut
+    # to CONSUMERS of them
+    gl.warp_specialize([
+        (_load, (src, ch, tile, T)),
+        (_consume, (ch, tile, 0, T)),
+        (_consume, (ch, tile, 1, T)),
+        (_consume, (ch, tile, 2, T)),
+    ][:CONSUMERS + 1], [4] * CONSUMERS, [CONSUMER_REGS] * CONSUMERS)
 
 
 _GL_DTYPES = {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16}

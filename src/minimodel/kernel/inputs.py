@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 import triton
 
-from minimodel import contract
+from minimodel.floor import contract
 
 SUPPORTED_HEAD_DIMS = (16, 32, 64, 128, 256)
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)

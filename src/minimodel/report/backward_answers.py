@@ -22,7 +22,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from minimodel import contract, symbolic
+from minimodel.floor import contract
+from minimodel.floor.byte_model.forward import DTYPE_BYTES
 
 # Matmuls of one K/V × Q tile pair (N²·d-sized over a head), by backward variant: naive autograd's
 # dV, dP, dQ, dK; flash: S recomputed, dV, dP, dK, dQ, and with the separate dQ pass S and dP again.
@@ -76,7 +77,7 @@ def recompute_trade(symbolic_table: pd.DataFrame, ceilings: dict, dtype: str, wh
                       "largest": largest.to_dict(),
                       "saved_over_extra_time": float(largest["saved_s"] / largest["extra_s"]),
                       # the N x N P per head that the naive backward needs kept from the forward
-                      "p_bytes": float(largest["N"] ** 2 * symbolic.DTYPE_BYTES[dtype])})
+                      "p_bytes": float(largest["N"] ** 2 * DTYPE_BYTES[dtype])})
     return {"available": True, "where": where, "dtype": dtype,
             "peak_tflops": peak / 1e12, "bandwidth_gbs": bandwidth / 1e9,
             "machine_balance": peak / bandwidth, "extra_matmuls": EXTRA_MATMULS,

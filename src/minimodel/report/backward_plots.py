@@ -16,7 +16,7 @@ import pandas as pd
 import seaborn as sns
 from matplotlib.figure import Figure
 
-from minimodel import contract
+from minimodel.floor import contract
 from minimodel.report import plots
 
 SOURCE_MODEL, SOURCE_CPU = "model", "CPU, instrumented"

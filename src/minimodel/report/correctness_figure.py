@@ -16,7 +16,7 @@ import seaborn as sns
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
-from minimodel import contract
+from minimodel.floor import contract
 from minimodel.report.plots import IMPL_LABELS
 
 RATIO_FLOOR = 1e-4  # an exact result (error 0) is drawn here on the log axis

@@ -21,8 +21,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from minimodel import commands, contract
-from minimodel.provenance import io, project, reading
+from minimodel.floor import commands, contract
+from minimodel.floor.provenance import io, project, reading
 from minimodel.report import results_readme
 
 START = "<!-- headline:start -->"

@@ -18,7 +18,7 @@ import pandas as pd
 import seaborn as sns
 from matplotlib.figure import Figure
 
-from minimodel import contract
+from minimodel.floor import contract
 
 sns.set_theme(style="whitegrid", context="notebook")
 

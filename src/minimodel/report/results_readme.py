@@ -16,7 +16,9 @@ import jinja2
 import numpy as np
 import pandas as pd
 
-from minimodel import contract, symbolic
+from minimodel.floor import contract
+from minimodel.floor.byte_model import forward as model
+from minimodel.floor.byte_model.theory import practice_problems
 from minimodel.report import backward_answers
 
 MiB = 2**20
@@ -39,7 +41,7 @@ def bytes_answers(symbolic_table: pd.DataFrame, cpu_bytes: pd.DataFrame) -> dict
                        & (symbolic_table["B_c"] == block_c)]
     rows = []
     for (d, dtype), g in t.groupby(["d", "dtype"]):
-        naive_scheme = (contract.NAIVE_FP32_SOFTMAX_SCHEME if symbolic.DTYPE_BYTES[dtype] == 2
+        naive_scheme = (contract.NAIVE_FP32_SOFTMAX_SCHEME if model.DTYPE_BYTES[dtype] == 2
                         else contract.NAIVE_SCHEME)
         for naive_name in sorted({contract.NAIVE_SCHEME, naive_scheme}):
             naive = g[g["scheme"] == naive_name].set_index("N")["bytes"]
@@ -57,16 +59,16 @@ def bytes_answers(symbolic_table: pd.DataFrame, cpu_bytes: pd.DataFrame) -> dict
 def intensity_question(n: int = 8192, d: int = 128, b: int = contract.LAB_TILE[0],
                        dtype_bytes: int = 2) -> dict:
     """Lab 01 Q2, with the arithmetic laid out."""
-    naive = symbolic.model_bytes(contract.NAIVE_SCHEME, n, d, b, b, dtype_bytes)
-    flash = symbolic.model_bytes(contract.FLASH_SCHEME, n, d, b, b, dtype_bytes)
-    naive32 = symbolic.model_bytes(contract.NAIVE_FP32_SOFTMAX_SCHEME, n, d, b, b, dtype_bytes)
-    f = symbolic.flops(n, d)
+    naive = model.model_bytes(contract.NAIVE_SCHEME, n, d, b, b, dtype_bytes)
+    flash = model.model_bytes(contract.FLASH_SCHEME, n, d, b, b, dtype_bytes)
+    naive32 = model.model_bytes(contract.NAIVE_FP32_SOFTMAX_SCHEME, n, d, b, b, dtype_bytes)
+    f = model.flops(n, d)
     return {"N": n, "d": d, "B": b, "dtype_bytes": dtype_bytes, "flops": f,
             "naive_bytes": naive, "flash_bytes": flash, "naive_fp32_softmax_bytes": naive32,
             "intensity_naive": f / naive, "intensity_flash": f / flash,
             "ratio": naive / flash, "ratio_fp32_softmax": naive32 / flash,
-            "lab_ratio": (symbolic.bytes_naive(n, d, dtype_bytes)
-                           / symbolic.bytes_flash(n, d, b, b, dtype_bytes))}
+            "lab_ratio": (model.bytes_naive(n, d, dtype_bytes)
+                           / model.bytes_flash(n, d, b, b, dtype_bytes))}
 
 
 def gpu_answers(timing: dict, rows: pd.DataFrame) -> dict | None:
@@ -232,7 +234,7 @@ def collect(paths: dict) -> dict:
                 "benchmarks": bench},
         "bytes": bytes_answers(symbolic_rows, pd.read_csv(paths["cpu_bytes"])),
         "intensity": intensity_question(),
-        "practice": symbolic.practice_problems(),
+        "practice": practice_problems(),
         "correctness": {
             "backend": corr["backend"], "device": timing.get("device") or ceilings["device"],
             "all_passed": corr["all_passed"], "ran": corr["ran"], "skipped": corr["skipped"],

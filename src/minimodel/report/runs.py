@@ -2,7 +2,7 @@
 
 A folder is compared only when it is a run (it has `symbolic/`) and every file the comparison
 reads is what the manifests beside it vouch for: the output's bytes and size as its rule wrote
-them, the manifest unedited (`minimodel.provenance.reading.run_problems`). The code that made a
+them, the manifest unedited (`minimodel.floor.provenance.reading.run_problems`). The code that made a
 run is not asked about: a committed reference run was made by older code, on purpose, and a later
 change to this checkout must not break a comparison against it. A table that is vouched for but
 lacks a column the comparison needs (made by another version, or cut short) is named with the
@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from minimodel import contract
-from minimodel.provenance import project, reading
+from minimodel.floor import contract
+from minimodel.floor.provenance import project, reading
 
 # What a comparison reads of each run, relative to its results folder (the optional tables where a
 # run has them).

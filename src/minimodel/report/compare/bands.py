@@ -43,7 +43,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from minimodel import contract
+from minimodel.floor import contract
 from minimodel.report.compare import ratios
 
 CHANCE = 0.01  # a whole run's chance of one false alarm

@@ -3,7 +3,7 @@
     python -m minimodel compare results/                       # against the committed H200 reference
     python -m minimodel compare results/h200-rerun results/reference/nvidia-h200 --out cmp/
 
-Each part is judged by what should travel between machines (paths: `minimodel.contract`):
+Each part is judged by what should travel between machines (paths: `minimodel.floor.contract`):
 - symbolic (`symbolic/`): the closed forms and their tables are exact: identical.
 - CPU bytes (`cpu/bytes.csv`): the instrumented counts and the model do not depend on the
   machine: identical. torch.profiler's allocated bytes within PROFILER_TOLERANCE.
@@ -43,7 +43,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from minimodel import commands
+from minimodel.floor import commands
 from minimodel.report import runs
 from minimodel.report.compare.figure import write
 from minimodel.report.compare.rows import AGREE

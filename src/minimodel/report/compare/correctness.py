@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from minimodel import contract
+from minimodel.floor import contract
 from minimodel.report import runs
 from minimodel.report.compare.rows import (
     AGREE,

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from minimodel import contract
+from minimodel.floor import contract
 from minimodel.report.compare import bands, ratios, stats
 from minimodel.report.compare.rows import AGREE, DISAGREE, row
 

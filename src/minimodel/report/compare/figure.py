@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from minimodel.provenance import io
+from minimodel.floor.provenance import io
 from minimodel.report.compare import inputs, timing
 from minimodel.report.compare.rows import AGREE, DISAGREE, NOT_COMPARABLE
 
@@ -16,11 +16,12 @@ COLORS = {AGREE: "#4c9a2a", DISAGREE: "#c0392b", NOT_COMPARABLE: "#b0b0b0"}
 
 def figure(table: pd.DataFrame, verdict: dict):
     """Verdicts per part, and each timing ratio's change against its band."""
+    # not at the top: `python -m minimodel` imports this module for every command, and draws only here
     import matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import seaborn as sns
+    import matplotlib.pyplot as plt  # after the backend is chosen
+    import seaborn as sns  # as pyplot
 
     judged = table[table["part"] != inputs.NAME]
     fig, (left, right) = plt.subplots(1, 2, figsize=(13, 4.8), gridspec_kw={"width_ratios": [1, 1.6]})

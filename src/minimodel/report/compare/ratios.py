@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from minimodel import contract
+from minimodel.floor import contract
 
 KEY = list(contract.TIMING_KEY)  # a timing row's key, and its samples' (contract.TIMING_SAMPLES)
 POINT = [c for c in KEY if c != "impl"]  # a point of one pass

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from minimodel import contract
+from minimodel.floor import contract
 from minimodel.report import runs
 
 COLUMNS = ["part", "item", "metric", "run", "reference", "difference", "tolerance", "verdict", "rule",

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from minimodel import contract
+from minimodel.floor import contract
 from minimodel.report import runs
 from minimodel.report.compare import ratios
 from minimodel.report.compare.bands import MIN_SAMPLES

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from minimodel import contract
+from minimodel.floor import contract
 from minimodel.report import runs
 from minimodel.report.compare import bands, families, ratios, samples, stats
 from minimodel.report.compare.rows import (

@@ -2,7 +2,7 @@
 
 A part is a module of this package with
 - `NAME`: its rows' `part` (cpu_bytes adds a second, "cpu profiler");
-- `READS`: the files it reads of each run (`minimodel.contract`'s names; together they are the
+- `READS`: the files it reads of each run (`minimodel.floor.contract`'s names; together they are the
   contract's COMPARED_TABLES and COMPARED_MANIFESTS, which the compare rule waits for and
   `runs.check_run` checks against the run's manifests);
 - `TOLERANCES`: the tolerances verdict.json states for it (none for an exact part);

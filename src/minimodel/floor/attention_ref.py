@@ -73,9 +73,9 @@ def attn_naive(Q, K, V, causal: bool = False, sm_scale: float | None = None,
     so each step is one op, as theory 02 counts them (a causal mask adds one pass over S).
     fp32_softmax (default: for 2-byte dtypes, as the CPU stage measures it): S is upcast, the
     softmax runs in fp32 and P is cast back, as PyTorch's numerically careful code does, the
-    traffic `symbolic.naive_fp32_softmax_transfers` accounts for. False: the softmax reads S and
+    traffic `byte_model.forward.naive_fp32_softmax_transfers` accounts for. False: the softmax reads S and
     writes P in their own dtype (a CUDA softmax computes in fp32 in registers), the traffic of
-    `symbolic.naive_transfers`.
+    `byte_model.forward.naive_transfers`.
     """
     check_qkv(Q, K, V)
     *lead, n, d = Q.shape

@@ -1,6 +1,6 @@
 """What a stage shows on the console, and where the processes it starts write.
 
-`Progress` is `stage.progress` (`minimodel.provenance.manifest.stage`): a stream for tqdm bars and
+`Progress` is `stage.progress` (`minimodel.floor.provenance.manifest.stage`): a stream for tqdm bars and
 the stage's few console lines, written to the rule's log and the terminal alike. A bar is written
 as whole lines: its first state, then at most one line per `interval` seconds, then its last
 state. Snakemake's own lines (another process, on the same terminal) then never land in the
@@ -18,7 +18,7 @@ import re
 import time
 from collections.abc import Iterator
 
-from minimodel.provenance.project import RULE_LOG_ENV
+from minimodel.floor.provenance.project import RULE_LOG_ENV
 
 BAR_INTERVAL_S = 10.0
 

@@ -13,6 +13,7 @@ processes (below both, so that the contenders never reach up into the GPU stage 
 - `first_heads`: one checked call on a poisoned allocator, the first heads of what it returns.
 """
 
+import gc
 import logging
 import math
 import statistics
@@ -21,7 +22,7 @@ import time
 import torch
 import triton.testing
 
-from minimodel import contract
+from minimodel.floor import contract
 
 log = logging.getLogger(__name__)
 
@@ -65,8 +66,8 @@ class Sampler:
     current stream), the host's cost with `host_cost` (`host_ms`), then captures a CUDA graph of
     back-to-back calls on a stream of its own, as many as take about `sample_ms / REPLAYS` (without
     `rep_ms`, no eager time is taken). A
-    sample is the median time per call over REPLAYS replays of that graph: GPU time, with no
-    host time and no launch gap between calls in it. A call that cannot be captured is sampled
+    sample is the median time per call over up to REPLAYS replays of that graph (`replays`): GPU
+    time, with no host time and no launch gap between calls in it. A call that cannot be captured is sampled
     eagerly (`timing` = "eager": `bench_ms` over `sample_ms`).
     """
 
@@ -81,14 +82,20 @@ class Sampler:
             self.eager_ms = bench_ms(call, warmup_ms, rep_ms)
             self.host_ms = host_ms(call) if host_cost else None
             del call  # a backward's saved forward: the graph's own is built next
-        self.sample_ms, self.graph, self.call = sample_ms, None, None
+        self.sample_ms, self.graph, self.call, self.replay_ms = sample_ms, None, None, None
+        self.timing = "cuda_graph"
         try:
             self._capture(make)
-            self.timing = "cuda_graph"
+        except torch.OutOfMemoryError:
+            raise  # not a call that cannot be captured: the stage says out of memory, or retries alone
         except RuntimeError as err:  # not capturable: sampled eagerly
             first = str(err).splitlines()[0][:160] if str(err) else type(err).__name__
             log.warning("not capturable in a CUDA graph (%s): sampled eagerly", first)
-            self.graph, self.call, self.timing = None, make(), "eager"
+            self.timing = "eager"
+        if self.timing == "eager":
+            # outside the except: its traceback held the failed capture's call (a saved forward) alive
+            release_memory()
+            self.graph, self.call = None, make()
 
     def _capture(self, make) -> None:
         stream = torch.cuda.Stream()
@@ -105,6 +112,7 @@ class Sampler:
             end.synchronize()
             one = max(start.elapsed_time(end) / 3, 1e-4)
             self.calls = max(1, min(self.MAX_CALLS, round(self.sample_ms / self.REPLAYS / one)))
+            self.replay_ms = one * self.calls
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph, stream=stream):
                 for _ in range(self.calls):
@@ -112,18 +120,27 @@ class Sampler:
         torch.cuda.synchronize()
         self.graph, self.call = graph, fn  # the call holds what the graph reads (a saved forward)
 
+    def replays(self, warmup_ms: float) -> tuple[int, int]:
+        """(untimed, timed) replays of one sample: about `warmup_ms`, then about `sample_ms` in
+        at most REPLAYS replays, at least one each, by the graph's measured duration. A call longer
+        than `sample_ms / REPLAYS` fills a replay alone (naive attention at N = 16384: 90 ms), so
+        a count of replays fixed for the short calls would time it for seconds."""
+        warm = math.ceil(warmup_ms / self.replay_ms) if warmup_ms > 0 else 0
+        return warm, max(1, min(self.REPLAYS, round(self.sample_ms / self.replay_ms)))
+
     def sample(self, warmup_ms: float = 0.0) -> float:
-        """One sample: ms per call, the median over REPLAYS replays of the graph, after about
-        `warmup_ms` of untimed replays. On a GPU at its power limit the clocks follow the work of
-        the last tens of ms: the warm-up lets them settle on this call, not on whatever ran before
-        it (notes/timing.md)."""
+        """One sample: ms per call, the median over the replays of the graph (`replays`), after
+        about `warmup_ms` of untimed replays. On a GPU at its power limit the clocks follow the
+        work of the last tens of ms: the warm-up lets them settle on this call, not on whatever
+        ran before it (notes/timing.md)."""
         if self.graph is None:
             return bench_ms(self.call, warmup_ms, self.sample_ms)
-        for _ in range(math.ceil(warmup_ms / (self.sample_ms / self.REPLAYS))):
+        warm, timed = self.replays(warmup_ms)
+        for _ in range(warm):
             self.graph.replay()
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         times = []
-        for _ in range(self.REPLAYS):
+        for _ in range(timed):
             start.record()
             self.graph.replay()
             end.record()
@@ -134,6 +151,14 @@ class Sampler:
     def release(self) -> None:
         """Free the graph and what it holds."""
         self.graph = self.call = None
+
+
+def release_memory() -> None:
+    """Hand the device's unused memory back, once what only reference cycles held (a failed
+    call's traceback and its frames) is collected."""
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
 
 
 def graph_ms(make, rep_ms: float) -> float:

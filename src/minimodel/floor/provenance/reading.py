@@ -6,7 +6,7 @@ further on. `verify_manifest` is the check a stage makes of the rule that made i
 `run_problems` checks the outputs of a run folder against the manifests beside them, wherever
 that folder now lies: a run is compared after being copied or moved, and a committed reference
 run was made by older code, so only the bytes are asked about, not the code. `locate` finds
-where a recorded path lies now. `python -m minimodel verify` is `minimodel.provenance.verify`.
+where a recorded path lies now. `python -m minimodel verify` is `minimodel.floor.provenance.verify`.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import json
 import os
 from pathlib import Path, PurePosixPath
 
-from minimodel.provenance.io import sha256_file
+from minimodel.floor.provenance.io import sha256_file
 
 MANIFEST_NAME = "manifest.json"
 SELF_HASH = "manifest_sha256"

@@ -5,8 +5,8 @@ the online rescale at B_c = 1. A run's README states them (`report.results_readm
 
 from __future__ import annotations
 
-from minimodel.byte_model.forward import bytes_flash, bytes_naive, flops, model_bytes
-from minimodel.contract import FLASH_SCHEME, LAB_TILE, NAIVE_FP32_SOFTMAX_SCHEME, NAIVE_SCHEME
+from minimodel.floor.byte_model.forward import bytes_flash, bytes_naive, flops, model_bytes
+from minimodel.floor.contract import FLASH_SCHEME, LAB_TILE, NAIVE_FP32_SOFTMAX_SCHEME, NAIVE_SCHEME
 
 # Theory 02's problem 2: the shared memory one H100 block may use, as the theory states it
 THEORY_H100_SHARED_BYTES = 228 * 1024

@@ -26,8 +26,8 @@ from functools import cache
 
 import sympy as sp
 
-from minimodel import contract
-from minimodel.contract import (
+from minimodel.floor import contract
+from minimodel.floor.contract import (
     CONSISTENT_CONVENTION,
     FLASH_SCHEME,
     LAB_CONVENTION,

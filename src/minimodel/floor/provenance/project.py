@@ -19,7 +19,7 @@ from pathlib import Path
 
 # The folder holding the minimodel package (src/ in a checkout), and the checkout around it: the
 # project whose config, schema and committed reference runs are read; None for an installed copy.
-SRC = Path(__file__).resolve().parents[2]
+SRC = Path(__file__).resolve().parents[3]
 ROOT = SRC.parent if (SRC.parent / "workflow" / "Snakefile").is_file() else None
 # The rule's log, for processes a stage starts (a contender's child appends its output there):
 # set by `provenance.manifest.stage` for the stage's duration.

@@ -4,15 +4,16 @@ Each rule's script runs inside `stage(snakemake)`. When the script finishes, the
 the rule's `manifest.json` beside its outputs, recording:
 - every output: path, sha256, size;
 - every input: the data files, the script, and every module of `minimodel` the rule's code
-  depends on (`code_closure`, the list the workflow also gives Snakemake), each with its sha256;
+  depends on (`code.code_closure`, the list the workflow also gives Snakemake), each with its
+  sha256;
 - the rule, its command, its parameters (the config values it used), the environment
-  (`minimodel.provenance.machine.environment`: software, CPU, GPU, host, SLURM job), the git
+  (`minimodel.floor.provenance.machine.environment`: software, CPU, GPU, host, SLURM job), the git
   commit with a dirty flag, and the start and end times.
 
 Each manifest also records its own path and a sha256 of its own content (`manifest_sha256`),
 so an edited manifest, the run-level one under `verify/` included, is detected.
 
-`python -m minimodel verify results/` (`minimodel.provenance.verify`) re-hashes everything the
+`python -m minimodel verify results/` (`minimodel.floor.provenance.verify`) re-hashes everything the
 manifests under the folder record, and tells damage (a file of the run whose bytes changed, or a
 missing one: exit 1) from staleness (code or another input from outside the run changed since:
 exit 0, 1 with `--strict`). It checks bytes and code, not whether the config changed: Snakemake
@@ -23,28 +24,28 @@ manifest (the nearest `manifest.json` at or above the input's folder) and refuse
 stale input, naming it and the rule that made it. It then removes that manifest, which no
 longer vouches for its outputs, so the next `snakemake` re-runs the rule that owns it.
 
-Outputs are written through `minimodel.provenance.io`: complete or not at all. Reading a manifest
-(its shape, its own hash) and the check of one manifest are in `minimodel.provenance.reading`.
+Outputs are written through `minimodel.floor.provenance.io`: complete or not at all. Reading a
+manifest (its shape, its own hash) and the check of one manifest are in
+`minimodel.floor.provenance.reading`; a rule's code, and the commit it came from, in
+`minimodel.floor.provenance.code`.
 """
 
 from __future__ import annotations
 
-import ast
 import contextlib
 import datetime as dt
-import functools
 import logging
 import os
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from minimodel.provenance import console
-from minimodel.provenance.io import remove_stale_temporaries, sha256_file, write_json
-from minimodel.provenance.machine import NoUsableGPU, environment
-from minimodel.provenance.project import ConfigTooLarge, inside
-from minimodel.provenance.reading import (
+from minimodel.floor.provenance import console
+from minimodel.floor.provenance.code import check_code_tree, git_state, imported_modules
+from minimodel.floor.provenance.io import remove_stale_temporaries, sha256_file, write_json
+from minimodel.floor.provenance.machine import NoUsableGPU, environment
+from minimodel.floor.provenance.project import ConfigTooLarge, inside
+from minimodel.floor.provenance.reading import (
     MANIFEST_NAME,
     SELF_HASH,
     ProvenanceError,
@@ -56,88 +57,7 @@ from minimodel.provenance.reading import (
     verify_manifest,
 )
 
-PACKAGE = "minimodel"
-
 log = logging.getLogger(__name__)
-
-
-@functools.cache
-def _imported_names(source: bytes) -> tuple[str, ...]:
-    """The package's names a Python source imports (anywhere in it, functions too). Cached by the
-    source: the rules of a Snakefile share most of their modules, and parsing each again for every
-    rule took a fifth of a Snakemake start (docs/testing.md)."""
-    found = []
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.ImportFrom) and node.module:
-            found += [node.module] + [f"{node.module}.{a.name}" for a in node.names]
-        elif isinstance(node, ast.Import):
-            found += [a.name for a in node.names]
-    return tuple(name for name in found if name.split(".")[0] == PACKAGE)
-
-
-def _imports(path: Path, src: Path) -> set[Path]:
-    """Files of the package that a Python file imports directly (anywhere in it, functions too)."""
-    found = set()
-    for name in _imported_names(path.read_bytes()):
-        parts = name.split(".")
-        for depth in range(1, len(parts) + 1):  # a module and every package above it
-            rel = Path(*parts[1:depth]) if depth > 1 else Path()
-            for candidate in (src / rel.with_suffix(".py") if depth > 1 else None,
-                              src / rel / "__init__.py"):
-                if candidate is not None and candidate.exists():
-                    found.add(candidate)
-    return found
-
-
-def code_closure(script: str | os.PathLike, src: str | os.PathLike = Path("src") / PACKAGE) -> list[str]:
-    """A rule's code: its script and every module of the package it imports, followed through.
-
-    The one code-dependency tracker: the workflow lists these files as each rule's `code`
-    inputs (so editing a module re-runs exactly the rules that use it), and `stage()` records
-    them in the manifest, after checking that every module the script really imported is among
-    them.
-    """
-    src = Path(src)
-    todo, seen = [Path(script)], set()
-    while todo:
-        path = todo.pop()
-        if path not in seen:
-            seen.add(path)
-            todo.extend(_imports(path, src))
-    seen.add(src / "__init__.py")
-    return sorted(str(p) for p in seen)
-
-
-def imported_modules() -> list[Path]:
-    """Source files of every `minimodel` module loaded in this process."""
-    files = set()
-    for name, module in list(sys.modules.items()):
-        if name == PACKAGE or name.startswith(PACKAGE + "."):
-            file = getattr(module, "__file__", None)
-            if file and file.endswith(".py"):
-                files.add(Path(file).resolve())
-    return sorted(files)
-
-
-def git_state(root: str | os.PathLike = ".") -> dict:
-    """The commit the code came from, and whether tracked files differ from it.
-
-    MINIMODEL_GIT_COMMIT, when set, names the commit and wins over the tree's own .git: a copy
-    of the tree sent to a cluster node or a lent GPU may carry none, or a stale one. What that
-    .git says is kept beside it under "checkout".
-    """
-    def git(*args):
-        return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True,
-                              check=True).stdout.strip()
-    try:
-        found = {"commit": git("rev-parse", "HEAD"),
-                 "dirty": bool(git("status", "--porcelain", "--untracked-files=no"))}
-    except (OSError, subprocess.CalledProcessError):
-        found = {"commit": None, "dirty": None}
-    if os.environ.get("MINIMODEL_GIT_COMMIT"):
-        return {"commit": os.environ["MINIMODEL_GIT_COMMIT"], "dirty": None,
-                "source": "MINIMODEL_GIT_COMMIT", "checkout": found}
-    return found
 
 
 def _now() -> str:
@@ -197,22 +117,6 @@ class Stage:
     def __init__(self, progress=None):
         self.extra: dict = {}
         self.progress = progress
-
-
-def check_code_tree(root: str | os.PathLike = ".") -> None:
-    """Refuse to run when `minimodel` was imported from anywhere but this checkout's `src/`.
-
-    An editable install from another checkout (or a plain install) would run other code than
-    the files Snakemake tracks here, and the manifest would hash that other code.
-    """
-    expected = (Path(root) / "src" / PACKAGE).resolve()
-    if not expected.is_dir():
-        return  # not run from a checkout: nothing to compare with
-    actual = Path(sys.modules[PACKAGE].__file__).resolve().parent
-    if actual != expected:
-        raise ProvenanceError(f"this checkout's code is {expected}, but Python imported {PACKAGE} "
-                              f"from {actual}; run the workflow through its Snakefile (which puts "
-                              f"{expected.parent} first on PYTHONPATH) or set PYTHONPATH={expected.parent}")
 
 
 @contextlib.contextmanager

@@ -1,7 +1,7 @@
 """What machine a stage ran on: CPU, GPU, software, cluster job; and demanding a usable GPU.
 
-`environment()` is what every manifest records (`minimodel.provenance.manifest`): Python and the versions
-of the packages that make the numbers, a sha256 of the whole installed package set, the CPU, the
+`environment()` is what every manifest records (`minimodel.floor.provenance.manifest`): Python and
+the versions of the packages that make the numbers, a sha256 of the whole installed package set, the CPU, the
 GPU with its driver, CUDA runtime, cuDNN, compute capability and clocks, the host name and, inside
 a SLURM job, the job's id, name, partition and nodes.
 
@@ -45,6 +45,7 @@ def cpu_description() -> str:
 def device_description() -> str:
     """The accelerator that torch sees, or the CPU when there is none."""
     try:
+        # not at the top: the Snakefile's process imports this module, and no torch
         import torch
 
         if torch.cuda.is_available():
@@ -83,6 +84,7 @@ def _nvidia_smi(*fields: str) -> list[str] | None:
 def gpu() -> dict | None:
     """The first CUDA device: name, capability, memory, driver, CUDA runtime, cuDNN, clocks."""
     try:
+        # not at the top: the Snakefile's process imports this module, and no torch
         import torch
     except ImportError:
         return None
@@ -109,6 +111,7 @@ def gpu() -> dict | None:
 def device_l2_bytes() -> int | None:
     """The L2 cache of the first CUDA device as CUDA reports it (60 MiB on the H200); None without
     one. The byte model assumes the config's symbolic.l2_bytes instead: the GPU stages record both."""
+    # not at the top: the Snakefile's process imports this module, and no torch
     import torch
 
     return int(torch.cuda.get_device_properties(0).L2_cache_size) if torch.cuda.is_available() else None
@@ -151,6 +154,7 @@ class NoUsableGPU(RuntimeError):
 def cuda_problem() -> str | None:
     """Why torch cannot use a CUDA device here, or None when it can."""
     try:
+        # not at the top: the Snakefile's process imports this module, and no torch
         import torch
     except ImportError:
         return "torch is not installed"

@@ -1,6 +1,6 @@
 """The closed-form byte model of the attention backward (notes/backward.md), as `forward` is the
 forward's: a per-step list of the reads and writes that cross the slow-memory boundary, summed
-with sympy (stage 1 writes it as tables, `minimodel.symbolic_backward`).
+with sympy (stage 1 writes it as tables, `minimodel.symbolic`).
 
 The passes (`contract.DIRECTIONS`): the backward alone, and forward + backward (the forward's
 consistent sum, `forward.naive_transfers` or `flash_transfers`, plus the log-sum-exp the flash
@@ -48,10 +48,10 @@ from functools import cache
 
 import sympy as sp
 
-from minimodel import contract
-from minimodel.byte_model import forward
-from minimodel.byte_model.forward import B_c, B_r, N, Transfer, d
-from minimodel.contract import FLASH_SCHEME, NAIVE_SCHEME
+from minimodel.floor import contract
+from minimodel.floor.byte_model import forward
+from minimodel.floor.byte_model.forward import B_c, B_r, N, Transfer, d
+from minimodel.floor.contract import FLASH_SCHEME, NAIVE_SCHEME
 
 F32 = sp.Integer(4)  # LSE, D and the dQ accumulator
 SCHEMES = (NAIVE_SCHEME, FLASH_SCHEME)

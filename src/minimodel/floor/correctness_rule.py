@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from minimodel.attention_ref import reference_attn
+from minimodel.floor.attention_ref import reference_attn
 
 ABS_FLOOR = 1e-3
 TORCH_MULTIPLE = 2.0

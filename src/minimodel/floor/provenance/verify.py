@@ -26,9 +26,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from minimodel import commands
-from minimodel.provenance.io import sha256_file
-from minimodel.provenance.reading import (
+from minimodel.floor import commands
+from minimodel.floor.provenance.io import sha256_file
+from minimodel.floor.provenance.reading import (
     MANIFEST_NAME,
     ProvenanceError,
     find_manifests,

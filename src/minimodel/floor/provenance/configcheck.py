@@ -8,7 +8,7 @@ syntax error, which Snakemake's loader drops.
 The schema sets no defaults (config/config.yaml holds every one, and is always loaded first), so
 unlike Snakemake's `validate(set_default=True)` nothing is filled in here.
 
-    python -m minimodel.provenance.configcheck my.yaml   # check a config before a run
+    python -m minimodel.floor.provenance.configcheck my.yaml   # check a config before a run
 
 `load_config` gives code outside the workflow (tools/, `python -m minimodel.symbolic`) the config
 a run would get: the project's config/config.yaml, each --configfile over it, validated.
@@ -26,7 +26,7 @@ from pathlib import Path
 import jsonschema
 import yaml
 
-from minimodel.provenance import project
+from minimodel.floor.provenance import project
 
 SCHEMA = project.root() / project.SCHEMA
 

@@ -1,0 +1,264 @@
+"""The backward's dK/dV kernel for Hopper (sm_90) in Gluon, warp-specialized as FlashAttention-3's
+(issue 39, steps 2 and 3). One program per (128 keys, batch, K/V head), three partitions:
+
+- `_produce` (the default partition, one warpgroup cut to few registers): K and V once, then
+  Q and dO of every query tile through TMA, and its LSE and D by plain loads, into a ring of
+  STAGES stages;
+- `_mma` twice (two warpgroups with most of the registers), consumer w owning keys
+  [64w, 64w + 64) of the block: dK and dV in registers for the whole loop.
+
+A step, in transposed form (keys as the rows of every warpgroup MMA, as `gluon_backward`):
+    Sᵀ = K Qᵀ,  dPᵀ = V dOᵀ,  Pᵀ = exp2(Sᵀ·scale·log2 e − LSE·log2 e),
+    dV += Pᵀ dO,  dSᵀ = Pᵀ ∘ (dPᵀ − D),  dK += dSᵀ Q        (Pᵀ, dSᵀ from registers)
+and with DQ_ATOMIC the fifth GEMM, dQ = dS K: each consumer writes its dSᵀ rows to a shared
+buffer (double-buffered), both wait for the other's, and each computes half of the query tile's
+dQ over all 128 keys (half the head dim, or half the rows where the tile has 128), then adds it,
+times the softmax scale, to a float32 dQ with atomic adds. Those adds make dQ's last bits depend
+on their order: without DQ_ATOMIC the kernel writes only dK and dV and the tl dQ pass runs after
+it (`backward.arguments`), deterministic, as `gluon_backward`.
+
+Rows past N: Q, dO, K, V read as zeros (4-D descriptors, bounded per head); LSE and D, which the
+producer's warpgroup loads itself (`_rows`: a TMA coordinate must be 16-byte aligned, which a
+(B·H·N)-flat float32 row is not where N % 4 != 0), read as zeros too; those query columns get
+P = 0 (masked), so dS = 0 and they add nothing. Keys past N get P = 0 too (their
+dS would meet a zero K row in dQ, but P need not be finite there). Gluon has no interpreter: this
+runs compiled on sm_90 only (`bwd_config.gluon_ok`), or compiles for sm_90 on a CPU
+(tools/bwd_ws_report.py).
+"""
+
+# no `from __future__ import annotations`: an aggregate checks its fields against their annotations
+
+import torch
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
+    mbarrier,
+    tma,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+from minimodel.kernel.gluon_backward import KeyBlock
+from minimodel.kernel.gluon_bwd_ring import ROW_TMA_LAYOUT, Config, Descriptors, Grads, Ring
+from minimodel.kernel.hopper import _descriptor
+from minimodel.kernel.launch import LOG2E, grid
+
+_LOG2E = gl.constexpr(LOG2E)
+WARPS = 12  # a producer warpgroup and two MMA warpgroups: `BwdConfig.num_warps_kv` of this kernel
+MMA_REGS = gl.constexpr(240)  # registers per MMA thread: 2·128·240 + 128·24 (the producer's) <= 65,536
+MAX_ROWS = 2**31  # with ROWS_TMA, LSE and D are addressed as one (B·H·N) axis by 32-bit TMA coordinates
+
+
+@gluon.jit
+def _rows(d: Descriptors, ring: Ring, blk: KeyBlock, h, start_m, s, C: Config):
+    """LSE and D of the step's query rows into stage s, by the producer's plain loads (one value
+    a thread; 0 past N). Not by TMA: a 1-D copy's coordinate (B·H·N-flat, float32) must be a
+    multiple of 4, i.e. 16 bytes, which a ragged N breaks, and an unaligned one is an illegal
+    instruction on sm_90 (`ROWS_TMA`)."""
+    cols = start_m + gl.arange(0, C.BLOCK_M, layout=C.row_layout)
+    base = (blk.b.to(gl.int64) * blk.H + h) * blk.N  # 64-bit: B·H·N may pass 2³¹
+    inside = cols < blk.N
+    ring.lse.index(s).store(gl.load(d.lse + base + cols, mask=inside, other=0.0))
+    ring.delta.index(s).store(gl.load(d.delta + base + cols, mask=inside, other=0.0))
+
+
+@gluon.jit
+def _produce(d: Descriptors, ring: Ring, blk: KeyBlock, total, C: Config):
+    """K and V once, then the step's Q, dO (TMA) and LSE, D (loads) into stage t % STAGES once both
+    MMA warpgroups have released it (on the first pass the fresh barriers count as released)."""
+    mbarrier.expect(ring.kv_ready, 2 * d.k.block_type.nbytes)
+    tma.async_copy_global_to_shared(d.k, [blk.b, blk.h_kv, blk.start_n, 0], ring.kv_ready, ring.k)
+    tma.async_copy_global_to_shared(d.v, [blk.b, blk.h_kv, blk.start_n, 0], ring.kv_ready, ring.v)
+    for t in range(total):
+        s = t % C.STAGES
+        mbarrier.wait(ring.empty.index(s), ((t // C.STAGES) & 1) ^ 1)
+        h, start_m = blk.query(t, C)
+        bar = ring.ready.index(s)
+        if C.ROWS_TMA:  # the first design: illegal where a row's coordinate is not 16-byte aligned
+            row = (blk.b * blk.H + h) * blk.N + start_m
+            mbarrier.expect(bar, 2 * d.q.block_type.nbytes + 2 * d.lse.block_type.nbytes)
+        else:
+            mbarrier.expect(bar, 2 * d.q.block_type.nbytes)  # the first of the step's two arrivals
+        tma.async_copy_global_to_shared(d.q, [blk.b, h, start_m, 0], bar, ring.q.index(s))
+        tma.async_copy_global_to_shared(d.do, [blk.b, h, start_m, 0], bar, ring.do.index(s))
+        if C.ROWS_TMA:
+            tma.async_copy_global_to_shared(d.lse, [row], bar, ring.lse.index(s))
+            tma.async_copy_global_to_shared(d.delta, [row], bar, ring.delta.index(s))
+        else:
+            _rows(d, ring, blk, h, start_m, s, C)  # while Q and dO are in flight
+            gl.thread_barrier()  # every producer thread has stored its rows before one arrives
+            mbarrier.arrive(bar, count=1)
+
+
+@gluon.jit
+def _probabilities(st, lse, blk: KeyBlock, start_m, qk_scale, WG: gl.constexpr, C: Config):
+    """Pᵀ of this warpgroup's keys; 0 where a query is past N, (causal) before the key, or the key
+    is past N. Only the diagonal band and the ragged tiles build the mask."""
+    pt = gl.exp2(st * qk_scale - gl.expand_dims(lse, 0))
+    first_key = blk.start_n + WG * C.WG_KEYS
+    if (start_m < blk.band_end) | (start_m + C.BLOCK_M > blk.N) | (first_key + C.WG_KEYS > blk.N):
+        cols = gl.expand_dims(start_m + gl.arange(0, C.BLOCK_M, layout=C.col_layout), 0)
+        keys = gl.expand_dims(first_key + gl.arange(0, C.WG_KEYS, layout=C.key_layout), 1)
+        valid = (cols < blk.N) & (keys < blk.N)
+        if C.IS_CAUSAL:
+            valid = valid & (cols >= keys)
+        pt = gl.where(valid, pt, 0.0)
+    return pt
+
+
+@gluon.jit
+def _dq_mma(ring: Ring, t, ds16, WG: gl.constexpr, C: Config):
+    """Hand this warpgroup's dSᵀ rows to the other one through ds[t % 2]; once both halves are
+    there, issue this warpgroup's share of dQ = dS K, asynchronously."""
+    buf = ring.ds.index(t % 2)
+    buf.slice(WG * C.WG_KEYS, C.WG_KEYS).store(ds16)
+    fence_async_shared()  # this thread's generic-proxy stores, before any MMA reads them
+    gl.thread_barrier()  # every thread of this warpgroup has stored before one thread arrives
+    mbarrier.arrive(ring.ds_ready.index(t % 2), count=1)
+    mbarrier.wait(ring.ds_ready.index(t % 2), (t // 2) & 1)
+    if C.DQ_ROWS:  # half the rows, every column
+        a = buf.slice(WG * C.DQ_M, C.DQ_M, dim=1).permute((1, 0))
+        b = ring.k
+    else:  # every row, half the columns
+        a = buf.permute((1, 0))
+        b = ring.k.slice(WG * C.DQ_N, C.DQ_N, dim=1)
+    zeros = gl.zeros([C.DQ_M, C.DQ_N], gl.float32, C.dq_layout)
+    return warpgroup_mma(a, b, zeros, use_acc=False, is_async=True)
+
+
+@gluon.jit
+def _dq_add(dq, g: Grads, blk: KeyBlock, h, start_m, WG: gl.constexpr, C: Config):
+    """Add scale · this share of dQ to g.dq (float32, contiguous (B, H, N, d)); rows past N are not."""
+    if C.DQ_ROWS:
+        row0 = start_m + WG * C.DQ_M
+        col0 = 0
+    else:
+        row0 = start_m
+        col0 = WG * C.DQ_N
+    r = gl.expand_dims(gl.arange(0, C.DQ_M, layout=gl.SliceLayout(1, C.dq_layout)), 1)
+    c = gl.expand_dims(gl.arange(0, C.DQ_N, layout=gl.SliceLayout(0, C.dq_layout)), 0)
+    base = g.dq + ((blk.b.to(gl.int64) * blk.H + h) * blk.N + row0) * C.HEAD_DIM + col0
+    if start_m + C.BLOCK_M <= blk.N:  # only the ragged tile pays for the mask (and its registers)
+        gl.atomic_add(base + r * C.HEAD_DIM + c, dq * g.sm_scale, sem="relaxed")
+    else:
+        gl.atomic_add(base + r * C.HEAD_DIM + c, dq * g.sm_scale, mask=r < blk.N - row0, sem="relaxed")
+
+
+@gluon.jit
+def _store_rows(ptr, acc, blk: KeyBlock, WG: gl.constexpr, C: Config):
+    """This warpgroup's rows of dK or dV (contiguous (B, H_kv, N, d)) by plain stores: the other
+    warpgroup may still read K and V in shared memory. Rows past N are dropped."""
+    first = blk.start_n + WG * C.WG_KEYS
+    r = gl.expand_dims(gl.arange(0, C.WG_KEYS, layout=gl.SliceLayout(1, C.acc_layout)), 1)
+    c = gl.expand_dims(gl.arange(0, C.HEAD_DIM, layout=gl.SliceLayout(0, C.acc_layout)), 0)
+    base = ptr + ((blk.b.to(gl.int64) * (blk.H // blk.GROUP) + blk.h_kv) * blk.N + first) * C.HEAD_DIM
+    inside = (first + r < blk.N) & (c < C.HEAD_DIM)  # the column test only makes the mask 2-D
+    gl.store(base + r * C.HEAD_DIM + c, acc.to(C.dtype), mask=inside)
+
+
+@gluon.jit
+def _mma(ring: Ring, blk: KeyBlock, total, g: Grads, WG: gl.constexpr, C: Config):
+    """MMA warpgroup WG: dK, dV of keys [64·WG, 64·WG + 64) of the block, over every step; the
+    stage is released once this warpgroup's GEMMs that read it are done."""
+    k = ring.k.slice(WG * C.WG_KEYS, C.WG_KEYS)
+    v = ring.v.slice(WG * C.WG_KEYS, C.WG_KEYS)
+    dk = gl.zeros([C.WG_KEYS, C.HEAD_DIM], gl.float32, C.acc_layout)
+    dv = gl.zeros([C.WG_KEYS, C.HEAD_DIM], gl.float32, C.acc_layout)
+    mbarrier.wait(ring.kv_ready, 0)
+    for t in range(total):
+        s = t % C.STAGES
+        mbarrier.wait(ring.ready.index(s), (t // C.STAGES) & 1)
+        q = ring.q.index(s)
+        do = ring.do.index(s)
+        zeros = gl.zeros([C.WG_KEYS, C.BLOCK_M], gl.float32, C.st_layout)
+        st = warpgroup_mma(k, q.permute((1, 0)), zeros, use_acc=False, is_async=True)
+        # dPᵀ accumulates onto −D, so dPᵀ − D comes out of the MMA: in transposed form D is a value
+        # per column, BLOCK_M / 4 registers a thread, which the loop has no room to keep (LSE too,
+        # read from shared memory only where it is used)
+        delta = ring.delta.index(s).load(C.col_layout)
+        dpt = warpgroup_mma(v, do.permute((1, 0)), zeros - gl.expand_dims(delta, 0), is_async=True)
+        h, start_m = blk.query(t, C)
+        st = warpgroup_mma_wait(1, deps=[st])  # Sᵀ done; dPᵀ runs on under the exponentials
+        lse = ring.lse.index(s).load(C.col_layout) * _LOG2E
+        pt = _probabilities(st, lse, blk, start_m, g.qk_scale, WG, C)
+        p16 = gl.convert_layout(pt.to(C.dtype), C.op_layout)
+        dv = warpgroup_mma(p16, do, dv, is_async=True)
+        dpt, dv, p16 = warpgroup_mma_wait(0, deps=[dpt, dv, p16])  # frees Pᵀ's registers for dSᵀ
+        dst = (pt * dpt).to(C.dtype)
+        ds16 = gl.convert_layout(dst, C.op_layout)
+        dk = warpgroup_mma(ds16, q, dk, is_async=True)
+        if C.DQ_ATOMIC:
+            dq = _dq_mma(ring, t, dst, WG, C)
+            dk, dq, ds16 = warpgroup_mma_wait(0, deps=[dk, dq, ds16])
+            mbarrier.arrive(ring.empty.index(s), count=1)
+            _dq_add(dq, g, blk, h, start_m, WG, C)
+        else:
+            dk, ds16 = warpgroup_mma_wait(0, deps=[dk, ds16])
+            mbarrier.arrive(ring.empty.index(s), count=1)
+    _store_rows(g.dk, dk * g.sm_scale, blk, WG, C)
+    _store_rows(g.dv, dv, blk, WG, C)
+
+
+@gluon.jit(do_not_specialize=["H", "N", "GROUP"])
+def _bwd_dkdv_ws(q_desc, do_desc, k_desc, v_desc, lse, delta, dk_ptr, dv_ptr, dq_ptr, qk_scale,
+                 sm_scale, H, N, GROUP, BLOCK_M: gl.constexpr, STAGES: gl.constexpr,
+                 IS_CAUSAL: gl.constexpr, DQ_ATOMIC: gl.constexpr, ROWS_TMA: gl.constexpr,
+                 WORKER_REGS: gl.constexpr):
+    """dK, dV (and with DQ_ATOMIC dQ's share) of 128 keys of one (batch, K/V head), summed over
+    its GROUP query heads. lse, delta: float32 pointers, or with ROWS_TMA 1-D descriptors.
+    WORKER_REGS: each MMA warpgroup's registers after setmaxnreg (`MMA_REGS`)."""
+    C = Config(BLOCK_M, k_desc.block_type.shape[2], k_desc.block_type.shape[3], STAGES, IS_CAUSAL, DQ_ATOMIC,
+               k_desc.dtype, ROWS_TMA)
+    blk = KeyBlock.create(H, N, GROUP, C)
+    total = blk.tiles * GROUP
+    ring = Ring.create(C)
+    descs = Descriptors(q_desc, do_desc, k_desc, v_desc, lse, delta)
+    g = Grads(dk_ptr, dv_ptr, dq_ptr, qk_scale, sm_scale)
+    gl.warp_specialize([
+        (_produce, (descs, ring, blk, total, C)),
+        (_mma, (ring, blk, total, g, 0, C)),
+        (_mma, (ring, blk, total, g, 1, C)),
+    ], [4, 4], [WORKER_REGS, WORKER_REGS])
+
+
+def _rows_descriptor(t: torch.Tensor, rows: int):
+    """A 1-D descriptor over a contiguous float32 (B, H, N): `rows` values a copy (ROWS_TMA)."""
+    flat = t.view(-1)
+    return TensorDescriptor(flat, [flat.numel()], [1], [rows], ROW_TMA_LAYOUT)
+
+
+def rows_tma_ok(q: torch.Tensor) -> bool:
+    """Whether LSE and D may come by 1-D TMA (`ROWS_TMA`): every step's coordinate (b·H + h)·N +
+    start_m is 16-byte aligned (N % 4 = 0), and below 2³¹."""
+    return q.shape[2] % 4 == 0 and q.shape[0] * q.shape[1] * q.shape[2] < MAX_ROWS
+
+
+def dkdv_launch(q, k, v, do, dq, dk, dv, lse, delta, scale: float, cfg, causal: bool, rows_tma: bool = False,
+                worker_regs: int | None = None):
+    """(kernel, grid, arguments, launch options) of the dK/dV launch for `cfg` (a `BwdConfig`
+    with GLUON and num_warps_kv = `WARPS`: BLOCK_M1 query rows per step, 128 keys per program,
+    num_stages_kv ring stages; ATOMIC_DQ: dq is the zeroed float32 accumulator the kernel adds
+    scale · dS K to). q, k, v, do must be readable by TMA (`bwd_config.gluon_ok`); lse, delta,
+    dq, dk, dv contiguous. rows_tma: LSE and D by 1-D TMA, the first design, kept to bisect on a
+    GPU (tools/bwd_ws_bisect.py); raises where `rows_tma_ok` does not hold (an illegal instruction
+    on sm_90 otherwise). worker_regs: the MMA warpgroups' registers (default `MMA_REGS`), to bisect."""
+    B, H, N, _ = q.shape
+    H_kv = k.shape[1]
+    rows = cfg.BLOCK_M1
+    if rows_tma:
+        if not rows_tma_ok(q):
+            raise ValueError(f"rows_tma needs N % 4 = 0 and B·H·N < 2³¹, got (B, H, N) = {(B, H, N)}")
+        lse = lse if lse.data_ptr() % 16 == 0 else lse.clone()  # TMA needs a 16-byte aligned base
+        lse_arg, delta_arg = _rows_descriptor(lse, rows), _rows_descriptor(delta, rows)
+    else:
+        lse_arg, delta_arg = lse, delta
+    args = dict(q_desc=_descriptor(q, rows), do_desc=_descriptor(do, rows),
+                k_desc=_descriptor(k, cfg.BLOCK_N1), v_desc=_descriptor(v, cfg.BLOCK_N1),
+                lse=lse_arg, delta=delta_arg,
+                dk_ptr=dk, dv_ptr=dv, dq_ptr=dq, qk_scale=scale * LOG2E, sm_scale=scale, H=H, N=N,
+                GROUP=H // H_kv, BLOCK_M=cfg.BLOCK_M1, STAGES=cfg.num_stages_kv, IS_CAUSAL=bool(causal),
+                DQ_ATOMIC=bool(cfg.ATOMIC_DQ), ROWS_TMA=bool(rows_tma),
+                WORKER_REGS=worker_regs or MMA_REGS.value)
+    return _bwd_dkdv_ws, grid(N, B * H_kv, cfg.BLOCK_N1), args, {"num_warps": 4}

@@ -1,0 +1,107 @@
+"""The warp-specialized Gluon dK/dV kernel (`minimodel.kernel.gluon_bwd_ws`) compiled for sm_90 on a
+machine without a GPU: registers per partition, spills, shared memory, the instructions that say
+the schedule is there.
+
+    python tools/bwd_ws_report.py                          # each configuration the GPU run checks
+    python tools/bwd_ws_report.py --d 128 --m 64 --stages 2 --causal --atomic
+    python tools/bwd_ws_report.py --case 64,1,0 --case 128,0,1   # (d, causal, atomic dQ) cases
+    python tools/bwd_ws_report.py --json out.json          # also write the rows
+
+With warp specialization the cubin's register count is the launch's (65,536 / 384 threads,
+rounded down to 8: 168): each partition then moves to its own with `setmaxnreg`, which ptxas
+compiles it under. So the register split is read from the SASS (`USETMAXREG`), spills from
+cuobjdump's stack size and from ptxas's local-memory instructions (`STL`/`LDL`), as
+tools/kernel_report.py reads the forward. Nothing runs.
+"""
+
+import argparse
+import collections
+import json
+import re
+import sys
+from dataclasses import replace
+
+import compiled_entry  # noqa: F401 (first: Triton's compiler, whatever the device)
+import kernel_report
+import torch
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.experimental.gluon._runtime import GluonASTSource
+
+from minimodel.kernel.bwd_config import gluon_ws_config
+from minimodel.kernel.gluon_bwd_ws import dkdv_launch
+
+# (d, causal, ATOMIC_DQ) of `gluon_ws_config`: what tools/bwd_gluon_gpu.py checks and times
+DEFAULT = [(d, causal, atomic) for d in (64, 128) for causal in (False, True) for atomic in (False, True)]
+# warpgroup MMAs, exp2, fp32 reductions to global memory (the atomics into dQ), mbarrier operations,
+# CTA barriers, local-memory stores and loads (spills), TMA loads
+OPCODES = ("HGMMA", "MUFU", "REDG", "SYNCS", "BAR", "STL", "LDL", "UTMALDG")
+_TYPES = {torch.float16: "*fp16", torch.bfloat16: "*bf16", torch.float32: "*fp32"}
+
+
+def compile_ws(cfg, d: int, causal: bool, dtype=torch.float16, n: int = 4096, arch: int = 90):
+    """Triton's compiled kernel of `dkdv_launch` for `cfg` on a contiguous (1, 1, n, d) problem."""
+    t = torch.empty(1, 1, n, d, dtype=dtype)
+    rows = torch.empty(1, 1, n, dtype=torch.float32)
+    dq = torch.empty(1, 1, n, d, dtype=torch.float32 if cfg.ATOMIC_DQ else dtype)
+    kernel, _, args, options = dkdv_launch(t, t, t, t, dq, t, t, rows, rows, 0.125, cfg, causal)
+    types = {k: (_TYPES[v.dtype] if isinstance(v, torch.Tensor) else kernel_report._as_types({k: v})[k])
+             for k, v in args.items()}
+    signature, constants, attrs = kernel_report._signature(kernel, types)
+    source = GluonASTSource(kernel, signature, constants, attrs)
+    return triton.compile(source, target=GPUTarget("cuda", arch, 32), options=options)
+
+
+def report(cfg, d: int, causal: bool, dtype=torch.float16) -> dict:
+    """Registers (the launch's, and each partition's after setmaxnreg), spill bytes, shared bytes, counts."""
+    compiled = compile_ws(cfg, d, causal, dtype)
+    cubin = compiled.asm["cubin"]
+    usage = kernel_report._cuobjdump(cubin, "--dump-resource-usage")
+    sass = kernel_report._cuobjdump(cubin, "--dump-sass")
+    ops = collections.Counter(m.group(1).split(".")[0] for m in
+                              re.finditer(r"/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", sass))
+    maxnreg = sorted({int(x) for x in re.findall(r"setmaxnreg\.\w+\.sync\.aligned\.u32\s+(\d+)",
+                                                 compiled.asm["ptx"])})
+    return {"d": d, "causal": causal, "BLOCK_M1": cfg.BLOCK_M1, "stages": cfg.num_stages_kv,
+            "atomic_dq": cfg.ATOMIC_DQ, "dtype": str(dtype).removeprefix("torch."),
+            "registers": int(re.search(r"REG:(\d+)", usage).group(1)),
+            "setmaxnreg": maxnreg, "spill_stack_bytes": int(re.search(r"STACK:(\d+)", usage).group(1)),
+            "shared_bytes": int(compiled.metadata.shared), "warps": compiled.metadata.num_warps,
+            **{op.lower(): ops[op] for op in OPCODES}}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--d", type=int, choices=(64, 128))
+    parser.add_argument("--m", type=int, help="BLOCK_M1 (default: gluon_ws_config's)")
+    parser.add_argument("--stages", type=int)
+    parser.add_argument("--causal", action="store_true")
+    parser.add_argument("--atomic", action="store_true", help="dQ by atomic adds in the kernel")
+    parser.add_argument("--case", action="append", help="d,causal,atomic (0 or 1), instead of --d ...")
+    parser.add_argument("--bf16", action="store_true")
+    parser.add_argument("--json", help="write the rows here")
+    args = parser.parse_args(argv)
+    cases = [(args.d, args.causal, args.atomic)] if args.d else DEFAULT
+    if args.case:
+        cases = [tuple(int(x) for x in c.split(",")) for c in args.case]
+    rows, bad = [], 0
+    for d, causal, atomic in cases:
+        causal, atomic = bool(causal), bool(atomic)
+        cfg = gluon_ws_config(d, causal, atomic_dq=atomic)
+        cfg = replace(cfg, BLOCK_M1=args.m or cfg.BLOCK_M1, num_stages_kv=args.stages or cfg.num_stages_kv)
+        try:
+            row = report(cfg, d, causal, torch.bfloat16 if args.bf16 else torch.float16)
+        except Exception as err:  # a configuration Triton cannot lower: said, and the next one goes on
+            row = {"d": d, "causal": causal, "BLOCK_M1": cfg.BLOCK_M1, "atomic_dq": atomic,
+                   "error": f"{type(err).__name__}: {str(err).strip().splitlines()[-1][:300]}"}
+        bad += "error" in row or row["spill_stack_bytes"] > 0 or row["stl"] > 0
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
