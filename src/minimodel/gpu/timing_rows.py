@@ -49,9 +49,9 @@ def failures_in_status(row: dict):
         first = str(err).splitlines()[0][:160] if str(err) else type(err).__name__
         row["status"] = f"{contract.UNSUPPORTED}: {first}"
     else:
+        torch.cuda.empty_cache()
         return
-    finally:
-        release_memory()  # also what the failed call's traceback held
+    release_memory()  # out of the except: what the failed call's traceback held is collected too
     row.update(ms=None, samples=None, eager_ms=None, host_ms=None, timing=None)
 
 
