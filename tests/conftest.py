@@ -186,10 +186,10 @@ def background(name: str, make, also_wanted_by=lambda item: False):
 
 def pytest_collection_finish(session):
     """What the session imported (torch, pandas, matplotlib, every test module: 376,000 objects)
-    left out of the garbage collector's full collections from now on. The timing stage collects
-    after every sample (`timers.release_memory`): over them a full collection took 0.24 s, more as
-    the session went on, and test_timing.py's test of the rounds took 72 s in `make test`
-    (docs/testing.md). What the tests create is still collected."""
+    left out of the garbage collector's full collections from now on, its own and those of the
+    code under test (`timers.release_memory`): over them a full collection took 0.24 s, and
+    test_timing.py's test of the rounds, which collected after every sample then, took 72 s in
+    `make test` (docs/testing.md). What the tests create is still collected."""
     gc.collect()
     gc.freeze()
 

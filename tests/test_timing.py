@@ -153,15 +153,6 @@ def test_a_declined_or_failed_preparation_is_the_rows_status(answer, status):
     assert row["status"] == status and row["ms"] is None and row["samples"] is None
 
 
-@pytest.fixture
-def no_collections(monkeypatch):
-    """`release_memory` (a full garbage collection, after every sample) left out: the fakes below
-    hold no memory, and in a worker late in `make test` the collections took 16 s of this module's
-    test of the rounds (docs/testing.md)."""
-    for module in (timing_rows, timing_point):
-        monkeypatch.setattr(module, "release_memory", lambda: None)
-
-
 class _Counting:
     """A prepared implementation whose samples count the rounds, recording the order they came in."""
 
@@ -178,8 +169,7 @@ class _Counting:
         self.released = True
 
 
-def test_rounds_take_every_implementation_once_each_in_shuffled_orders_and_a_failure_ends_only_its_own(
-        no_collections):
+def test_rounds_take_every_implementation_once_each_in_shuffled_orders_and_a_failure_ends_only_its_own():
     def run(seed, fail_b=True):
         log = []
         fakes = {name: _Counting(name, log, fail_at=2 if fail_b and name == "b" else None) for name in "abcd"}
@@ -220,7 +210,7 @@ class _Fake:
 
 
 def test_an_implementation_out_of_memory_beside_the_others_is_prepared_again_once_they_are_released(
-        monkeypatch, no_collections):
+        monkeypatch):
     monkeypatch.setattr(timing_point, "timing_inputs", lambda case, count: (torch.zeros(1),) * count)
     monkeypatch.setattr(timing_point, "crowded", lambda: False)
     monkeypatch.setattr(timing_point, "forward_reference", lambda *args: (None, float("nan")))
