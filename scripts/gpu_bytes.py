@@ -20,7 +20,7 @@ with stage(snakemake) as st:
     cfg, l2_bytes = snakemake.params.cfg, snakemake.params.l2_bytes
     if machine.gpu_required(snakemake.params.require_cuda):
         machine.require_cuda()
-    contenders = registry.selected(snakemake.config, "bytes")
+    contenders = registry.from_params(snakemake.params.contenders)
     kernels = pd.DataFrame(columns=ncu_tool.KERNEL_COLUMNS)
     ncu = ncu_tool.find_ncu(cfg["ncu"]) if torch.cuda.is_available() else None
     if ncu is None:

@@ -18,7 +18,7 @@ with stage(snakemake) as st:
     backend = correctness.select_backend(machine.gpu_required(snakemake.params.require_cuda))
     random_seed = snakemake.params.random_seed
     # the kernel's rows, then the contenders'; a contender that fails never fails the rule
-    rows = correctness.run(cfg, backend, random_seed, registry.selected(snakemake.config, "correctness"),
+    rows = correctness.run(cfg, backend, random_seed, registry.from_params(snakemake.params.contenders),
                            progress=st.progress)
     summary = correctness.summarize(rows, backend, random_seed)
     backward = summary["backward"]

@@ -20,7 +20,7 @@ with stage(snakemake) as st:
     cpu_prediction = json.loads(open(snakemake.input.cpu_ceilings).read())["prediction"]
     if torch.cuda.is_available():
         result = timing.run(cfg, snakemake.params.random_seed, cpu_prediction, progress=st.progress,
-                            contenders=registry.selected(snakemake.config, "timing"))
+                            contenders=registry.from_params(snakemake.params.contenders))
         result["random_seed"] = snakemake.params.random_seed
         rows = result.pop("rows")
         samples = result.pop("samples")

@@ -14,15 +14,15 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import copy_of_tiny_run, copy_project
+from conftest import ROOT, copy_of_tiny_run, copy_project
 
-from minimodel.contenders import ContenderError, file_sha256, load, module_path, parse
+from minimodel.contenders import ContenderError, file_sha256, load, module_path, parse, registry
 from minimodel.contenders.catalog import runs_at
 from minimodel.contenders.run import Case, Child
 from minimodel.contenders.spec import DEFAULT_TIMEOUT_S
 from minimodel.floor import contract
 from minimodel.floor.contract import BF16_INTERPRETER_REASON
-from minimodel.floor.provenance import verify
+from minimodel.floor.provenance import configcheck, verify
 from minimodel.gpu import correctness
 from minimodel.gpu.correctness import Planned
 from minimodel.gpu.implementations import Remote
@@ -640,3 +640,15 @@ def test_flex_is_compiled_so_that_its_backward_can_be_replayed():
 
     builtin._flex()
     assert functorch_config.donated_buffer is False
+
+
+@pytest.mark.parametrize("stage", registry.STAGES)
+def test_a_rules_contender_parameters_give_back_the_contenders_the_config_selects(stage):
+    """What a GPU rule's script runs comes from its own `params.contenders`: the config's selection,
+    the example contenders' own entries and the built-ins by name."""
+    config = configcheck.load_config(ROOT / "examples" / "contenders.yaml")
+    entries = registry.entries(config, stage)
+    assert list(entries) == config["gpu"][stage]["contenders"]
+    assert registry.from_params(entries) == registry.selected(config, stage)
+    assert {name for name, entry in entries.items() if entry == registry.BUILT_IN} == {
+        name for name in entries if name not in config["contenders"]}

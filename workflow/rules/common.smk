@@ -130,10 +130,7 @@ def contender_packages(stage):
 
 def contender_entries(stage):
     """The contenders `stage` runs, as the config gives them (built-ins by name alone)."""
-    return {
-        c.name: config["contenders"].get(c.name, "built-in")
-        for c in _one_line(contender_registry.selected, config, stage)
-    }
+    return _one_line(contender_registry.entries, config, stage)
 
 
 def out(*parts):

@@ -27,6 +27,7 @@ STAGES = ("correctness", "timing", "bytes")
 # what each stage runs whatever its contenders list says: naming one of these again would give
 # two rows of one implementation per point
 ALWAYS_RUN = {"correctness": (C.TRITON,), "timing": C.IMPLEMENTATIONS, "bytes": (C.TRITON, C.NAIVE)}
+BUILT_IN = "built-in"  # a built-in contender's entry among a rule's parameters (`entries`)
 
 
 def defined(config: dict) -> dict[str, Contender]:
@@ -56,6 +57,19 @@ def selected(config: dict, stage: str) -> list[Contender]:
                                  f"({', '.join(BUILTINS)}) nor under contenders: ({own})"
                                  + (f"; did you mean {close[0]!r}?" if close else ""))
     return [known[name] for name in names]
+
+
+def entries(config: dict, stage: str) -> dict[str, dict | str]:
+    """The contenders `stage` runs as a rule's parameter: name -> the config's entry, or BUILT_IN
+    (a rule's `params.contenders`, whose change reruns the rule; its script reads them back with
+    `from_params`)."""
+    own = config.get("contenders") or {}
+    return {c.name: own.get(c.name, BUILT_IN) for c in selected(config, stage)}
+
+
+def from_params(entries: dict[str, dict | str]) -> list[Contender]:
+    """The contenders a rule's `params.contenders` names (`entries`), in its order."""
+    return [BUILTINS[name] if entry == BUILT_IN else parse(name, entry) for name, entry in entries.items()]
 
 
 def user_modules(config: dict, stage: str) -> list[Path]:
