@@ -30,7 +30,7 @@ from minimodel.floor.provenance.io import write_csv, write_json
 from minimodel.gpu import timing
 from minimodel.report.compare import ratios, samples
 from minimodel.report.compare import timing as judged
-from minimodel.report.compare.rows import AGREE
+from minimodel.report.compare.rows import AGREE, DISAGREE
 
 
 def run(configfiles: list[str], out: Path) -> None:
@@ -93,7 +93,7 @@ def judge(run_folder: Path, ref_folder: Path, out: Path | None) -> int:
           f"max {change.max():.4f}")
     print("\nsingle times, run over reference, % (median, max |change|, n):")
     print(shifts(a, b).to_string())
-    disagree = int((rows["verdict"] != AGREE).sum() - (rows["verdict"] == "not comparable").sum())
+    disagree = int((rows["verdict"] == DISAGREE).sum())
     print(f"\ntiming verdict: {'agree' if not disagree else f'disagree ({disagree} rows)'}")
     return 1 if disagree else 0
 

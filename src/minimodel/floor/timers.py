@@ -65,10 +65,10 @@ class Sampler:
     captured). Preparing takes the eager time (`eager_ms`, `bench_ms` of a call built on the
     current stream), the host's cost with `host_cost` (`host_ms`), then captures a CUDA graph of
     back-to-back calls on a stream of its own, as many as take about `sample_ms / REPLAYS` (without
-    `rep_ms`, no eager time is taken). A
-    sample is the median time per call over up to REPLAYS replays of that graph (`replays`): GPU
-    time, with no host time and no launch gap between calls in it. A call that cannot be captured is sampled
-    eagerly (`timing` = "eager": `bench_ms` over `sample_ms`).
+    `rep_ms`, no eager time is taken). A sample is the median time per call over up to REPLAYS
+    replays of that graph (`replays`): GPU time, with no host time and no launch gap between calls
+    in it. A call that cannot be captured is sampled eagerly (`timing` = "eager": `bench_ms` over
+    `sample_ms`); one that runs out of memory while captured raises, as out of memory.
     """
 
     REPLAYS = 5
