@@ -244,3 +244,23 @@ def test_two_runs_with_samples_are_judged_by_them_and_an_older_one_by_the_wider_
     long.to_csv(run / contract.TIMING_SAMPLES, index=False)
     with pytest.raises(compare.RunError, match="gpu/timing/samples.csv: bytes changed since rule gpu_timing"):
         compare.compare_runs(run, other)
+
+
+def test_each_family_takes_its_own_points_samples():
+    """A family's samples are the mean over its own points, whatever order the families come in: two
+    families whose first appearance is not the order of their keys (backward before forward, d = 128
+    before d = 64) each keep theirs."""
+    rows, rng = [], np.random.default_rng(7)
+    for direction, d, level in [(contract.BACKWARD, 128, 0.5), (contract.FORWARD, 64, -0.5),
+                                (contract.BACKWARD, 64, 1.0), (contract.FORWARD, 128, -1.0)]:
+        for _ in range(2):  # two points a family
+            run, ref = level + 0.01 * rng.standard_normal(K), level + 0.01 * rng.standard_normal(K)
+            rows.append({"direction": direction, "grid": contract.FLASHATTENTION_GRID, "d": d,
+                         "metric": "kernel/fa4", "ratio_run": np.exp(run.mean()),
+                         "ratio_ref": np.exp(ref.mean()), "logs_run": run, "logs_ref": ref})
+    table = families.decide(pd.DataFrame(rows))
+    assert len(table) == 4
+    for family in table.to_dict("records"):
+        assert np.mean(family["logs_run"]) == pytest.approx(np.log(family["run"]), abs=1e-9)
+        assert np.mean(family["logs_ref"]) == pytest.approx(np.log(family["ref"]), abs=1e-9)
+    assert (table["verdict"] == AGREE).all()

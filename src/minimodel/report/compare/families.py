@@ -39,7 +39,9 @@ def decide(pairs: pd.DataFrame) -> pd.DataFrame:
     grouped = pairs.groupby(ratios.FAMILY, sort=False)
     table = grouped.agg(points=("log_run", "size"), log_run=("log_run", "mean"), log_ref=("log_ref", "mean"),
                         sampled=("sampled", "all")).reset_index()
-    members = list(grouped.indices.values())  # in the order of the table's rows
+    # each family's rows, in the order of the table's: `grouped.indices` itself is in the order of
+    # the keys' codes, not of the table's rows, for a key of several columns
+    members = [grouped.indices[key] for key in table[ratios.FAMILY].itertuples(index=False, name=None)]
     for side in ("logs_run", "logs_ref"):
         logs = pairs[side].to_numpy()
         table[side] = [rounds(logs[at]) if ok else None
