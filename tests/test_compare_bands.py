@@ -1,14 +1,14 @@
-"""The timing bands, derived again from the committed H200 runs: the reference and the run before it
-(commit 33adea8, tests/data/timing_33adea8.csv: its timing.csv's key, status and ms columns, from
-`git show 33adea8:results/reference/nvidia-h200/gpu/timing/timing.csv`). `compare.bands`' docstring
-states these numbers."""
+"""The timing bands, derived again from the two committed H200 runs they were set from, both timed
+one implementation at a time: the reference of 21e12cb and the run before it (33adea8), each as its
+timing.csv's key, status and ms columns (tests/data/timing_21e12cb.csv, `git show
+f7bfa29:results/reference/nvidia-h200/gpu/timing/timing.csv`; tests/data/timing_33adea8.csv, `git
+show 33adea8:...`). `compare.bands`' docstring states these numbers."""
 
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import REFERENCE
 from scipy import stats
 
 from minimodel.floor import contract
@@ -19,7 +19,7 @@ DATA = Path(__file__).resolve().parent / "data"
 
 @pytest.fixture(scope="module")
 def runs():
-    return [pd.read_csv(REFERENCE / contract.TIMING), pd.read_csv(DATA / "timing_33adea8.csv")]
+    return [pd.read_csv(DATA / "timing_21e12cb.csv"), pd.read_csv(DATA / "timing_33adea8.csv")]
 
 
 @pytest.fixture(scope="module")
@@ -82,7 +82,7 @@ def test_the_groups_differ_where_the_data_says(changes):
 def test_the_docs_give_the_bands_the_committed_runs_give(changes):
     """docs/reproducing.md's table of bands: each group's mean change and band as derived here."""
     points, families = changes
-    text = (REFERENCE.parents[2] / "docs" / "reproducing.md").read_text()
+    text = (DATA.parents[1] / "docs" / "reproducing.md").read_text()
     labels = {(bands.FA, contract.FORWARD): "FlashAttention's grid, forward",
               (bands.FA, contract.BACKWARD): "FlashAttention's grid, backward",
               (bands.FA, contract.FWD_BWD): "FlashAttention's grid, forward + backward",

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from conftest import REFERENCE
-from test_compare import vouch
+from test_compare import vouch, without_samples
 
 from minimodel.floor import contract
 from minimodel.report import compare
@@ -143,7 +143,8 @@ def test_the_same_status_on_both_sides_agrees_and_a_changed_one_is_said(base):
     run = base.copy()
     table = pd.DataFrame(timing.judge(run, base, samples.Samples(held=False), samples.Samples(held=False)))
     oom = table[table["run"].astype(str).str.contains(contract.OUT_OF_MEMORY)]
-    assert len(oom) == 1 and oom.iloc[0]["verdict"] == AGREE and oom.iloc[0]["rule"] == bands.BY_STATUS
+    assert len(oom) == (base["status"] == contract.OUT_OF_MEMORY).sum() >= 1  # naive's, one ratio each
+    assert (oom["verdict"] == AGREE).all() and (oom["rule"] == bands.BY_STATUS).all()
     assert not (table["verdict"] == DISAGREE).any()
     changed = base.index[(base["impl"] == contract.SDPA_CUDNN) & (base["status"] == contract.OK)][0]
     run.loc[changed, ["status", "ms"]] = [contract.OUT_OF_MEMORY, np.nan]
@@ -215,8 +216,9 @@ def with_samples(folder, ms: np.ndarray, base: pd.DataFrame) -> None:
     long.to_csv(folder / contract.TIMING_SAMPLES, index=False)
     owner = folder / contract.manifest("gpu_timing")
     m = json.loads(owner.read_text())
-    m["outputs"].append({"path": str(Path(m["outputs"][0]["path"]).parent / "samples.csv"),
-                         "kind": "output", "sha256": "", "size": 0})
+    listed = str(Path(m["outputs"][0]["path"]).parent / "samples.csv")
+    if all(entry["path"] != listed for entry in m["outputs"]):  # a run made before the samples
+        m["outputs"].append({"path": listed, "kind": "output", "sha256": "", "size": 0})
     owner.write_text(json.dumps(m))
     vouch(folder / contract.TIMING)
     vouch(folder / contract.TIMING_SAMPLES)
@@ -236,7 +238,9 @@ def test_two_runs_with_samples_are_judged_by_them_and_an_older_one_by_the_wider_
     assert len(numbers) >= 440 and (numbers["rule"] == bands.BY_SAMPLES).all()
     assert verdict["families"][0].count("[") == 2  # an interval a side
     assert verdict["timing_rules"][bands.BY_SAMPLES] == len(numbers)
-    table, verdict = compare.compare_runs(run, REFERENCE)
+    older = shutil.copytree(REFERENCE, tmp_path / "older")
+    without_samples(older)
+    table, verdict = compare.compare_runs(run, older)
     numbers = table[(table["part"] == timing.NAME) & table["difference"].notna()]
     assert (numbers["rule"] == bands.WIDER + samples.NONE + " in the reference").all()
     long = pd.read_csv(run / contract.TIMING_SAMPLES)
