@@ -2,9 +2,10 @@
 as noise: the bands, derived from real H200 runs (`derive`; `tests/test_compare_bands.py` derives
 them again from the committed runs and holds these numbers to it).
 
-The data: the committed reference (results/reference/nvidia-h200, the run of 21e12cb) and the one
-before it (commit 33adea8, the run of c601386; tests/data/timing_33adea8.csv), one number a side:
-421 ratios that are numbers in both, 46 families of two points or more.
+The data: two H200 runs that timed each implementation alone, one number a side: the reference
+of 21e12cb (tests/data/timing_21e12cb.csv) and the one before it (commit 33adea8, the run of
+c601386; tests/data/timing_33adea8.csv): 421 ratios that are numbers in both, 46 families of two
+points or more.
 
 The model: a ratio's log change between runs, x = ln(run / reference), has an exponential tail
 (Laplace), P(|x| > t) = exp(-t / b), its scale b the mean of |x|. Measured on FlashAttention's grid
