@@ -295,6 +295,18 @@ def test_a_reference_is_a_target_only_when_asked(unrun, a_reference):
     assert "symbolic" in proc.stdout
 
 
+def test_a_reference_folder_emptied_to_be_refreshed_is_not_compared_with(tmp_path):
+    """The committed reference removed, then made again into the same folder (the refresh the
+    config's compare.reference names): nothing to compare with yet, not "holds no run"."""
+    root = copy_project(tmp_path / "project")
+    shutil.rmtree(root / "results" / "reference" / "nvidia-h200")
+    proc = snakemake(root, "-n", "--config", "results_dir=results/reference/nvidia-h200",
+                     "overwrite_reference=True")
+    assert "symbolic" in proc.stdout and "rule compare" not in proc.stdout
+    proc = snakemake(root, "-n", check=False)  # another run still needs the reference it names
+    assert proc.returncode and "holds no run of this workflow" in proc.stdout + proc.stderr
+
+
 def test_a_tampered_table_is_refused_and_its_rule_reruns(own_run):
     table = own_run / "results" / "symbolic" / "bytes.csv"
     original = table.read_bytes()

@@ -81,13 +81,13 @@ def _compare_reference():
     if reference is None:
         return None
     folder = (PROJECT / reference).resolve()
+    if folder == (PROJECT / RESULTS).resolve():
+        return None  # the run refreshes it: empty or not, there is nothing to compare with yet
     if not (folder / "symbolic").is_dir():
         raise SystemExit(
             f"compare.reference: {reference} holds no run of this workflow; set it to a "
             "results folder (such as results/reference/nvidia-h200) or to null"
         )
-    if folder == (PROJECT / RESULTS).resolve():
-        return None
     return _as_written(folder)
 
 
