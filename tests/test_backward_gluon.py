@@ -21,7 +21,14 @@ from conftest import DEVICE, HAS_CUDA
 
 from minimodel.floor.correctness_rule import reference_grads
 from minimodel.gpu.kernel_check import check_backward_case
-from minimodel.kernel import HOPPER, SHARED_MEMORY, bwd_config, flash_attn_backward, flash_attn_forward
+from minimodel.kernel import (
+    HOPPER,
+    SHARED_MEMORY,
+    bwd_config,
+    flash_attn_backward,
+    flash_attn_forward,
+    gluon_tma,
+)
 from minimodel.kernel.bwd_config import (
     BwdConfig,
     get_bwd_config,
@@ -260,3 +267,21 @@ def test_the_gluon_path_is_deterministic_and_a_broadcast_do_runs_tl(gen):
         assert all(torch.equal(a, b) for a, b in zip(first, second, strict=True)), cfg
     ones = torch.ones(1, 1, 1, 1, dtype=q.dtype, device="cuda").expand(q.shape)  # autograd's dO of a sum
     assert launch_bwd_config(q, k, v, True, gluon_bwd_config(128, True), ones).path == "tl"
+
+
+def test_the_gluon_tma_reduction_compiles_to_the_bulk_tensor_reduce(tmp_path):
+    """kernel/gluon_tma's builtin, compiled for sm_90 in a fresh process (this one interprets):
+    one `cp.reduce.async.bulk.tensor ... .add` in the PTX, one UTMAREDG in the SASS."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    proc = subprocess.run([sys.executable, str(ROOT / "tools" / "tma_reduce_probe.py"), "--report",
+                           "--out", str(tmp_path)], env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    [row] = json.loads((tmp_path / "tma_reduce.json").read_text())
+    assert row["ptx"] == ["cp.reduce.async.bulk.tensor.2d.global.shared::cta.add.bulk_group"]
+    assert row["sass_utmaredg"] == 1
+
+
+def test_the_gluon_tma_reduction_refuses_a_kind_it_does_not_have():
+    with pytest.raises(ValueError, match="TMA reduction kind 'mul'; accepted: add, min, max"):
+        gluon_tma.async_reduce_shared_to_global.__wrapped__(None, [0, 0], None, kind="mul",
+                                                            _semantic=object())

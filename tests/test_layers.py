@@ -79,15 +79,15 @@ def test_the_check_sees_a_crossing(tmp_path, monkeypatch):
 
 
 # every process that may run the kernel starts in one of these; tools/kernel_report.py,
-# tools/bwd_ws_report.py and tools/bwd_bench.py use Triton's real compiler (they compile for a GPU
-# they need not have, or time on one), and the two reports decide so at their entry,
-# `tools/compiled_entry.py`
+# tools/bwd_ws_report.py, tools/tma_reduce_probe.py and tools/bwd_bench.py use Triton's real
+# compiler (they compile for a GPU they need not have, or time on one), and the reports decide so
+# at their entry, `tools/compiled_entry.py`
 COMPILED_ENTRY = ROOT / "tools" / "compiled_entry.py"
 ENTRY_FILES = sorted([*(ROOT / "scripts").glob("*.py"), *(p for p in (ROOT / "tools").glob("*.py")
                                                           if p != COMPILED_ENTRY),
                       ROOT / "tests" / "conftest.py", SRC / "__main__.py"])
 COMPILES_ONLY = (ROOT / "tools" / "kernel_report.py", ROOT / "tools" / "bwd_bench.py",
-                 ROOT / "tools" / "bwd_ws_report.py")
+                 ROOT / "tools" / "bwd_ws_report.py", ROOT / "tools" / "tma_reduce_probe.py")
 
 
 def first_minimodel_import(path: Path, tops=("minimodel",)) -> str | None:
