@@ -7,7 +7,9 @@ a backward can add its dQ tiles into a float32 dQaccum.
     python tools/tma_reduce_probe.py --out DIR          # on an H100 or H200: check, time, JSON
 
 Each of P programs adds a [BM, BN] float32 tile holding (p % 7 + 1) into tile p % TILES of the
-output; the sums are small integers, exact in float32, so the check is equality.
+output; the sums are small integers, exact in float32, so the check is equality. The output's last
+tile is cut short by RAGGED rows (as a dQ tile past N is), inside a larger buffer whose rows after
+it must stay untouched: the reduction clips at the descriptor's shape.
 """
 
 import argparse
@@ -31,6 +33,7 @@ from triton.runtime.jit import mangle_type
 from minimodel.kernel.gluon_tma import async_reduce_shared_to_global
 
 BM, BN, TILES, WARPS = 64, 128, 16, 4  # a dQ share's tile at d = 128
+RAGGED = 5  # rows the output's last tile lacks
 REG = gl.BlockedLayout([1, 4], [4, 8], [WARPS, 1], [1, 0])
 
 
@@ -77,26 +80,32 @@ def report() -> dict:
 
 
 def expected(programs: int) -> torch.Tensor:
+    """The buffer after the reduction: the sums in the output's rows, zeros in the RAGGED rows past it."""
     sums = torch.zeros(TILES)
     for p in range(programs):
         sums[p % TILES] += p % 7 + 1
-    return sums.repeat_interleave(BM)[:, None].expand(TILES * BM, BN)
+    want = sums.repeat_interleave(BM)[:, None].expand(TILES * BM, BN).clone()
+    want[TILES * BM - RAGGED:] = 0
+    return want
 
 
 def run(programs: int, reps: int) -> dict:
     """Both kernels checked against the exact sums, then timed (CUDA events, `reps` launches)."""
-    out = torch.zeros(TILES * BM, BN, dtype=torch.float32, device="cuda")
+    buffer = torch.zeros(TILES * BM, BN, dtype=torch.float32, device="cuda")
+    out = buffer[:TILES * BM - RAGGED]  # the descriptor's shape: its last tile RAGGED rows short
     want = expected(programs).cuda()
     desc = descriptor(out)
     launches = {"tma_reduce": lambda: _reduce_tiles[(programs,)](desc, TILES, BM, BN, num_warps=WARPS),
-                "atomic_add": lambda: _atomic_tiles[(programs,)](out, TILES, BM, BN, num_warps=WARPS)}
-    row = {"programs": programs, "tile": [BM, BN], "tiles": TILES}
+                "atomic_add": lambda: _atomic_tiles[(programs,)](buffer, TILES, BM, BN, num_warps=WARPS)}
+    row = {"programs": programs, "tile": [BM, BN], "tiles": TILES, "ragged_rows": RAGGED}
     for name, launch in launches.items():
-        out.zero_()
+        buffer.zero_()
         launch()
         torch.cuda.synchronize()
-        row[f"{name}_exact"] = bool(torch.equal(out, want))
-        row[f"{name}_max_error"] = float((out - want).abs().max())
+        got = buffer if name == "tma_reduce" else torch.cat([buffer[:TILES * BM - RAGGED],
+                                                             torch.zeros_like(buffer[:RAGGED])])
+        row[f"{name}_exact"] = bool(torch.equal(got, want))  # atomics write every row: compared up to N
+        row[f"{name}_max_error"] = float((got - want).abs().max())
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
         for _ in range(reps):
