@@ -10,9 +10,9 @@ row's `ms`), in tests/data:
   rounds, 40 ms of warm-up, without fa4), the forward alone (the kernel's backward changed between
   them): 140 ratios, 15 families. Its forward ratios moved more than the first pair's (mean |x|
   1.97 % against 0.90 % on FlashAttention's grid, p = 3e-5): at (2, 16, 8192, 128), at the power
-  limit, the kernel's own time moved 7.6 % (and flex's 6.7 % the other way), so its ratios moved 4-16 %
-  (cuDNN's 4 %, flex's 15.5 %); kernel/flex at the lab grid's N = 64 moved 16-20 % (flex's compiled kernel
-  there runs in 11 or 13.5 us, and which one a run gets changes between runs).
+  limit, the kernel's own time moved 7.6 % (and flex's 6.7 % the other way), so its ratios moved
+  4-16 % (cuDNN's 4 %, flex's 15.5 %); kernel/flex at the lab grid's N = 64 moved 16-20 % (flex's
+  compiled kernel there runs in 11 or 13.5 us, and which one a run gets changes between runs).
 A later rerun adds a pair.
 
 The model: a ratio's log change between runs, x = ln(run / reference), has an exponential tail
