@@ -268,3 +268,14 @@ def test_each_family_takes_its_own_points_samples():
         assert np.mean(family["logs_run"]) == pytest.approx(np.log(family["run"]), abs=1e-9)
         assert np.mean(family["logs_ref"]) == pytest.approx(np.log(family["ref"]), abs=1e-9)
     assert (table["verdict"] == AGREE).all()
+
+
+def test_the_committed_reference_holds_its_samples_for_every_ok_row():
+    """At least MIN_SAMPLES of every `ok` timing row, each in samples.csv as timing.csv counts
+    them, in round order: nothing of the reference is judged by the wider band for want of them."""
+    table = pd.read_csv(REFERENCE / contract.TIMING)
+    ok = table[table["status"] == contract.OK]
+    assert len(ok) and (ok["samples"] >= samples.MIN_SAMPLES).all()
+    held = samples.of(table, pd.read_csv(REFERENCE / contract.TIMING_SAMPLES), "reference")
+    assert held.held and not held.damaged and held.line is None
+    assert len(held.by_key) == len(ok)
