@@ -38,10 +38,6 @@ from functools import partial
 
 import kernel_report
 import torch
-import triton
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
-from triton.experimental.gluon._runtime import GluonASTSource
 
 from minimodel.floor import contract, timers
 from minimodel.floor.byte_model.forward import attention_flops
@@ -180,10 +176,7 @@ def compiled_usage(kernel, kargs: dict, options: dict, arch: int = 90) -> str:
     """Registers per thread, spill bytes and shared memory of `kernel` compiled for sm_`arch` as a
     launch with these arguments specializes it (tools/kernel_report.py's signature and cubin
     reading), and its warps (every warp has the registers: the Gluon kernel has one partition)."""
-    signature, constants, attrs = kernel_report._signature(kernel, kernel_report._as_types(kargs))
-    source = GluonASTSource if getattr(kernel, "is_gluon", lambda: False)() else ASTSource
-    compiled = triton.compile(source(kernel, signature, constants, attrs),
-                              target=GPUTarget("cuda", arch, 32), options=options)
+    compiled = kernel_report.compile_for(kernel, kernel_report._as_types(kargs), options, arch)
     usage = kernel_report._cuobjdump(compiled.asm["cubin"], "--dump-resource-usage")
     regs, stack = (re.search(rf"{key}:(\d+)", usage).group(1) for key in ("REG", "STACK"))
     return (f"{regs} registers, {stack} spill bytes, {compiled.metadata.shared} shared bytes, "

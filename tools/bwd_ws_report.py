@@ -24,9 +24,6 @@ from dataclasses import replace
 import compiled_entry  # noqa: F401 (first: Triton's compiler, whatever the device)
 import kernel_report
 import torch
-import triton
-from triton.backends.compiler import GPUTarget
-from triton.experimental.gluon._runtime import GluonASTSource
 
 from minimodel.kernel.bwd_config import gluon_ws_config
 from minimodel.kernel.gluon_bwd_ws import dkdv_launch
@@ -47,9 +44,7 @@ def compile_ws(cfg, d: int, causal: bool, dtype=torch.float16, n: int = 4096, ar
     kernel, _, args, options = dkdv_launch(t, t, t, t, dq, t, t, rows, rows, 0.125, cfg, causal)
     types = {k: (_TYPES[v.dtype] if isinstance(v, torch.Tensor) else kernel_report._as_types({k: v})[k])
              for k, v in args.items()}
-    signature, constants, attrs = kernel_report._signature(kernel, types)
-    source = GluonASTSource(kernel, signature, constants, attrs)
-    return triton.compile(source, target=GPUTarget("cuda", arch, 32), options=options)
+    return kernel_report.compile_for(kernel, types, options, arch)
 
 
 def report(cfg, d: int, causal: bool, dtype=torch.float16) -> dict:

@@ -103,12 +103,17 @@ def compile_cubin(config, shape, causal: bool, arch: int = 90):
     if flash.INTERPRETED:
         raise RuntimeError("kernel_report compiles the real kernels: run it without TRITON_INTERPRET=1")
     kernel, args, options = _launch(config, shape, causal)
-    signature, constants, attrs = _signature(kernel, args)
-    if config.GLUON:  # layouts, stages and warps are in the source: only num_warps is an option
-        source = GluonASTSource(kernel, signature, constants, attrs)
-    else:
-        source = ASTSource(kernel, signature, constants, attrs)
-    return triton.compile(source, target=GPUTarget("cuda", arch, 32), options=options)
+    return compile_for(kernel, args, options, arch)
+
+
+def compile_for(kernel, types: dict, options: dict, arch: int = 90):
+    """Triton's compiled `kernel` (tl or Gluon) for sm_`arch`, specialized as a launch with these
+    arguments (name -> value or type, `_signature`) would be; no GPU needed. A Gluon kernel has its
+    layouts, stages and warps in the source: only num_warps is an option."""
+    signature, constants, attrs = _signature(kernel, types)
+    source = GluonASTSource if getattr(kernel, "is_gluon", lambda: False)() else ASTSource
+    return triton.compile(source(kernel, signature, constants, attrs),
+                          target=GPUTarget("cuda", arch, 32), options=options)
 
 
 def _cuobjdump(cubin: bytes, flag: str) -> str:

@@ -21,11 +21,8 @@ from pathlib import Path
 import compiled_entry  # noqa: F401 (first: Triton's compiler, whatever the device)
 import kernel_report
 import torch
-import triton
-from triton.backends.compiler import GPUTarget
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon._runtime import GluonASTSource
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, tma
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 from triton.runtime.jit import mangle_type
@@ -69,9 +66,7 @@ def report() -> dict:
     """The reduction compiled for sm_90: the PTX instruction, the SASS opcode, shared bytes."""
     out = torch.empty(TILES * BM, BN, dtype=torch.float32)
     args = {"out_desc": mangle_type(descriptor(out)), "TILES": TILES, "BM": BM, "BN": BN}
-    signature, constants, attrs = kernel_report._signature(_reduce_tiles, args)
-    compiled = triton.compile(GluonASTSource(_reduce_tiles, signature, constants, attrs),
-                              target=GPUTarget("cuda", 90, 32), options={"num_warps": WARPS})
+    compiled = kernel_report.compile_for(_reduce_tiles, args, {"num_warps": WARPS})
     ptx = compiled.asm["ptx"]
     sass = kernel_report._cuobjdump(compiled.asm["cubin"], "--dump-sass")
     return {"ptx": sorted(set(re.findall(r"cp\.reduce\.async\.bulk\.tensor[\w.:]*", ptx))),
