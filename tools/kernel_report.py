@@ -194,7 +194,7 @@ def main(argv=None) -> int:
                              "spills, or needs more shared memory than the architecture has")
     parser.add_argument("--no-sass", dest="sass", action="store_false",
                         help="registers, spills and shared memory only: no SASS instruction counts "
-                             "(the disassembly is about 40 % of each kernel's report)")
+                             "(the disassembly is about 40 %% of each kernel's report)")
     parser.add_argument("--csv", type=Path, help="also write the table here")
     args = parser.parse_args(argv)
     if args.policy:
