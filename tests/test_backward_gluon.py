@@ -168,6 +168,20 @@ def test_the_warp_specialized_kernel_compiles_for_sm90_without_spilling_and_spli
         assert (row["redg"] > 0) == row["atomic_dq"]
 
 
+def test_dq_by_tma_reductions_compiles_for_sm90_without_spilling_or_atomics(tmp_path):
+    """gluon_bwd_tmadq at d = 128, causal (its largest shared memory): one TMA reduction per MMA
+    warpgroup and no fp32 atomics, no spill, within Hopper's shared memory."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    proc = subprocess.run([sys.executable, str(ROOT / "tools" / "bwd_ws_report.py"), "--case", "128,1,1",
+                           "--tma-dq", "--json", str(tmp_path / "report.json")], env=env, capture_output=True,
+                          text=True)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    [row] = json.loads((tmp_path / "report.json").read_text())
+    assert row["tma_dq"] and row["spill_stack_bytes"] == 0 and row["stl"] == row["ldl"] == 0
+    assert row["utmaredg"] == 2 and row["redg"] == 0 and row["utmaldg"] == 4
+    assert row["shared_bytes"] <= SHARED_MEMORY[HOPPER]
+
+
 def test_lse_and_d_come_by_tma_only_where_every_row_coordinate_is_16_byte_aligned():
     # the H200 (bb5c731): 1-D TMA of LSE and D at coordinate (b·H + h)·N + start_m, not a multiple
     # of 4 float32 where N % 4 != 0, was an illegal instruction; the kernel loads them instead, and
