@@ -65,15 +65,22 @@ def test_a_gluon_configuration_is_checked_when_made():
         BwdConfig(64, 64, 128, 64, WARPS, 2, GLUON=True)
     with pytest.raises(ValueError, match="ATOMIC_DQ: BLOCK_M1 is 64 or 128"):
         BwdConfig(32, 128, 128, 64, WARPS, 2, ATOMIC_DQ=True, GLUON=True)
+    for where in (dict(GLUON=True), dict(ATOMIC_DQ=True), dict()):  # not ATOMIC_DQ in the ws kernel
+        with pytest.raises(ValueError, match="TMA_DQ is a way of ATOMIC_DQ in the warp-specialized"):
+            BwdConfig(64, 128, 128, 64, WARPS, 2, TMA_DQ=True, **where)
     cfg = gluon_bwd_config(128, True)
     assert cfg.path == "gluon" and cfg.num_warps_kv * 16 == cfg.BLOCK_N1 and not cfg.ATOMIC_DQ
     assert cfg.kernel == "gluon" and not cfg.warp_specialized
     for d in HEAD_DIMS:
         for causal in (False, True):
             ws, wsdq = gluon_ws_config(d, causal), gluon_ws_config(d, causal, atomic_dq=True)
-            assert (ws.kernel, wsdq.kernel) == ("gluon-ws", "gluon-ws-atomic-dq")
-            assert ws.path == wsdq.path == "gluon" and ws.BLOCK_N1 == wsdq.BLOCK_N1 == 128
-            assert not ws.ATOMIC_DQ and wsdq.ATOMIC_DQ  # deterministic unless asked
+            wstma = gluon_ws_config(d, causal, tma_dq=True)
+            kernels = ("gluon-ws", "gluon-ws-atomic-dq", "gluon-ws-tma-dq")
+            assert (ws.kernel, wsdq.kernel, wstma.kernel) == kernels
+            assert ws.path == wsdq.path == wstma.path == "gluon" and ws.BLOCK_N1 == wsdq.BLOCK_N1 == 128
+            assert (ws.deterministic, wsdq.deterministic, wstma.deterministic) == (True, False, False)
+            assert wstma.ATOMIC_DQ and wstma.BLOCK_M1 == wsdq.BLOCK_M1
+            assert wstma.num_stages_kv == wsdq.num_stages_kv
             tl = get_bwd_config(d, causal, "cuda")
             assert (ws.BLOCK_M2, ws.BLOCK_N2) == (tl.BLOCK_M2, tl.BLOCK_N2)  # the tl dQ pass's tiles
     # its dQ pass is the tl table's
@@ -99,7 +106,7 @@ def test_the_policy_picks_the_warp_specialized_kernel_on_hopper_from_ws_min_n(d,
     the tl dQ pass, no atomics."""
     monkeypatch.setattr(bwd_config, "INTERPRETED", False)
     cfg = get_bwd_config(d, causal, "cuda", HOPPER, n=bwd_config.WS_MIN_N)
-    assert cfg == gluon_ws_config(d, causal) and cfg.kernel == "gluon-ws" and not cfg.ATOMIC_DQ
+    assert cfg == gluon_ws_config(d, causal) and cfg.kernel == "gluon-ws" and cfg.deterministic
     assert get_bwd_config(d, causal, "cuda", HOPPER, n=bwd_config.WS_MIN_N - 1).path == "tl"
 
 
@@ -140,8 +147,9 @@ def test_the_gluon_kernel_compiles_for_sm90_without_spilling_in_one_partition_th
         assert 0 < int(registers) <= 255 and int(registers) * int(warps) * 32 <= 65536
 
 
-# one compile per case (d, causal, atomic dQ): both head dims, causal and not, both dQ paths
-WS_CASES = ("64,0,0", "64,1,1", "128,0,1", "128,1,0")
+# one compile per case (d, causal, dQ: 0 the tl pass, 1 atomics, 2 TMA reductions): both head dims,
+# causal and not, every dQ path (TMA reductions at their largest shared memory)
+WS_CASES = ("64,0,0", "64,1,1", "128,0,1", "128,1,0", "128,1,2")
 
 
 def test_the_warp_specialized_kernel_compiles_for_sm90_without_spilling_and_splits_its_registers(tmp_path):
@@ -155,7 +163,8 @@ def test_the_warp_specialized_kernel_compiles_for_sm90_without_spilling_and_spli
     rows = json.loads((tmp_path / "report.json").read_text())
     assert len(rows) == len(WS_CASES)
     for row in rows:
-        cfg = gluon_ws_config(row["d"], row["causal"], row["atomic_dq"])
+        atomics = row["atomic_dq"] and not row["tma_dq"]
+        cfg = gluon_ws_config(row["d"], row["causal"], atomic_dq=atomics, tma_dq=row["tma_dq"])
         assert (row["BLOCK_M1"], row["stages"]) == (cfg.BLOCK_M1, cfg.num_stages_kv)
         assert row["spill_stack_bytes"] == 0 and row["stl"] == row["ldl"] == 0
         assert row["shared_bytes"] <= SHARED_MEMORY[HOPPER] and row["warps"] == WARPS
@@ -163,23 +172,10 @@ def test_the_warp_specialized_kernel_compiles_for_sm90_without_spilling_and_spli
         assert {24, MMA_REGS.value} <= set(row["setmaxnreg"])
         assert 2 * 128 * MMA_REGS.value + 128 * 24 <= 65536
         # TMA loads of K, V, Q, dO only (LSE and D by the producer's loads: `_rows`), warpgroup MMAs,
-        # mbarriers; fp32 reductions to global memory only with dQ in it
+        # mbarriers; fp32 reductions to global memory only with dQ in it: atomics, or one TMA
+        # reduction per MMA warpgroup
         assert row["utmaldg"] == 4 and row["hgmma"] > 0 and row["syncs"] > 0
-        assert (row["redg"] > 0) == row["atomic_dq"]
-
-
-def test_dq_by_tma_reductions_compiles_for_sm90_without_spilling_or_atomics(tmp_path):
-    """gluon_bwd_tmadq at d = 128, causal (its largest shared memory): one TMA reduction per MMA
-    warpgroup and no fp32 atomics, no spill, within Hopper's shared memory."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    proc = subprocess.run([sys.executable, str(ROOT / "tools" / "bwd_ws_report.py"), "--case", "128,1,1",
-                           "--tma-dq", "--json", str(tmp_path / "report.json")], env=env, capture_output=True,
-                          text=True)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    [row] = json.loads((tmp_path / "report.json").read_text())
-    assert row["tma_dq"] and row["spill_stack_bytes"] == 0 and row["stl"] == row["ldl"] == 0
-    assert row["utmaredg"] == 2 and row["redg"] == 0 and row["utmaldg"] == 4
-    assert row["shared_bytes"] <= SHARED_MEMORY[HOPPER]
+        assert (row["redg"] > 0) == atomics and row["utmaredg"] == 2 * row["tma_dq"]
 
 
 def test_lse_and_d_come_by_tma_only_where_every_row_coordinate_is_16_byte_aligned():
@@ -209,6 +205,7 @@ SWEEP = [(n, d, causal, dtype, h_kv) for n in (128, 1000, 4096) for d in (64, 12
 # the dK/dV kernel (`BwdConfig.kernel`) -> its configuration
 FORCED = {"gluon": gluon_bwd_config, "gluon-ws": gluon_ws_config,
           "gluon-ws-atomic-dq": lambda d, causal: gluon_ws_config(d, causal, atomic_dq=True),
+          "gluon-ws-tma-dq": lambda d, causal: gluon_ws_config(d, causal, tma_dq=True),
           "tl": lambda d, causal: tl_bwd_config(d, causal, "cuda", HOPPER)}
 
 
@@ -240,7 +237,7 @@ def test_each_path_on_every_sweep_case_matches_float64(gen, path, n, d, causal, 
 
 @requires_hopper
 @pytest.mark.gpu
-@pytest.mark.parametrize("path", ["gluon", "gluon-ws", "gluon-ws-atomic-dq"])
+@pytest.mark.parametrize("path", ["gluon", "gluon-ws", "gluon-ws-atomic-dq", "gluon-ws-tma-dq"])
 @pytest.mark.parametrize("d", HEAD_DIMS)
 @pytest.mark.parametrize("causal", [False, True])
 def test_the_gluon_kernel_keeps_every_guarantee_on_the_gpu(gen, path, d, causal):
@@ -254,7 +251,7 @@ def test_the_gluon_kernel_keeps_every_guarantee_on_the_gpu(gen, path, d, causal)
 
 @requires_hopper
 @pytest.mark.gpu
-@pytest.mark.parametrize("path", ["gluon", "gluon-ws", "gluon-ws-atomic-dq"])
+@pytest.mark.parametrize("path", ["gluon", "gluon-ws", "gluon-ws-atomic-dq", "gluon-ws-tma-dq"])
 @pytest.mark.parametrize("causal", [False, True])
 def test_the_gluon_kernel_addresses_rows_past_2_31_elements(gen, path, causal):
     row_stride, N, d = 2**25 + 64, 130, 64

@@ -13,7 +13,7 @@ import pytest
 from conftest import HAS_CUDA
 
 from minimodel.kernel import HOPPER, SHARED_MEMORY
-from minimodel.kernel.bwd_config import BwdConfig
+from minimodel.kernel.bwd_config import BwdConfig, gluon_ws_config
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -22,9 +22,12 @@ def test_a_configuration_reads_as_the_bwdconfig_it_names():
     assert bwd_bench.parse_config("64,128,128,64,8,2,8,3") == BwdConfig(64, 128, 128, 64, 8, 2, 8, 3)
     assert bwd_bench.parse_config("32,64,64,32") == BwdConfig(32, 64, 64, 32)
     assert bwd_bench.parse_config("32,64,64,32,atomic") == BwdConfig(32, 64, 64, 32, ATOMIC_DQ=True)
+    tma = bwd_bench.parse_config("64,128,128,64,12,2,8,3,tma")
+    assert tma == gluon_ws_config(64, True, tma_dq=True) and tma.kernel == "gluon-ws-tma-dq"
 
 
-@pytest.mark.parametrize("spec", ["64,128,128", "64,32,64,32", "a,b,c,d", "64,128,128,64,8", "ATOMIC"])
+@pytest.mark.parametrize("spec", ["64,128,128", "64,32,64,32", "a,b,c,d", "64,128,128,64,8", "ATOMIC",
+                                  "64,128,128,64,8,2,8,3,TMA"])
 def test_a_configuration_that_is_not_one_is_refused(spec):
     with pytest.raises(argparse.ArgumentTypeError, match="expected BLOCK_M1,BLOCK_N1,BLOCK_M2,BLOCK_N2"):
         bwd_bench.parse_config(spec)

@@ -3,8 +3,9 @@
     PYTHONPATH=src python3 tools/bwd_gluon_gpu.py --out DIR [--commit SHA]
 
 The paths (`PATHS`): the warp-specialized dK/dV kernel (`gluon_ws_config`) with the tl dQ pass
-(`ws64`, `ws128`, deterministic) and with dQ added in the kernel by fp32 atomics (`wsdq64`,
-`wsdq128`, no dQ pass, not deterministic); `g1` is step 1's one-partition kernel
+(`ws64`, `ws128`, deterministic), with dQ added in the kernel by fp32 atomics (`wsdq64`,
+`wsdq128`, no dQ pass, not deterministic) and by TMA reductions (`wstma64`, `wstma128`, likewise);
+`g1` is step 1's one-partition kernel
 (`gluon_bwd_config`), timed only, for comparison.
 
 1. check: one child process per path, all at once (they compile in parallel), each case through
@@ -48,7 +49,9 @@ from minimodel.kernel.flash import flash_attn_forward
 # name -> (head dim, configuration per causal)
 PATHS = {"ws64": (64, partial(gluon_ws_config, 64)), "ws128": (128, partial(gluon_ws_config, 128)),
          "wsdq64": (64, partial(gluon_ws_config, 64, atomic_dq=True)),
-         "wsdq128": (128, partial(gluon_ws_config, 128, atomic_dq=True))}
+         "wsdq128": (128, partial(gluon_ws_config, 128, atomic_dq=True)),
+         "wstma64": (64, partial(gluon_ws_config, 64, tma_dq=True)),
+         "wstma128": (128, partial(gluon_ws_config, 128, tma_dq=True))}
 TIMED_ONLY = {"g1": gluon_bwd_config}  # checked on the H200 before (notes/backward.md)
 SWEEP = [(n, dtype, causal, h_kv) for n in (128, 1000, 4096) for dtype in ("float16", "bfloat16")
          for causal in (False, True) for h_kv in (4, 1)]

@@ -4,9 +4,9 @@ the schedule is there.
 
     python tools/bwd_ws_report.py                          # each configuration the GPU run checks
     python tools/bwd_ws_report.py --d 128 --m 64 --stages 2 --causal --atomic
-    python tools/bwd_ws_report.py --case 64,1,0 --case 128,0,1   # (d, causal, atomic dQ) cases
+    python tools/bwd_ws_report.py --case 64,1,0 --case 128,0,2   # (d, causal, dQ) cases: dQ 0 the
+                                                                 # tl pass, 1 atomics, 2 TMA reductions
     python tools/bwd_ws_report.py --json out.json          # also write the rows
-    python tools/bwd_ws_report.py --case 128,1,1 --tma-dq  # dQ by TMA reductions (gluon_bwd_tmadq)
 
 With warp specialization the cubin's register count is the launch's (65,536 / 384 threads,
 rounded down to 8: 168): each partition then moves to its own with `setmaxnreg`, which ptxas
@@ -26,19 +26,21 @@ import compiled_entry  # noqa: F401 (first: Triton's compiler, whatever the devi
 import kernel_report
 import torch
 
-from minimodel.kernel import gluon_bwd_tmadq, gluon_bwd_ws
 from minimodel.kernel.bwd_config import gluon_ws_config
+from minimodel.kernel.gluon_bwd_ws import dkdv_launch
 
-# (d, causal, ATOMIC_DQ) of `gluon_ws_config`: what tools/bwd_gluon_gpu.py checks and times
-DEFAULT = [(d, causal, atomic) for d in (64, 128) for causal in (False, True) for atomic in (False, True)]
+# (d, causal, dQ) of `gluon_ws_config`, dQ: 0 the tl pass, 1 atomics, 2 TMA reductions: what
+# tools/bwd_gluon_gpu.py checks and times
+DQ_PASS, DQ_ATOMIC, DQ_TMA = 0, 1, 2
+DEFAULT = [(d, causal, dq) for d in (64, 128) for causal in (False, True)
+           for dq in (DQ_PASS, DQ_ATOMIC, DQ_TMA)]
 # warpgroup MMAs, exp2, fp32 reductions to global memory (the atomics into dQ), mbarrier operations,
 # CTA barriers, local-memory stores and loads (spills), TMA loads, TMA reductions
 OPCODES = ("HGMMA", "MUFU", "REDG", "SYNCS", "BAR", "STL", "LDL", "UTMALDG", "UTMAREDG")
 _TYPES = {torch.float16: "*fp16", torch.bfloat16: "*bf16", torch.float32: "*fp32"}
 
 
-def compile_ws(cfg, d: int, causal: bool, dtype=torch.float16, n: int = 4096, arch: int = 90,
-               dkdv_launch=gluon_bwd_ws.dkdv_launch):
+def compile_ws(cfg, d: int, causal: bool, dtype=torch.float16, n: int = 4096, arch: int = 90):
     """Triton's compiled kernel of `dkdv_launch` for `cfg` on a contiguous (1, 1, n, d) problem."""
     t = torch.empty(1, 1, n, d, dtype=dtype)
     rows = torch.empty(1, 1, n, dtype=torch.float32)
@@ -49,9 +51,9 @@ def compile_ws(cfg, d: int, causal: bool, dtype=torch.float16, n: int = 4096, ar
     return kernel_report.compile_for(kernel, types, options, arch)
 
 
-def report(cfg, d: int, causal: bool, dtype=torch.float16, dkdv_launch=gluon_bwd_ws.dkdv_launch) -> dict:
+def report(cfg, d: int, causal: bool, dtype=torch.float16) -> dict:
     """Registers (the launch's, and each partition's after setmaxnreg), spill bytes, shared bytes, counts."""
-    compiled = compile_ws(cfg, d, causal, dtype, dkdv_launch=dkdv_launch)
+    compiled = compile_ws(cfg, d, causal, dtype)
     cubin = compiled.asm["cubin"]
     usage = kernel_report._cuobjdump(cubin, "--dump-resource-usage")
     sass = kernel_report._cuobjdump(cubin, "--dump-sass")
@@ -60,7 +62,7 @@ def report(cfg, d: int, causal: bool, dtype=torch.float16, dkdv_launch=gluon_bwd
     maxnreg = sorted({int(x) for x in re.findall(r"setmaxnreg\.\w+\.sync\.aligned\.u32\s+(\d+)",
                                                  compiled.asm["ptx"])})
     return {"d": d, "causal": causal, "BLOCK_M1": cfg.BLOCK_M1, "stages": cfg.num_stages_kv,
-            "atomic_dq": cfg.ATOMIC_DQ, "dtype": str(dtype).removeprefix("torch."),
+            "atomic_dq": cfg.ATOMIC_DQ, "tma_dq": cfg.TMA_DQ, "dtype": str(dtype).removeprefix("torch."),
             "registers": int(re.search(r"REG:(\d+)", usage).group(1)),
             "setmaxnreg": maxnreg, "spill_stack_bytes": int(re.search(r"STACK:(\d+)", usage).group(1)),
             "shared_bytes": int(compiled.metadata.shared), "warps": compiled.metadata.num_warps,
@@ -74,26 +76,26 @@ def main(argv=None) -> int:
     parser.add_argument("--stages", type=int)
     parser.add_argument("--causal", action="store_true")
     parser.add_argument("--atomic", action="store_true", help="dQ by atomic adds in the kernel")
-    parser.add_argument("--case", action="append", help="d,causal,atomic (0 or 1), instead of --d ...")
-    parser.add_argument("--tma-dq", action="store_true",
-                        help="the atomic cases' dQ by TMA reductions instead (gluon_bwd_tmadq)")
+    parser.add_argument("--tma-dq", action="store_true", help="dQ by TMA reductions in the kernel")
+    parser.add_argument("--case", action="append",
+                        help="d,causal,dq (dQ: 0 the tl pass, 1 atomics, 2 TMA reductions), instead of --d")
     parser.add_argument("--bf16", action="store_true")
     parser.add_argument("--json", help="write the rows here")
     args = parser.parse_args(argv)
-    cases = [(args.d, args.causal, args.atomic)] if args.d else DEFAULT
+    dq = DQ_TMA if args.tma_dq else DQ_ATOMIC if args.atomic else DQ_PASS
+    cases = [(args.d, args.causal, dq)] if args.d else DEFAULT
     if args.case:
         cases = [tuple(int(x) for x in c.split(",")) for c in args.case]
     rows, bad = [], 0
-    for d, causal, atomic in cases:
-        causal, atomic = bool(causal), bool(atomic)
-        cfg = gluon_ws_config(d, causal, atomic_dq=atomic)
+    for d, causal, dq in cases:
+        causal = bool(causal)
+        cfg = gluon_ws_config(d, causal, atomic_dq=dq == DQ_ATOMIC, tma_dq=dq == DQ_TMA)
         cfg = replace(cfg, BLOCK_M1=args.m or cfg.BLOCK_M1, num_stages_kv=args.stages or cfg.num_stages_kv)
         try:
-            launch = gluon_bwd_tmadq.dkdv_launch if atomic and args.tma_dq else gluon_bwd_ws.dkdv_launch
-            row = report(cfg, d, causal, torch.bfloat16 if args.bf16 else torch.float16, launch)
-            row["tma_dq"] = launch is gluon_bwd_tmadq.dkdv_launch
+            row = report(cfg, d, causal, torch.bfloat16 if args.bf16 else torch.float16)
         except Exception as err:  # a configuration Triton cannot lower: said, and the next one goes on
-            row = {"d": d, "causal": causal, "BLOCK_M1": cfg.BLOCK_M1, "atomic_dq": atomic,
+            row = {"d": d, "causal": causal, "BLOCK_M1": cfg.BLOCK_M1, "atomic_dq": cfg.ATOMIC_DQ,
+                   "tma_dq": cfg.TMA_DQ,
                    "error": f"{type(err).__name__}: {str(err).strip().splitlines()[-1][:300]}"}
         bad += "error" in row or row["spill_stack_bytes"] > 0 or row["stl"] > 0
         rows.append(row)

@@ -85,6 +85,8 @@ def measure(cfg: dict, l2_bytes: int, random_seed: int, ncu: str, workdir: str |
     for row in rows:
         ran_flash = row["impl"] == contract.FLASH_SCHEME and row["status"] == contract.MEASURED
         block_m, block_n, config = _flash_config(row) if ran_flash else (*contract.LAB_TILE, {})
+        if config.get("cfg_ATOMIC_DQ"):  # dQ added in the dK/dV kernel: the model that accumulates it so
+            row["dq_accumulation"] = contract.DQ_READ_MODIFY_WRITE
         row.update(model_columns(row, block_m, block_n), **config)
     parts = [p for p in parts if len(p)]
     return rows, pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=KERNEL_COLUMNS)
@@ -164,7 +166,7 @@ def _flash_config(row) -> tuple[int, int, dict]:
         block_m, block_n = cfg.BLOCK_M, cfg.BLOCK_N
     else:
         cfg, recorded = default_bwd_config(q, row["causal"]), ("BLOCK_M1", "BLOCK_N1", "BLOCK_M2", "BLOCK_N2",
-                                                               "ATOMIC_DQ")
+                                                               "ATOMIC_DQ", "TMA_DQ")
         block_m, block_n = cfg.BLOCK_M1, cfg.BLOCK_N1
     return block_m, block_n, {f"cfg_{name}": getattr(cfg, name) for name in recorded}
 

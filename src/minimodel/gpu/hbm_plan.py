@@ -15,7 +15,9 @@ The model beside a row (`model_columns`), for all its heads, with the tile the k
   not known: its rows carry the compulsory bytes (Q, K, V read once, O written once) and no model;
 - the backward (naive: theory 02's naive backward from P as the naive forward stores it; flash:
   the kernel's preprocess, dK/dV kernel and dQ kernel, the model's separate dQ pass,
-  `contract.DQ_SEPARATE_PASS`): every read and write of `minimodel.floor.byte_model.backward`, the
+  `contract.DQ_SEPARATE_PASS`, or, where the kernel that ran adds dQ in its dK/dV kernel
+  (`BwdConfig.ATOMIC_DQ`, by atomics or TMA reductions), `contract.DQ_READ_MODIFY_WRITE`): every
+  read and write of `minimodel.floor.byte_model.backward`, the
   gradients' final writes included (`bytes_by_rw`), and, as `model_consistent_bytes`, the
   consistent total that leaves them out; the lab has no backward formulas (`model_lab_bytes`
   empty). The flash model's tile is the dK/dV kernel's (BLOCK_M1 query rows past BLOCK_N1 key rows).
@@ -100,7 +102,7 @@ def model_columns(row: dict, block_m: int, block_n: int) -> dict:
         conventions = {f"model_{convention}_bytes": heads * forward_model.model_bytes(
             row["impl"], n, d, *tile, ELEMENT_BYTES, convention) for convention in contract.CONVENTIONS}
     else:
-        dq = DQ[row["impl"]]
+        dq = row.get("dq_accumulation") or DQ[row["impl"]]  # the kernel's own where it ran (`hbm.measure`)
         by_rw = backward_model.bytes_by_rw(row["impl"], n, d, *tile, ELEMENT_BYTES, direction, dq)
         conventions = {f"model_{contract.LAB_CONVENTION}_bytes": None,
                        f"model_{contract.CONSISTENT_CONVENTION}_bytes": heads * backward_model.model_bytes(

@@ -33,6 +33,9 @@ class BwdConfig:
     warpgroup and two MMA warpgroups of 64 keys (BLOCK_N1 = 128). With ATOMIC_DQ it also computes
     dQ and adds it to a float32 accumulator atomically (no dQ kernel; not deterministic;
     BLOCK_M1 = 64 or 128, the M of one or two warpgroup MMAs).
+    TMA_DQ (with ATOMIC_DQ, warp-specialized only): dQ's shares reach the accumulator by TMA
+    reductions from shared memory (FlashAttention-3's way) instead of atomics from registers; not
+    deterministic either.
     """
 
     BLOCK_M1: int
@@ -45,6 +48,7 @@ class BwdConfig:
     num_stages_q: int = 2
     ATOMIC_DQ: bool = False
     GLUON: bool = False
+    TMA_DQ: bool = False
 
     def __post_init__(self):
         blocks = (self.BLOCK_M1, self.BLOCK_N1, self.BLOCK_M2, self.BLOCK_N2)
@@ -53,6 +57,10 @@ class BwdConfig:
         if self.BLOCK_N1 % self.BLOCK_M1 or self.BLOCK_M2 % self.BLOCK_N2:
             raise ValueError(f"BLOCK_N1 ({self.BLOCK_N1}) must be a multiple of BLOCK_M1 ({self.BLOCK_M1}) "
                              f"and BLOCK_M2 ({self.BLOCK_M2}) of BLOCK_N2 ({self.BLOCK_N2})")
+        if self.TMA_DQ and not (self.ATOMIC_DQ and self.warp_specialized):
+            raise ValueError("TMA_DQ is a way of ATOMIC_DQ in the warp-specialized Gluon kernel (GLUON, "
+                             f"num_warps_kv = {gluon_bwd_ws.WARPS}); got ATOMIC_DQ = {self.ATOMIC_DQ}, "
+                             f"GLUON = {self.GLUON}, num_warps_kv = {self.num_warps_kv}")
         if self.GLUON:
             self._check_gluon()
 
@@ -84,10 +92,18 @@ class BwdConfig:
 
     @property
     def kernel(self) -> str:
-        """The dK/dV kernel in words: tl, gluon (one partition), gluon-ws or gluon-ws-atomic-dq."""
+        """The dK/dV kernel in words: tl, gluon (one partition), gluon-ws, gluon-ws-atomic-dq or
+        gluon-ws-tma-dq."""
         if not self.warp_specialized:
             return self.path
-        return "gluon-ws-atomic-dq" if self.ATOMIC_DQ else "gluon-ws"
+        if self.ATOMIC_DQ:
+            return "gluon-ws-tma-dq" if self.TMA_DQ else "gluon-ws-atomic-dq"
+        return "gluon-ws"
+
+    @property
+    def deterministic(self) -> bool:
+        """Whether two calls on one input give the same bits: dQ added in the kernel is not."""
+        return not self.ATOMIC_DQ
 
     @property
     def path(self) -> str:
@@ -144,22 +160,24 @@ def gluon_bwd_config(head_dim: int, causal: bool) -> BwdConfig:
 # (tools/bwd_ws_report.py); on the H200 every path passed all 40 cases of tools/bwd_gluon_gpu.py,
 # and with the tl dQ pass it ran the backward 1.13-1.30x faster than the tl kernels at
 # FlashAttention's grid's N = 4096 (notes/backward.md): the policy picks it there (`WS_MIN_N`).
-# With dQ in the kernel, d = 64 takes 64 query rows: at 128 its fp32 dQ share spills (24-48 bytes).
+# With dQ in the kernel, d = 64 takes 64 query rows: at 128 its fp32 dQ share spills (24-48 bytes
+# with atomics, 64-72 with TMA reductions).
 GLUON_WS_TILES = {(64, False): (128, 2), (64, True): (128, 2), (128, False): (64, 2), (128, True): (64, 2)}
 GLUON_WS_ATOMIC_TILES = {**GLUON_WS_TILES, (64, False): (64, 2), (64, True): (64, 2)}
 
 
-def gluon_ws_config(head_dim: int, causal: bool, atomic_dq: bool = False) -> BwdConfig:
+def gluon_ws_config(head_dim: int, causal: bool, atomic_dq: bool = False, tma_dq: bool = False) -> BwdConfig:
     """The warp-specialized Gluon kernel's configuration at a head dim it is built for (64, 128):
-    with atomic_dq its dQ is added in the kernel (not deterministic), else the tl dQ pass of the
-    Hopper table runs after it."""
+    with atomic_dq its dQ is added in the kernel by fp32 atomics, with tma_dq by TMA reductions
+    (either: not deterministic), else the tl dQ pass of the Hopper table runs after it."""
     if head_dim not in gluon_backward.HEAD_DIMS:
         raise ValueError(f"the Gluon backward is built for head dims {gluon_backward.HEAD_DIMS}, "
                          f"got {head_dim}")
-    rows, stages = (GLUON_WS_ATOMIC_TILES if atomic_dq else GLUON_WS_TILES)[(head_dim, bool(causal))]
+    in_kernel = bool(atomic_dq or tma_dq)
+    rows, stages = (GLUON_WS_ATOMIC_TILES if in_kernel else GLUON_WS_TILES)[(head_dim, bool(causal))]
     return replace(HOPPER_CONFIGS[(head_dim, bool(causal))], BLOCK_M1=rows, BLOCK_N1=128,
-                   num_warps_kv=gluon_bwd_ws.WARPS, num_stages_kv=stages, ATOMIC_DQ=bool(atomic_dq),
-                   GLUON=True)
+                   num_warps_kv=gluon_bwd_ws.WARPS, num_stages_kv=stages, ATOMIC_DQ=in_kernel,
+                   TMA_DQ=bool(tma_dq), GLUON=True)
 
 
 def tl_bwd_config(head_dim: int, causal: bool, device_type: str, arch: int = HOPPER) -> BwdConfig:

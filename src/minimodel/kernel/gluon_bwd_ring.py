@@ -18,6 +18,13 @@ ROW_LAYOUT = gl.SwizzledSharedLayout(vec=1, per_phase=1, max_phase=1, order=[0])
 ROW_TMA_LAYOUT = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=1)
 
 
+@gluon.constexpr_function
+def dq_share(block_m: int, head_dim: int) -> tuple[int, int]:
+    """(rows, columns) of one MMA warpgroup's share of a query tile's dQ: a warpgroup MMA has 64
+    rows, so the rows are split only where each half has 64, else the head dim."""
+    return (block_m // 2, head_dim) if block_m >= 128 else (block_m, head_dim // 2)
+
+
 @aggregate
 class Config:
     """Shapes and layouts, all constexpr; the register layouts are one MMA warpgroup's."""
@@ -28,7 +35,8 @@ class Config:
     HEAD_DIM: gl.constexpr
     STAGES: gl.constexpr
     IS_CAUSAL: gl.constexpr
-    DQ_ATOMIC: gl.constexpr
+    DQ_ATOMIC: gl.constexpr  # dQ in the kernel (fp32, added to), by atomics or (DQ_TMA) TMA reductions
+    DQ_TMA: gl.constexpr
     ROWS_TMA: gl.constexpr  # LSE and D by 1-D TMA (only where N % 4 = 0), else by the producer's loads
     READY_ARRIVALS: gl.constexpr  # the producer's arrivals on ready[s] per step (`Ring`)
     DQ_ROWS: gl.constexpr  # dQ split between the warpgroups by rows (else by head-dim columns)
@@ -44,11 +52,13 @@ class Config:
     kv_smem: gl.constexpr  # K, V: [BLOCK_N, HEAD_DIM]
     q_smem: gl.constexpr  # Q, dO: [BLOCK_M, HEAD_DIM]
     ds_smem: gl.constexpr  # dSᵀ of both warpgroups: [BLOCK_N, BLOCK_M]
+    dq_smem: gl.constexpr  # one warpgroup's float32 share of dQ: [DQ_M, DQ_N]
     row_smem: gl.constexpr  # LSE, D: [BLOCK_M] float32
     row_layout: gl.constexpr  # LSE, D in the producer's registers: a value per thread
 
     @gluon.constexpr_function
-    def __init__(self, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, IS_CAUSAL, DQ_ATOMIC, dtype, ROWS_TMA=False):
+    def __init__(self, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, IS_CAUSAL, DQ_ATOMIC, dtype, ROWS_TMA=False,
+                 DQ_TMA=False):
         self.BLOCK_M = gl.constexpr(BLOCK_M)
         self.BLOCK_N = gl.constexpr(BLOCK_N)
         self.WG_KEYS = gl.constexpr(BLOCK_N // 2)
@@ -56,12 +66,14 @@ class Config:
         self.STAGES = gl.constexpr(STAGES)
         self.IS_CAUSAL = gl.constexpr(IS_CAUSAL)
         self.DQ_ATOMIC = gl.constexpr(DQ_ATOMIC)
+        self.DQ_TMA = gl.constexpr(DQ_TMA)
         self.ROWS_TMA = gl.constexpr(ROWS_TMA)
         self.READY_ARRIVALS = gl.constexpr(1 if ROWS_TMA else 2)
         # a warpgroup MMA has 64 rows: split the rows only where each half has 64
         self.DQ_ROWS = gl.constexpr(BLOCK_M >= 128)
-        self.DQ_M = gl.constexpr(BLOCK_M // 2 if BLOCK_M >= 128 else BLOCK_M)
-        self.DQ_N = gl.constexpr(HEAD_DIM if BLOCK_M >= 128 else HEAD_DIM // 2)
+        dq_rows, dq_cols = dq_share(BLOCK_M, HEAD_DIM)
+        self.DQ_M = gl.constexpr(dq_rows)
+        self.DQ_N = gl.constexpr(dq_cols)
         self.dtype = gl.constexpr(dtype)
         st = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_M, 16])
         acc = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HEAD_DIM, 16])
@@ -75,6 +87,7 @@ class Config:
         self.kv_smem = gl.constexpr(gl.NVMMASharedLayout.get_default_for([BLOCK_N, HEAD_DIM], dtype))
         self.q_smem = gl.constexpr(gl.NVMMASharedLayout.get_default_for([BLOCK_M, HEAD_DIM], dtype))
         self.ds_smem = gl.constexpr(gl.NVMMASharedLayout.get_default_for([BLOCK_N, BLOCK_M], dtype))
+        self.dq_smem = gl.constexpr(gl.NVMMASharedLayout.get_default_for([dq_rows, dq_cols], gl.float32))
         self.row_smem = gl.constexpr(ROW_TMA_LAYOUT if ROWS_TMA else ROW_LAYOUT)
         self.row_layout = gl.constexpr(gl.BlockedLayout([1], [32], [4], [0]))  # the producer's warpgroup
 
@@ -94,7 +107,9 @@ class Ring:
     - ds_ready[i] (count 2, DQ_ATOMIC): each MMA warpgroup arrives when its dSᵀ rows of a step are
       in ds[i] (i = step % 2); both wait on it before dQ = dS K reads both halves. Two buffers: a
       warpgroup writes ds[i] again only after passing step + 1's wait, so after the other one's
-      dQ GEMM of this step has completed."""
+      dQ GEMM of this step has completed.
+    And dq[w] (DQ_TMA): MMA warpgroup w's float32 share of a step's dQ, which the TMA engine reads
+    to add it into global memory; w waits for that read (`tma.store_wait`) before writing it again."""
 
     k: gl.shared_memory_descriptor  # [BLOCK_N, HEAD_DIM]
     v: gl.shared_memory_descriptor
@@ -103,13 +118,14 @@ class Ring:
     lse: gl.shared_memory_descriptor  # [STAGES, BLOCK_M] float32
     delta: gl.shared_memory_descriptor
     ds: gl.shared_memory_descriptor  # [2, BLOCK_N, BLOCK_M]
+    dq: gl.shared_memory_descriptor  # [2, DQ_M, DQ_N] float32
     kv_ready: gl.shared_memory_descriptor
     ready: gl.shared_memory_descriptor
     empty: gl.shared_memory_descriptor
     ds_ready: gl.shared_memory_descriptor
 
     @gluon.constexpr_function
-    def __init__(self, k, v, q, do, lse, delta, ds, kv_ready, ready, empty, ds_ready):
+    def __init__(self, k, v, q, do, lse, delta, ds, dq, kv_ready, ready, empty, ds_ready):
         self.k = k
         self.v = v
         self.q = q
@@ -117,6 +133,7 @@ class Ring:
         self.lse = lse
         self.delta = delta
         self.ds = ds
+        self.dq = dq
         self.kv_ready = kv_ready
         self.ready = ready
         self.empty = empty
@@ -131,8 +148,10 @@ class Ring:
         do = gl.allocate_shared_memory(C.dtype, [C.STAGES, C.BLOCK_M, C.HEAD_DIM], C.q_smem)
         lse = gl.allocate_shared_memory(gl.float32, [C.STAGES, C.BLOCK_M], C.row_smem)
         delta = gl.allocate_shared_memory(gl.float32, [C.STAGES, C.BLOCK_M], C.row_smem)
-        # without DQ_ATOMIC nothing uses ds and the compiler drops it (a field must hold a value)
+        # without DQ_ATOMIC nothing uses ds (nor, without DQ_TMA, dq) and the compiler drops it (a
+        # field must hold a value)
         ds = gl.allocate_shared_memory(C.dtype, [2, C.BLOCK_N, C.BLOCK_M], C.ds_smem)
+        dq = gl.allocate_shared_memory(gl.float32, [2, C.DQ_M, C.DQ_N], C.dq_smem)
         kv_ready = gl.allocate_shared_memory(gl.int64, [1], bar)
         ready = gl.allocate_shared_memory(gl.int64, [C.STAGES, 1], bar)
         empty = gl.allocate_shared_memory(gl.int64, [C.STAGES, 1], bar)
@@ -143,7 +162,7 @@ class Ring:
             mbarrier.init(empty.index(s), count=2)
         for i in gl.static_range(2):
             mbarrier.init(ds_ready.index(i), count=2)
-        return Ring(k, v, q, do, lse, delta, ds, kv_ready, ready, empty, ds_ready)
+        return Ring(k, v, q, do, lse, delta, ds, dq, kv_ready, ready, empty, ds_ready)
 
 
 @aggregate

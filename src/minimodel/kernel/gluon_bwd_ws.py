@@ -13,9 +13,12 @@ A step, in transposed form (keys as the rows of every warpgroup MMA, as `gluon_b
 and with DQ_ATOMIC the fifth GEMM, dQ = dS K: each consumer writes its dSᵀ rows to a shared
 buffer (double-buffered), both wait for the other's, and each computes half of the query tile's
 dQ over all 128 keys (half the head dim, or half the rows where the tile has 128), then adds it,
-times the softmax scale, to a float32 dQ with atomic adds. Those adds make dQ's last bits depend
-on their order: without DQ_ATOMIC the kernel writes only dK and dV and the tl dQ pass runs after
-it (`backward.arguments`), deterministic, as `gluon_backward`.
+times the softmax scale, to a float32 dQ: with atomic adds from registers (`_dq_add`), or with
+DQ_TMA (FlashAttention-3's way) by storing it to a shared float32 tile of its own that the TMA
+engine adds into dQ (`_dq_reduce`, a `cp.reduce.async.bulk.tensor`, clipped at N by a 4-D
+descriptor) while the warpgroup goes on. Either way the adds' order makes dQ's last bits vary
+between runs: without DQ_ATOMIC the kernel writes only dK and dV and the tl dQ pass runs after it
+(`backward.arguments`), deterministic, as `gluon_backward`.
 
 Rows past N: Q, dO, K, V read as zeros (4-D descriptors, bounded per head); LSE and D, which the
 producer's warpgroup loads itself (`_rows`: a TMA coordinate must be 16-byte aligned, which a
@@ -41,7 +44,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from minimodel.kernel.gluon_backward import KeyBlock
-from minimodel.kernel.gluon_bwd_ring import ROW_TMA_LAYOUT, Config, Descriptors, Grads, Ring
+from minimodel.kernel.gluon_bwd_ring import ROW_TMA_LAYOUT, Config, Descriptors, Grads, Ring, dq_share
+from minimodel.kernel.gluon_tma import async_reduce_shared_to_global
 from minimodel.kernel.hopper import _descriptor
 from minimodel.kernel.launch import LOG2E, grid
 
@@ -147,6 +151,25 @@ def _dq_add(dq, g: Grads, blk: KeyBlock, h, start_m, WG: gl.constexpr, C: Config
 
 
 @gluon.jit
+def _dq_reduce(dq, dq_desc, ring: Ring, g: Grads, blk: KeyBlock, h, start_m, WG: gl.constexpr, C: Config):
+    """Store scale · this share of dQ to the warpgroup's shared tile, and have the TMA engine add
+    it into the float32 dQ behind dq_desc (rows past N clipped by the descriptor)."""
+    if C.DQ_ROWS:
+        row0 = start_m + WG * C.DQ_M
+        col0 = 0
+    else:
+        row0 = start_m
+        col0 = WG * C.DQ_N
+    tile = ring.dq.index(WG)
+    tma.store_wait(0)  # in the thread that issued the last step's reduction: the engine has read the tile
+    gl.thread_barrier()  # ... before any thread of the warpgroup writes it again
+    tile.store(dq * g.sm_scale)
+    fence_async_shared()  # the generic-proxy stores, before the TMA engine reads them
+    gl.thread_barrier()
+    async_reduce_shared_to_global(dq_desc, [blk.b, h, row0, col0], tile)
+
+
+@gluon.jit
 def _store_rows(ptr, acc, blk: KeyBlock, WG: gl.constexpr, C: Config):
     """This warpgroup's rows of dK or dV (contiguous (B, H_kv, N, d)) by plain stores: the other
     warpgroup may still read K and V in shared memory. Rows past N are dropped."""
@@ -159,7 +182,7 @@ def _store_rows(ptr, acc, blk: KeyBlock, WG: gl.constexpr, C: Config):
 
 
 @gluon.jit
-def _mma(ring: Ring, blk: KeyBlock, total, g: Grads, WG: gl.constexpr, C: Config):
+def _mma(ring: Ring, blk: KeyBlock, total, g: Grads, dq_desc, WG: gl.constexpr, C: Config):
     """MMA warpgroup WG: dK, dV of keys [64·WG, 64·WG + 64) of the block, over every step; the
     stage is released once this warpgroup's GEMMs that read it are done."""
     k = ring.k.slice(WG * C.WG_KEYS, C.WG_KEYS)
@@ -193,24 +216,30 @@ def _mma(ring: Ring, blk: KeyBlock, total, g: Grads, WG: gl.constexpr, C: Config
             dq = _dq_mma(ring, t, dst, WG, C)
             dk, dq, ds16 = warpgroup_mma_wait(0, deps=[dk, dq, ds16])
             mbarrier.arrive(ring.empty.index(s), count=1)
-            _dq_add(dq, g, blk, h, start_m, WG, C)
+            if C.DQ_TMA:
+                _dq_reduce(dq, dq_desc, ring, g, blk, h, start_m, WG, C)
+            else:
+                _dq_add(dq, g, blk, h, start_m, WG, C)
         else:
             dk, ds16 = warpgroup_mma_wait(0, deps=[dk, ds16])
             mbarrier.arrive(ring.empty.index(s), count=1)
     _store_rows(g.dk, dk * g.sm_scale, blk, WG, C)
     _store_rows(g.dv, dv, blk, WG, C)
+    if C.DQ_TMA:
+        tma.store_wait(0)  # the shared tile stays until the engine has read it
 
 
 @gluon.jit(do_not_specialize=["H", "N", "GROUP"])
-def _bwd_dkdv_ws(q_desc, do_desc, k_desc, v_desc, lse, delta, dk_ptr, dv_ptr, dq_ptr, qk_scale,
+def _bwd_dkdv_ws(q_desc, do_desc, k_desc, v_desc, lse, delta, dk_ptr, dv_ptr, dq_ptr, dq_desc, qk_scale,
                  sm_scale, H, N, GROUP, BLOCK_M: gl.constexpr, STAGES: gl.constexpr,
-                 IS_CAUSAL: gl.constexpr, DQ_ATOMIC: gl.constexpr, ROWS_TMA: gl.constexpr,
-                 WORKER_REGS: gl.constexpr):
+                 IS_CAUSAL: gl.constexpr, DQ_ATOMIC: gl.constexpr, DQ_TMA: gl.constexpr,
+                 ROWS_TMA: gl.constexpr, WORKER_REGS: gl.constexpr):
     """dK, dV (and with DQ_ATOMIC dQ's share) of 128 keys of one (batch, K/V head), summed over
     its GROUP query heads. lse, delta: float32 pointers, or with ROWS_TMA 1-D descriptors.
+    dq_desc: with DQ_TMA, the float32 dQ's 4-D descriptor (`dq_descriptor`), else None.
     WORKER_REGS: each MMA warpgroup's registers after setmaxnreg (`MMA_REGS`)."""
     C = Config(BLOCK_M, k_desc.block_type.shape[2], k_desc.block_type.shape[3], STAGES, IS_CAUSAL, DQ_ATOMIC,
-               k_desc.dtype, ROWS_TMA)
+               k_desc.dtype, ROWS_TMA, DQ_TMA)
     blk = KeyBlock.create(H, N, GROUP, C)
     total = blk.tiles * GROUP
     ring = Ring.create(C)
@@ -218,8 +247,8 @@ def _bwd_dkdv_ws(q_desc, do_desc, k_desc, v_desc, lse, delta, dk_ptr, dv_ptr, dq
     g = Grads(dk_ptr, dv_ptr, dq_ptr, qk_scale, sm_scale)
     gl.warp_specialize([
         (_produce, (descs, ring, blk, total, C)),
-        (_mma, (ring, blk, total, g, 0, C)),
-        (_mma, (ring, blk, total, g, 1, C)),
+        (_mma, (ring, blk, total, g, dq_desc, 0, C)),
+        (_mma, (ring, blk, total, g, dq_desc, 1, C)),
     ], [4, 4], [WORKER_REGS, WORKER_REGS])
 
 
@@ -227,6 +256,16 @@ def _rows_descriptor(t: torch.Tensor, rows: int):
     """A 1-D descriptor over a contiguous float32 (B, H, N): `rows` values a copy (ROWS_TMA)."""
     flat = t.view(-1)
     return TensorDescriptor(flat, [flat.numel()], [1], [rows], ROW_TMA_LAYOUT)
+
+
+def dq_descriptor(dq: torch.Tensor, block_m: int) -> TensorDescriptor:
+    """A 4-D descriptor over the contiguous float32 (B, H, N, d) dQ, a box one warpgroup's share
+    (DQ_TMA): rows past N of a head are clipped, never added into the next head's."""
+    rows, cols = dq_share(block_m, dq.shape[-1])
+    head = dq.shape[-1] * dq.shape[-2]
+    strides = [s if n > 1 else head for n, s in zip(dq.shape, dq.stride(), strict=True)]
+    layout = gl.NVMMASharedLayout.get_default_for([1, 1, rows, cols], gl.float32)
+    return TensorDescriptor(dq, list(dq.shape), strides, [1, 1, rows, cols], layout)
 
 
 def rows_tma_ok(q: torch.Tensor) -> bool:
@@ -240,10 +279,11 @@ def dkdv_launch(q, k, v, do, dq, dk, dv, lse, delta, scale: float, cfg, causal: 
     """(kernel, grid, arguments, launch options) of the dK/dV launch for `cfg` (a `BwdConfig`
     with GLUON and num_warps_kv = `WARPS`: BLOCK_M1 query rows per step, 128 keys per program,
     num_stages_kv ring stages; ATOMIC_DQ: dq is the zeroed float32 accumulator the kernel adds
-    scale · dS K to). q, k, v, do must be readable by TMA (`bwd_config.gluon_ok`); lse, delta,
-    dq, dk, dv contiguous. rows_tma: LSE and D by 1-D TMA, the first design, kept to bisect on a
-    GPU (tools/bwd_ws_bisect.py); raises where `rows_tma_ok` does not hold (an illegal instruction
-    on sm_90 otherwise). worker_regs: the MMA warpgroups' registers (default `MMA_REGS`), to bisect."""
+    scale · dS K to, by atomics or, with TMA_DQ, TMA reductions). q, k, v, do must be readable by
+    TMA (`bwd_config.gluon_ok`); lse, delta, dq, dk, dv contiguous. rows_tma: LSE and D by 1-D
+    TMA, the first design, kept to bisect on a GPU (tools/bwd_ws_bisect.py); raises where
+    `rows_tma_ok` does not hold (an illegal instruction on sm_90 otherwise). worker_regs: the MMA
+    warpgroups' registers (default `MMA_REGS`), to bisect."""
     B, H, N, _ = q.shape
     H_kv = k.shape[1]
     rows = cfg.BLOCK_M1
@@ -257,8 +297,9 @@ def dkdv_launch(q, k, v, do, dq, dk, dv, lse, delta, scale: float, cfg, causal: 
     args = dict(q_desc=_descriptor(q, rows), do_desc=_descriptor(do, rows),
                 k_desc=_descriptor(k, cfg.BLOCK_N1), v_desc=_descriptor(v, cfg.BLOCK_N1),
                 lse=lse_arg, delta=delta_arg,
-                dk_ptr=dk, dv_ptr=dv, dq_ptr=dq, qk_scale=scale * LOG2E, sm_scale=scale, H=H, N=N,
+                dk_ptr=dk, dv_ptr=dv, dq_ptr=dq, dq_desc=dq_descriptor(dq, rows) if cfg.TMA_DQ else None,
+                qk_scale=scale * LOG2E, sm_scale=scale, H=H, N=N,
                 GROUP=H // H_kv, BLOCK_M=cfg.BLOCK_M1, STAGES=cfg.num_stages_kv, IS_CAUSAL=bool(causal),
-                DQ_ATOMIC=bool(cfg.ATOMIC_DQ), ROWS_TMA=bool(rows_tma),
+                DQ_ATOMIC=bool(cfg.ATOMIC_DQ), DQ_TMA=bool(cfg.TMA_DQ), ROWS_TMA=bool(rows_tma),
                 WORKER_REGS=worker_regs or MMA_REGS.value)
     return _bwd_dkdv_ws, grid(N, B * H_kv, cfg.BLOCK_N1), args, {"num_warps": 4}
