@@ -133,14 +133,18 @@ def _dq_mma(ring: Ring, t, ds16, WG: gl.constexpr, C: Config):
 
 
 @gluon.jit
+def _dq_origin(start_m, WG: gl.constexpr, C: Config):
+    """(first row, first column) of this warpgroup's share of the query tile's dQ."""
+    if C.DQ_ROWS:
+        return start_m + WG * C.DQ_M, 0
+    else:
+        return start_m, WG * C.DQ_N
+
+
+@gluon.jit
 def _dq_add(dq, g: Grads, blk: KeyBlock, h, start_m, WG: gl.constexpr, C: Config):
     """Add scale · this share of dQ to g.dq (float32, contiguous (B, H, N, d)); rows past N are not."""
-    if C.DQ_ROWS:
-        row0 = start_m + WG * C.DQ_M
-        col0 = 0
-    else:
-        row0 = start_m
-        col0 = WG * C.DQ_N
+    row0, col0 = _dq_origin(start_m, WG, C)
     r = gl.expand_dims(gl.arange(0, C.DQ_M, layout=gl.SliceLayout(1, C.dq_layout)), 1)
     c = gl.expand_dims(gl.arange(0, C.DQ_N, layout=gl.SliceLayout(0, C.dq_layout)), 0)
     base = g.dq + ((blk.b.to(gl.int64) * blk.H + h) * blk.N + row0) * C.HEAD_DIM + col0
@@ -154,12 +158,7 @@ def _dq_add(dq, g: Grads, blk: KeyBlock, h, start_m, WG: gl.constexpr, C: Config
 def _dq_reduce(dq, dq_desc, ring: Ring, g: Grads, blk: KeyBlock, h, start_m, WG: gl.constexpr, C: Config):
     """Store scale · this share of dQ to the warpgroup's shared tile, and have the TMA engine add
     it into the float32 dQ behind dq_desc (rows past N clipped by the descriptor)."""
-    if C.DQ_ROWS:
-        row0 = start_m + WG * C.DQ_M
-        col0 = 0
-    else:
-        row0 = start_m
-        col0 = WG * C.DQ_N
+    row0, col0 = _dq_origin(start_m, WG, C)
     tile = ring.dq.index(WG)
     tma.store_wait(0)  # in the thread that issued the last step's reduction: the engine has read the tile
     gl.thread_barrier()  # ... before any thread of the warpgroup writes it again
