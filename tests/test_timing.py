@@ -267,6 +267,38 @@ def test_the_second_try_of_a_preparation_starts_once_the_first_ones_memory_is_go
     assert [(r["impl"], r["status"], r["samples"]) for r in rows] == [("a", "ok", 3), ("naive", "ok", 3)]
 
 
+def test_a_pass_hands_its_references_memory_back_before_preparing_and_drops_each_head_once_checked(
+        monkeypatch):
+    """What a pass holds on the device while it prepares and samples is its inputs and the prepared
+    calls: the float64 reference goes to host memory and the cache is emptied before the first
+    preparation, and an implementation's checked heads are gone before it is sampled."""
+    events = []
+    head = torch.zeros(1, 1, 4, 8, dtype=torch.float64)
+    monkeypatch.setattr(timing_point, "timing_inputs", lambda case, count: (torch.zeros(1),) * count)
+    monkeypatch.setattr(timing_point, "crowded", lambda: False)
+    monkeypatch.setattr(timing_point, "forward_reference",
+                        lambda *args: events.append("reference") or (head, 1e-3))
+    monkeypatch.setattr(timing_point, "on_host", lambda r: events.append("on host") or r)
+    monkeypatch.setattr(timing_point, "release_memory", lambda: events.append("release"))
+
+    class Checked(_Fake):
+        def prepare(self, case, direction, inputs):
+            events.append(f"prepare {self.name}")
+            measured = {"heads": (head.clone(),), "has_nan": False, "timing": "cuda_graph"}
+            sample = lambda: events.append(f"sample {self.name}: {sorted(measured)}") or 1.0
+            return Prepared(measured, sample, lambda: None)
+
+    rows, _ = timing_point.time_pass(Point("lab", 1, 1, 64, 64, False), "forward", [Checked("a", set())],
+                                     TimingCase(1, 1, 64, 64, False, 0, 1, 1), 1, {"peak_flops_per_s": 1e15})
+    assert events == ["reference", "on host", "release", "prepare a", "sample a: ['has_nan', 'timing']"]
+    assert rows[0]["checked"] and rows[0]["err_vs_fp64"] == 0.0
+
+
+def test_a_reference_goes_to_host_memory_whole():
+    exact, errors = timing_point.on_host(((torch.ones(2), torch.zeros(3)), 0.5))
+    assert [t.device.type for t in exact] == ["cpu", "cpu"] and errors == 0.5
+
+
 @pytest.mark.parametrize(("replay_ms", "warmup_ms", "expected"), [
     (4.0, 40, (10, 5)),  # a graph of many short calls: 40 ms of warm-up, 5 replays of 4 ms
     (10.0, 40, (4, 2)),

@@ -18,7 +18,9 @@ backward's dO after them, so its Q, K, V are the forward's):
    to the long table (`timing_rows.KEY`, `sample`, `ms`).
 The first head of each output (or of dQ, dK, dV) is checked against float64 on that head with the
 correctness rule (`minimodel.floor.correctness_rule`): `checked`, `err_vs_fp64`, and the status
-`contract.FAILED_CHECK` where it misses (its times are kept, and said so by the status).
+`contract.FAILED_CHECK` where it misses (its times are kept, and said so by the status). The
+reference waits in host memory, and each implementation's heads are dropped once checked, so that
+what a pass holds on the device is its inputs and the prepared calls alone.
 """
 
 from __future__ import annotations
@@ -68,6 +70,15 @@ def backward_reference(q, k, v, do, causal: bool):
         return reference_grads(qs, ks, vs, dos, causal, upcast=True), reference_grads(qs, ks, vs, dos, causal)
     except torch.OutOfMemoryError:
         return None, None
+
+
+def on_host(reference):
+    """A reference (tensors, tuples of them, numbers) with its tensors in host memory."""
+    if isinstance(reference, torch.Tensor):
+        return reference.cpu()
+    if isinstance(reference, tuple):
+        return tuple(on_host(part) for part in reference)
+    return reference
 
 
 def check(row: dict, measured: dict, reference, direction: str) -> None:
@@ -153,6 +164,12 @@ def time_pass(point: Point, direction: str, impls, case: TimingCase, samples: in
     inputs = timing_inputs(case, 3 if direction == contract.FORWARD else 4)
     reference = (forward_reference(*inputs, point.causal) if direction == contract.FORWARD
                  else backward_reference(*inputs, point.causal))
+    # the reference's few MB kept in host memory, and the GiB its float64 work cached handed back
+    # before anything is prepared: a small tensor left in a large cached segment keeps the whole
+    # segment from `empty_cache`, and the room naive attention finds at N = 16384 then depends on
+    # what ran before it (notes/timing.md: 88-106 GB reserved, 1-19 GB allocated between passes)
+    reference = on_host(reference)
+    release_memory()
     where = dataclasses.asdict(point)
     rows, prepared, failures, taken_alone = {}, {}, {}, {}
 
@@ -174,6 +191,7 @@ def time_pass(point: Point, direction: str, impls, case: TimingCase, samples: in
             measured = {k: v for k, v in ready.measured.items() if k not in ("heads", "has_nan")}
             row.update(measured)
             check(row, ready.measured, reference, direction)
+            ready.measured.pop("heads", None)  # checked: its first heads' memory goes back with the rest
             prepared[impl.name] = (row, ready)
             row["interleaved"] = not crowded()
         if not row["interleaved"] and impl.name in prepared:  # sampled now, then its memory goes back
