@@ -288,10 +288,27 @@ def test_a_pass_hands_its_references_memory_back_before_preparing_and_drops_each
             sample = lambda: events.append(f"sample {self.name}: {sorted(measured)}") or 1.0
             return Prepared(measured, sample, lambda: None)
 
+    clock = timing_point.Clock()
     rows, _ = timing_point.time_pass(Point("lab", 1, 1, 64, 64, False), "forward", [Checked("a", set())],
-                                     TimingCase(1, 1, 64, 64, False, 0, 1, 1), 1, {"peak_flops_per_s": 1e15})
+                                     TimingCase(1, 1, 64, 64, False, 0, 1, 1), 1, {"peak_flops_per_s": 1e15},
+                                     clock)
     assert events == ["reference", "on host", "release", "prepare a", "sample a: ['has_nan', 'timing']"]
+    assert set(clock) == {"reference", "prepare a", "sample a"}  # where the pass's time went
     assert rows[0]["checked"] and rows[0]["err_vs_fp64"] == 0.0
+
+
+def test_the_clock_counts_nested_time_once_for_the_inner_one(monkeypatch):
+    now = [0.0]
+    monkeypatch.setattr(timing_point.time, "perf_counter", lambda: now[0])
+    clock = timing_point.Clock()
+    with clock.on("prepare big"):
+        now[0] += 2
+        with clock.on("sample a"):  # the rounds a preparation makes room with
+            now[0] += 5
+        now[0] += 1
+    with clock.on("sample a"):
+        now[0] += 4
+    assert dict(clock) == {"prepare big": 3, "sample a": 9}
 
 
 def test_a_reference_goes_to_host_memory_whole():

@@ -40,7 +40,7 @@ from minimodel.floor import contract, roofline_model
 from minimodel.floor.timers import bench_ms
 from minimodel.gpu import grids
 from minimodel.gpu.implementations import implementations
-from minimodel.gpu.timing_point import time_pass
+from minimodel.gpu.timing_point import Clock, time_pass
 from minimodel.gpu.timing_rows import add_ratios
 from minimodel.kernel import default_config
 
@@ -90,13 +90,16 @@ def run(cfg: dict, random_seed: int, cpu_prediction: dict | None = None, progres
     `contenders` (`minimodel.contenders.Contender`) are timed at every point too, each in a
     child process that lives for the whole stage.
     """
+    clock = Clock()
     children = [Child(c, registry.SEARCH) for c in contenders]
-    for child in children:  # started before the ceilings: no idle GPU between them and the points
-        child.start()
+    with clock.on("contenders' processes started"):
+        for child in children:  # started before the ceilings: no idle GPU between them and the points
+            child.start()
     impls = implementations(children)
     always = {impl.name: impl for impl in impls[:len(contract.IMPLEMENTATIONS)]}  # in each grid's order
     contenders_timed = impls[len(contract.IMPLEMENTATIONS):]
-    ceilings = gpu_ceilings(cfg["warmup_ms"])
+    with clock.on("ceilings"):
+        ceilings = gpu_ceilings(cfg["warmup_ms"])
     rows, samples = [], []
     try:
         for i, p in enumerate(tqdm(grids.points(cfg), desc="timing", file=progress)):
@@ -105,7 +108,7 @@ def run(cfg: dict, random_seed: int, cpu_prediction: dict | None = None, progres
                 host_cost = p.grid == contract.LAB_GRID and direction == contract.FORWARD
                 case = TimingCase(p.B, p.H, p.N, p.d, p.causal, random_seed + i, cfg["warmup_ms"],
                                   cfg["rep_ms"], cfg["sample_ms"], host_cost, cfg["sample_warmup_ms"])
-                got, taken = time_pass(p, direction, order, case, cfg["samples"], ceilings)
+                got, taken = time_pass(p, direction, order, case, cfg["samples"], ceilings, clock)
                 rows += got
                 samples += taken
     finally:
@@ -138,6 +141,9 @@ def run(cfg: dict, random_seed: int, cpu_prediction: dict | None = None, progres
         "ceilings": ceilings,
         "lab_grid_predictions_from_gpu_ceilings": predictions,
         "lab01_prediction_from_cpu_ceilings": cpu_prediction,
+        # where the stage's time went, most first: the reference, each implementation's
+        # preparations and rounds (`timing_point.Clock`)
+        "seconds": {what: round(s, 1) for what, s in clock.most_common()},
         "rows": rows,
         "samples": samples,
     }

@@ -25,9 +25,12 @@ what a pass holds on the device is its inputs and the prepared calls alone.
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import dataclasses
 import random
 import statistics
+import time
 
 import torch
 
@@ -44,6 +47,29 @@ from minimodel.gpu.timing_rows import KEY, empty_row, failures_in_status, with_r
 # (naive attention's graph at N = 16384 holds tens of GiB) is sampled at once and released before
 # the next is prepared, so that the others still find room: its row says `interleaved` False.
 ALONE_BELOW = 0.25
+
+
+class Clock(collections.Counter):
+    """Wall seconds by what they went on (`timing.run`'s `seconds`): "reference", "prepare <impl>"
+    (its checked call, eager time, graph capture and any compile), "sample <impl>" (its rounds).
+    Time spent on something nested inside another is counted once, for the inner one (the rounds
+    of the others that a preparation makes room with are theirs)."""
+
+    def __init__(self):
+        super().__init__()
+        self._inner = []  # per open `on`, the seconds its nested ones took
+
+    @contextlib.contextmanager
+    def on(self, what: str):
+        start = time.perf_counter()
+        self._inner.append(0.0)
+        try:
+            yield
+        finally:
+            spent = time.perf_counter() - start
+            self[what] += spent - self._inner.pop()
+            if self._inner:
+                self._inner[-1] += spent
 
 
 def flops(point: Point, direction: str) -> float:
@@ -104,7 +130,8 @@ def crowded() -> bool:
     return free < ALONE_BELOW * total
 
 
-def rounds(prepared: dict, samples: int, failures: dict, seed: int = 0) -> dict:
+def rounds(prepared: dict, samples: int, failures: dict, seed: int = 0,
+           clock: Clock | None = None) -> dict:
     """name -> its samples: `samples` rounds over `prepared` (name -> (row, Prepared)), each in an
     order of its own, shuffled from `seed` (the same seed, the same orders). A sample that fails
     ends that implementation's sampling (`failures`: name -> the context manager that records it
@@ -116,12 +143,13 @@ def rounds(prepared: dict, samples: int, failures: dict, seed: int = 0) -> dict:
     give each implementation a bias of its own; shuffled, each follows every other in turn."""
     taken = {name: [] for name in prepared}
     order, shuffle = list(prepared), random.Random(seed).shuffle
+    clock = Clock() if clock is None else clock
     for _ in range(samples):
         shuffle(order)
         for name in list(order):
             if name not in prepared:
                 continue
-            with failures[name]():
+            with failures[name](), clock.on(f"sample {name}"):
                 taken[name].append(prepared[name][1].sample())
                 continue
             prepared.pop(name)[1].release()  # failed: its status says why
@@ -129,11 +157,11 @@ def rounds(prepared: dict, samples: int, failures: dict, seed: int = 0) -> dict:
     return taken
 
 
-def flush(prepared: dict, samples: int, failures: dict, seed: int) -> dict:
+def flush(prepared: dict, samples: int, failures: dict, seed: int, clock: Clock | None = None) -> dict:
     """The rounds of every implementation prepared so far (`rounds`), then each released and the
     memory handed back; `prepared` is emptied."""
     try:
-        return rounds(prepared, samples, failures, seed)
+        return rounds(prepared, samples, failures, seed, clock)
     finally:
         for _, ready in prepared.values():
             ready.release()
@@ -159,11 +187,14 @@ def prepare_alone_if_need_be(impl, case: TimingCase, direction: str, inputs, mak
 
 
 def time_pass(point: Point, direction: str, impls, case: TimingCase, samples: int,
-              ceilings: dict) -> tuple[list[dict], list[dict]]:
-    """(rows, sample rows) of every implementation in `impls` at `point` in `direction`."""
+              ceilings: dict, clock: Clock | None = None) -> tuple[list[dict], list[dict]]:
+    """(rows, sample rows) of every implementation in `impls` at `point` in `direction`; the wall
+    seconds they took added to `clock`."""
+    clock = Clock() if clock is None else clock
     inputs = timing_inputs(case, 3 if direction == contract.FORWARD else 4)
-    reference = (forward_reference(*inputs, point.causal) if direction == contract.FORWARD
-                 else backward_reference(*inputs, point.causal))
+    with clock.on("reference"):
+        reference = (forward_reference(*inputs, point.causal) if direction == contract.FORWARD
+                     else backward_reference(*inputs, point.causal))
     # the reference's few MB kept in host memory, and the GiB its float64 work cached handed back
     # before anything is prepared: a small tensor left in a large cached segment keeps the whole
     # segment from `empty_cache`, and the room naive attention finds at N = 16384 then depends on
@@ -177,7 +208,7 @@ def time_pass(point: Point, direction: str, impls, case: TimingCase, samples: in
         """The implementations prepared so far sampled and released; False when there are none."""
         if not prepared:
             return False
-        taken_alone.update(flush(prepared, samples, failures, case.seed))
+        taken_alone.update(flush(prepared, samples, failures, case.seed, clock))
         return True
     for impl in impls:
         row = rows[impl.name] = empty_row(where, impl.name, flops(point, direction), direction)
@@ -186,7 +217,7 @@ def time_pass(point: Point, direction: str, impls, case: TimingCase, samples: in
         if reason:
             row["status"] = f"{contract.SKIPPED}: {reason}"
             continue
-        with failures[impl.name]():
+        with failures[impl.name](), clock.on(f"prepare {impl.name}"):
             ready = prepare_alone_if_need_be(impl, case, direction, inputs, make_room)
             measured = {k: v for k, v in ready.measured.items() if k not in ("heads", "has_nan")}
             row.update(measured)
@@ -195,8 +226,9 @@ def time_pass(point: Point, direction: str, impls, case: TimingCase, samples: in
             prepared[impl.name] = (row, ready)
             row["interleaved"] = not crowded()
         if not row["interleaved"] and impl.name in prepared:  # sampled now, then its memory goes back
-            taken_alone.update(flush({impl.name: prepared.pop(impl.name)}, samples, failures, case.seed))
-    taken = taken_alone | flush(prepared, samples, failures, case.seed)
+            alone = {impl.name: prepared.pop(impl.name)}
+            taken_alone.update(flush(alone, samples, failures, case.seed, clock))
+    taken = taken_alone | flush(prepared, samples, failures, case.seed, clock)
     sample_rows = []
     for name, values in taken.items():
         row = rows[name]
