@@ -178,6 +178,20 @@ def test_the_warp_specialized_kernel_compiles_for_sm90_without_spilling_and_spli
         assert (row["redg"] > 0) == atomics and row["utmaredg"] == 2 * row["tma_dq"]
 
 
+def test_dq_by_tma_reductions_at_128_query_rows_takes_its_operands_from_shared_memory_without_spilling(
+        tmp_path):
+    """d = 64, 128 query rows, dQ by TMA reductions: Sᵀ and dPᵀ take 64 registers each, so Pᵀ and
+    dSᵀ reach their GEMMs through shared memory (`Config.SMEM_OPERANDS`): no spill."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    report = [sys.executable, str(ROOT / "tools" / "bwd_ws_report.py"), "--case", "64,1,2", "--m", "128"]
+    proc = subprocess.run([*report, "--json", str(tmp_path / "report.json")], env=env, capture_output=True,
+                          text=True)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    [row] = json.loads((tmp_path / "report.json").read_text())
+    assert row["BLOCK_M1"] == 128 and row["tma_dq"] and row["spill_stack_bytes"] == 0 and row["stl"] == 0
+    assert row["utmaredg"] == 2 and row["redg"] == 0 and row["shared_bytes"] <= SHARED_MEMORY[HOPPER]
+
+
 def test_lse_and_d_come_by_tma_only_where_every_row_coordinate_is_16_byte_aligned():
     # the H200 (bb5c731): 1-D TMA of LSE and D at coordinate (b·H + h)·N + start_m, not a multiple
     # of 4 float32 where N % 4 != 0, was an illegal instruction; the kernel loads them instead, and

@@ -40,6 +40,7 @@ class Config:
     ROWS_TMA: gl.constexpr  # LSE and D by 1-D TMA (only where N % 4 = 0), else by the producer's loads
     READY_ARRIVALS: gl.constexpr  # the producer's arrivals on ready[s] per step (`Ring`)
     DQ_ROWS: gl.constexpr  # dQ split between the warpgroups by rows (else by head-dim columns)
+    SMEM_OPERANDS: gl.constexpr  # Pᵀ and dSᵀ to dV's and dK's GEMMs through shared memory (`_through_shared`)
     DQ_M: gl.constexpr  # rows of one warpgroup's share of a query tile's dQ
     DQ_N: gl.constexpr  # its columns
     dtype: gl.constexpr
@@ -71,6 +72,8 @@ class Config:
         self.READY_ARRIVALS = gl.constexpr(1 if ROWS_TMA else 2)
         # a warpgroup MMA has 64 rows: split the rows only where each half has 64
         self.DQ_ROWS = gl.constexpr(BLOCK_M >= 128)
+        # with dQ in the kernel at 128 query rows, Pᵀ's and dSᵀ's register operands would spill
+        self.SMEM_OPERANDS = gl.constexpr(bool(DQ_ATOMIC) and BLOCK_M >= 128)
         dq_rows, dq_cols = dq_share(BLOCK_M, HEAD_DIM)
         self.DQ_M = gl.constexpr(dq_rows)
         self.DQ_N = gl.constexpr(dq_cols)

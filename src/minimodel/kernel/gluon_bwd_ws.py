@@ -113,14 +113,19 @@ def _probabilities(st, lse, blk: KeyBlock, start_m, qk_scale, WG: gl.constexpr, 
 
 
 @gluon.jit
-def _dq_mma(ring: Ring, t, ds16, WG: gl.constexpr, C: Config):
-    """Hand this warpgroup's dSᵀ rows to the other one through ds[t % 2]; once both halves are
-    there, issue this warpgroup's share of dQ = dS K, asynchronously."""
-    buf = ring.ds.index(t % 2)
-    buf.slice(WG * C.WG_KEYS, C.WG_KEYS).store(ds16)
+def _ds_ready(ring: Ring, t, ds16, WG: gl.constexpr, C: Config):
+    """Hand this warpgroup's dSᵀ rows to the other one through ds[t % 2] (`ds_ready[t % 2]`)."""
+    ring.ds.index(t % 2).slice(WG * C.WG_KEYS, C.WG_KEYS).store(ds16)
     fence_async_shared()  # this thread's generic-proxy stores, before any MMA reads them
     gl.thread_barrier()  # every thread of this warpgroup has stored before one thread arrives
     mbarrier.arrive(ring.ds_ready.index(t % 2), count=1)
+
+
+@gluon.jit
+def _dq_mma(ring: Ring, t, WG: gl.constexpr, C: Config):
+    """Once both halves of dSᵀ are in ds[t % 2], issue this warpgroup's share of dQ = dS K,
+    asynchronously."""
+    buf = ring.ds.index(t % 2)
     mbarrier.wait(ring.ds_ready.index(t % 2), (t // 2) & 1)
     if C.DQ_ROWS:  # half the rows, every column
         a = buf.slice(WG * C.DQ_M, C.DQ_M, dim=1).permute((1, 0))
@@ -130,6 +135,35 @@ def _dq_mma(ring: Ring, t, ds16, WG: gl.constexpr, C: Config):
         b = ring.k.slice(WG * C.DQ_N, C.DQ_N, dim=1)
     zeros = gl.zeros([C.DQ_M, C.DQ_N], gl.float32, C.dq_layout)
     return warpgroup_mma(a, b, zeros, use_acc=False, is_async=True)
+
+
+@gluon.jit
+def _through_shared(ring: Ring, t, pt, dpt, q, do, dk, dv, WG: gl.constexpr, C: Config):
+    """(dK, dV, this share of dQ) of a step with Pᵀ, then dSᵀ, as the left operands of dV's and
+    dK's GEMMs from this warpgroup's rows of ds[t % 2] instead of registers (SMEM_OPERANDS): at
+    128 query rows Sᵀ and dPᵀ take 64 registers each, and Pᵀ's and dSᵀ's operand copies would
+    spill. dSᵀ takes Pᵀ's place once dV's GEMM is done with it; the other warpgroup read these rows
+    last for its dQ GEMM of step t − 2, done before it arrived on ds_ready of step t − 1."""
+    mine = ring.ds.index(t % 2).slice(WG * C.WG_KEYS, C.WG_KEYS)
+    mine.store(pt.to(C.dtype))
+    fence_async_shared()
+    gl.thread_barrier()
+    dv = warpgroup_mma(mine, do, dv, is_async=True)
+    dpt, dv = warpgroup_mma_wait(0, deps=[dpt, dv])  # dV's GEMM is done with Pᵀ: dSᵀ takes its rows
+    _ds_ready(ring, t, (pt * dpt).to(C.dtype), WG, C)
+    dk = warpgroup_mma(mine, q, dk, is_async=True)
+    dq = _dq_mma(ring, t, WG, C)
+    dk, dq = warpgroup_mma_wait(0, deps=[dk, dq])
+    return dk, dv, dq
+
+
+@gluon.jit
+def _dq_out(dq, dq_desc, ring: Ring, g: Grads, blk: KeyBlock, h, start_m, WG: gl.constexpr, C: Config):
+    """This share of dQ, times the softmax scale, added into the float32 dQ: by TMA reductions or atomics."""
+    if C.DQ_TMA:
+        _dq_reduce(dq, dq_desc, ring, g, blk, h, start_m, WG, C)
+    else:
+        _dq_add(dq, g, blk, h, start_m, WG, C)
 
 
 @gluon.jit
@@ -205,23 +239,26 @@ def _mma(ring: Ring, blk: KeyBlock, total, g: Grads, dq_desc, WG: gl.constexpr, 
         st = warpgroup_mma_wait(1, deps=[st])  # Sᵀ done; dPᵀ runs on under the exponentials
         lse = ring.lse.index(s).load(C.col_layout) * _LOG2E
         pt = _probabilities(st, lse, blk, start_m, g.qk_scale, WG, C)
-        p16 = gl.convert_layout(pt.to(C.dtype), C.op_layout)
-        dv = warpgroup_mma(p16, do, dv, is_async=True)
-        dpt, dv, p16 = warpgroup_mma_wait(0, deps=[dpt, dv, p16])  # frees Pᵀ's registers for dSᵀ
-        dst = (pt * dpt).to(C.dtype)
-        ds16 = gl.convert_layout(dst, C.op_layout)
-        dk = warpgroup_mma(ds16, q, dk, is_async=True)
-        if C.DQ_ATOMIC:
-            dq = _dq_mma(ring, t, dst, WG, C)
-            dk, dq, ds16 = warpgroup_mma_wait(0, deps=[dk, dq, ds16])
+        if C.SMEM_OPERANDS:
+            dk, dv, dq = _through_shared(ring, t, pt, dpt, q, do, dk, dv, WG, C)
             mbarrier.arrive(ring.empty.index(s), count=1)
-            if C.DQ_TMA:
-                _dq_reduce(dq, dq_desc, ring, g, blk, h, start_m, WG, C)
-            else:
-                _dq_add(dq, g, blk, h, start_m, WG, C)
+            _dq_out(dq, dq_desc, ring, g, blk, h, start_m, WG, C)
         else:
-            dk, ds16 = warpgroup_mma_wait(0, deps=[dk, ds16])
-            mbarrier.arrive(ring.empty.index(s), count=1)
+            p16 = gl.convert_layout(pt.to(C.dtype), C.op_layout)
+            dv = warpgroup_mma(p16, do, dv, is_async=True)
+            dpt, dv, p16 = warpgroup_mma_wait(0, deps=[dpt, dv, p16])  # frees Pᵀ's registers for dSᵀ
+            dst = (pt * dpt).to(C.dtype)
+            ds16 = gl.convert_layout(dst, C.op_layout)
+            dk = warpgroup_mma(ds16, q, dk, is_async=True)
+            if C.DQ_ATOMIC:
+                _ds_ready(ring, t, dst, WG, C)
+                dq = _dq_mma(ring, t, WG, C)
+                dk, dq, ds16 = warpgroup_mma_wait(0, deps=[dk, dq, ds16])
+                mbarrier.arrive(ring.empty.index(s), count=1)
+                _dq_out(dq, dq_desc, ring, g, blk, h, start_m, WG, C)
+            else:
+                dk, ds16 = warpgroup_mma_wait(0, deps=[dk, ds16])
+                mbarrier.arrive(ring.empty.index(s), count=1)
     _store_rows(g.dk, dk * g.sm_scale, blk, WG, C)
     _store_rows(g.dv, dv, blk, WG, C)
     if C.DQ_TMA:
