@@ -75,6 +75,23 @@ def test_fa4_takes_the_stage_layout_as_views_and_declines_what_it_refuses(fa4_na
         builtin.fa4(*(torch.randn(1, 1, 8, 12) for _ in "qkv"))
 
 
+def test_fa4_keeps_its_compiled_kernels_on_disk_unless_told_not_to(fa4_namespace, monkeypatch):
+    """FA4 reads FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED when `flash_attn.cute` is imported: the
+    contender sets it first, and leaves a value the user set alone."""
+    cute = fa4_namespace / "flash_attn" / "cute" / "__init__.py"
+    cute.write_text(f"{STAND_IN}\nimport os\nCACHE = os.environ.get({builtin.FA4_CACHE_VARIABLE!r})\n")
+    for user, seen in ((None, "1"), ("0", "0")):
+        if user is None:
+            monkeypatch.delenv(builtin.FA4_CACHE_VARIABLE, raising=False)
+        else:
+            monkeypatch.setenv(builtin.FA4_CACHE_VARIABLE, user)
+        for name in _flash_attn_modules():
+            monkeypatch.delitem(sys.modules, name)
+        builtin._fa4.cache_clear()
+        builtin._fa4()
+        assert sys.modules["flash_attn.cute"].CACHE == seen
+
+
 def test_fa4_runs_only_on_cuda():
     reason = catalog.runs_at(catalog.BUILTINS[contract.FA4], catalog.Where(64, False, device="cpu"),
                              contract.FORWARD)

@@ -9,7 +9,8 @@ a user's (their specs, and where each runs: `minimodel.contenders.catalog`).
 - `flash_attn`: FlashAttention-2, the `flash_attn` package's `flash_attn_func`, when installed;
 - `fa4`: FlashAttention-4, `flash_attn.cute.flash_attn_func` (pip's `flash-attn-4`), on the GPUs
   its forward supports (compute capability 9.x and 10.x). A case it refuses (its own asserts, a
-  head dim it lacks say) is a skipped row carrying its reason, never a failed one.
+  head dim it lacks say) is a skipped row carrying its reason, never a failed one. Its compiled
+  kernels are kept in FA4's on-disk cache (`FA4_CACHE_VARIABLE`) for the next stage's process.
 Like a user's, each runs in a child process of the stage (`minimodel.contenders.run`), or, for the
 implementations always timed, in the timing stage's own (`minimodel.gpu.implementations`).
 
@@ -21,6 +22,7 @@ autograd functions (FA4's on sm90 too).
 from __future__ import annotations
 
 import functools
+import os
 import warnings
 
 import torch
@@ -92,9 +94,18 @@ def flash_attn(q, k, v, causal=False):
 FA4_COMPILE_WARNING = r".*aux_data.*cannot be converted to a JitArgument"
 
 
+# FA4's own on-disk cache of its compiled kernels (`flash_attn/cute/cache_utils.py`; read when
+# `flash_attn.cute` is imported): each GPU stage's process compiles what another compiled before
+# (the correctness stage's compiles took about 3 minutes on the H200) only once; keyed by FA4's
+# sources and the CuTe DSL's version, an entry it cannot load is compiled again. Set to 0 to turn
+# it off; FLASH_ATTENTION_CUTE_DSL_CACHE_DIR moves it (default /tmp/$USER/...).
+FA4_CACHE_VARIABLE = "FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED"
+
+
 @functools.cache
 def _fa4():
     warnings.filterwarnings("ignore", message=FA4_COMPILE_WARNING, category=UserWarning)
+    os.environ.setdefault(FA4_CACHE_VARIABLE, "1")
     # not at the top: FlashAttention-4 is optional (catalog.unavailable says whether it is here)
     from flash_attn.cute import flash_attn_func
 
