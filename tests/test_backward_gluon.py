@@ -147,9 +147,10 @@ def test_the_gluon_kernel_compiles_for_sm90_without_spilling_in_one_partition_th
         assert 0 < int(registers) <= 255 and int(registers) * int(warps) * 32 <= 65536
 
 
-# one compile per case (d, causal, dQ: 0 the tl pass, 1 atomics, 2 TMA reductions): both head dims,
-# causal and not, every dQ path (TMA reductions at their largest shared memory)
-WS_CASES = ("64,0,0", "64,1,1", "128,0,1", "128,1,0", "128,1,2")
+# one compile per case (d, causal, dQ: 0 the tl pass, 1 atomics, 2 TMA reductions[, BLOCK_M1]): both
+# head dims, causal and not, every dQ path (TMA reductions at their largest shared memory, and at 128
+# query rows, where Pᵀ and dSᵀ reach their GEMMs through shared memory: `Config.SMEM_OPERANDS`)
+WS_CASES = ("64,0,0", "64,1,1", "128,0,1", "128,1,0", "128,1,2", "64,1,2,128")
 
 
 def test_the_warp_specialized_kernel_compiles_for_sm90_without_spilling_and_splits_its_registers(tmp_path):
@@ -162,10 +163,12 @@ def test_the_warp_specialized_kernel_compiles_for_sm90_without_spilling_and_spli
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     rows = json.loads((tmp_path / "report.json").read_text())
     assert len(rows) == len(WS_CASES)
-    for row in rows:
-        atomics = row["atomic_dq"] and not row["tma_dq"]
-        cfg = gluon_ws_config(row["d"], row["causal"], atomic_dq=atomics, tma_dq=row["tma_dq"])
-        assert (row["BLOCK_M1"], row["stages"]) == (cfg.BLOCK_M1, cfg.num_stages_kv)
+    for case, row in zip(WS_CASES, rows, strict=True):
+        d, causal, dq, *block_m = (int(x) for x in case.split(","))
+        atomics = dq == 1
+        cfg = gluon_ws_config(d, bool(causal), atomic_dq=atomics, tma_dq=dq == 2)
+        assert (row["d"], row["causal"], row["tma_dq"]) == (d, bool(causal), dq == 2)
+        assert (row["BLOCK_M1"], row["stages"]) == ((block_m or [cfg.BLOCK_M1])[0], cfg.num_stages_kv)
         assert row["spill_stack_bytes"] == 0 and row["stl"] == row["ldl"] == 0
         assert row["shared_bytes"] <= SHARED_MEMORY[HOPPER] and row["warps"] == WARPS
         # the split: the producer's warpgroup down to 24 registers, the two MMA warpgroups up to 240
@@ -176,20 +179,6 @@ def test_the_warp_specialized_kernel_compiles_for_sm90_without_spilling_and_spli
         # reduction per MMA warpgroup
         assert row["utmaldg"] == 4 and row["hgmma"] > 0 and row["syncs"] > 0
         assert (row["redg"] > 0) == atomics and row["utmaredg"] == 2 * row["tma_dq"]
-
-
-def test_dq_by_tma_reductions_at_128_query_rows_takes_its_operands_from_shared_memory_without_spilling(
-        tmp_path):
-    """d = 64, 128 query rows, dQ by TMA reductions: Sᵀ and dPᵀ take 64 registers each, so Pᵀ and
-    dSᵀ reach their GEMMs through shared memory (`Config.SMEM_OPERANDS`): no spill."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    report = [sys.executable, str(ROOT / "tools" / "bwd_ws_report.py"), "--case", "64,1,2", "--m", "128"]
-    proc = subprocess.run([*report, "--json", str(tmp_path / "report.json")], env=env, capture_output=True,
-                          text=True)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    [row] = json.loads((tmp_path / "report.json").read_text())
-    assert row["BLOCK_M1"] == 128 and row["tma_dq"] and row["spill_stack_bytes"] == 0 and row["stl"] == 0
-    assert row["utmaredg"] == 2 and row["redg"] == 0 and row["shared_bytes"] <= SHARED_MEMORY[HOPPER]
 
 
 def test_lse_and_d_come_by_tma_only_where_every_row_coordinate_is_16_byte_aligned():

@@ -78,7 +78,8 @@ def main(argv=None) -> int:
     parser.add_argument("--atomic", action="store_true", help="dQ by atomic adds in the kernel")
     parser.add_argument("--tma-dq", action="store_true", help="dQ by TMA reductions in the kernel")
     parser.add_argument("--case", action="append",
-                        help="d,causal,dq (dQ: 0 the tl pass, 1 atomics, 2 TMA reductions), instead of --d")
+                        help="d,causal,dq[,BLOCK_M1] (dQ: 0 the tl pass, 1 atomics, 2 TMA reductions), "
+                             "instead of --d")
     parser.add_argument("--bf16", action="store_true")
     parser.add_argument("--json", help="write the rows here")
     args = parser.parse_args(argv)
@@ -86,11 +87,13 @@ def main(argv=None) -> int:
     cases = [(args.d, args.causal, dq)] if args.d else DEFAULT
     if args.case:
         cases = [tuple(int(x) for x in c.split(",")) for c in args.case]
+    cases = [(*c, None)[:4] for c in cases]  # a case's own BLOCK_M1, else --m's
     rows, bad = [], 0
-    for d, causal, dq in cases:
+    for d, causal, dq, block_m in cases:
         causal = bool(causal)
         cfg = gluon_ws_config(d, causal, atomic_dq=dq == DQ_ATOMIC, tma_dq=dq == DQ_TMA)
-        cfg = replace(cfg, BLOCK_M1=args.m or cfg.BLOCK_M1, num_stages_kv=args.stages or cfg.num_stages_kv)
+        cfg = replace(cfg, BLOCK_M1=block_m or args.m or cfg.BLOCK_M1,
+                      num_stages_kv=args.stages or cfg.num_stages_kv)
         try:
             row = report(cfg, d, causal, torch.bfloat16 if args.bf16 else torch.float16)
         except Exception as err:  # a configuration Triton cannot lower: said, and the next one goes on
