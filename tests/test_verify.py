@@ -1,5 +1,6 @@
 """`python -m minimodel verify` and the workflow's `verify` rule: damage, staleness, environment."""
 
+import json
 import os
 import runpy
 import shutil
@@ -170,6 +171,18 @@ def test_the_committed_reference_passes_plain_verify_and_names_its_stale_code(mo
         assert any(line.startswith(f"stale    {path}: ") for line in out)
     assert any(line.startswith("environment  cuda: NVIDIA H200") for line in out)
     assert cli.main(["verify", str(REFERENCE), "--strict"]) == (1 if report.stale else 0)
+
+
+def test_the_committed_rerun_is_intact_and_agreed_with_the_reference(monkeypatch):
+    """results/reruns/h200-rerun-1, the reference rerun on an H200 as a user would (docs/reproducing.md):
+    every file its manifests vouch for is as written, and its verdict is the one the docs give."""
+    monkeypatch.chdir(ROOT)
+    rerun = ROOT / "results" / "reruns" / "h200-rerun-1"
+    report = verify.check(rerun)
+    assert report.damaged == [] and len(report.manifests) == len(find_manifests(rerun)) == 12
+    verdict = json.loads((rerun / "compare" / "verdict.json").read_text())
+    assert (verdict["verdict"], verdict["compared"], verdict["disagreements"]) == ("agree", 3135, [])
+    assert verdict["reference"] == "results/reference/nvidia-h200"
 
 
 def test_a_copy_of_the_reference_verifies_as_the_reference_does(tmp_path, monkeypatch):
