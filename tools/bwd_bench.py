@@ -7,11 +7,13 @@
                                                                # sm_90, compiled without a GPU
     python tools/bwd_bench.py --report --gluon                 # the Gluon dK/dV kernel's, likewise
     python tools/bwd_bench.py --d 64 --config 64,128,128,64,8,2,8,3,GLUON
+    python tools/bwd_bench.py --graph --n 1024 --n 8192 --config 64,128,128,64,12,2,8,3,TMA
 
 A configuration is `BwdConfig`'s fields in order: BLOCK_M1,BLOCK_N1,BLOCK_M2,BLOCK_N2 (dK/dV query
 and key tiles, dQ query and key tiles), then WARPS_KV,STAGES_KV,WARPS_Q,STAGES_Q (optional,
-4,2,4,2), then ATOMIC (optional: dQ by atomic adds in the dK/dV kernel, no dQ kernel) or GLUON
-(optional: the Gluon dK/dV kernel for Hopper, `minimodel.kernel.gluon_backward`). The
+4,2,4,2), then ATOMIC (optional: dQ by atomic adds in the dK/dV kernel, no dQ kernel), GLUON
+(optional: the Gluon dK/dV kernel for Hopper, `minimodel.kernel.gluon_backward`; with WARPS_KV 12
+the warp-specialized one) or TMA (the warp-specialized one with dQ by TMA reductions). The
 shipped configuration (`default_bwd_config`) of each point is always run too (`shipped`).
 
 Each configuration is first checked once per (d, causal) at (2, 4, 1000, d) fp16 against float64
