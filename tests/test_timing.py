@@ -279,7 +279,7 @@ def test_a_pass_hands_its_references_memory_back_before_preparing_and_drops_each
     monkeypatch.setattr(timing_point, "forward_reference",
                         lambda *args: events.append("reference") or (head, 1e-3))
     monkeypatch.setattr(timing_point, "on_host", lambda r: events.append("on host") or r)
-    monkeypatch.setattr(timing_point, "release_memory", lambda: events.append("release"))
+    monkeypatch.setattr(timing_point, "release_memory", lambda collect=True: events.append("release"))
 
     class Checked(_Fake):
         def prepare(self, case, direction, inputs):

@@ -200,7 +200,7 @@ def time_pass(point: Point, direction: str, impls, case: TimingCase, samples: in
     # segment from `empty_cache`, and the room naive attention finds at N = 16384 then depends on
     # what ran before it (notes/timing.md: 88-106 GB reserved, 1-19 GB allocated between passes)
     reference = on_host(reference)
-    release_memory()
+    release_memory(collect=False)  # freed by reference counts: nothing for the collector
     where = dataclasses.asdict(point)
     rows, prepared, failures, taken_alone = {}, {}, {}, {}
 
