@@ -22,7 +22,7 @@ def test_a_configuration_reads_as_the_bwdconfig_it_names():
     assert bwd_bench.parse_config("64,128,128,64,8,2,8,3") == BwdConfig(64, 128, 128, 64, 8, 2, 8, 3)
     assert bwd_bench.parse_config("32,64,64,32") == BwdConfig(32, 64, 64, 32)
     assert bwd_bench.parse_config("32,64,64,32,atomic") == BwdConfig(32, 64, 64, 32, ATOMIC_DQ=True)
-    tma = bwd_bench.parse_config("64,128,128,64,12,2,8,3,tma")
+    tma = bwd_bench.parse_config("128,128,128,64,12,2,8,3,tma")
     assert tma == gluon_ws_config(64, True, tma_dq=True) and tma.kernel == "gluon-ws-tma-dq"
 
 
@@ -98,3 +98,17 @@ def test_a_run_checks_times_and_sums_up_every_point_and_config(monkeypatch):
     # SDPA's flash backend (the CPU has one) at the same fake 2 ms: ratio 1
     assert all(r["vs_sdpa_flash"] == 1.0 for r in rows)
     assert sum(r["shipped"] for r in rows) == 2
+
+
+def test_a_configuration_that_cannot_run_fails_its_check_and_the_run_goes_on(monkeypatch):
+    # on the H200 a 128-row TMA-dQ tile at d = 128 asks for more shared memory than there is:
+    # triton raises OutOfResources at launch, which must not end the run with every row unwritten
+    from triton.runtime.errors import OutOfResources
+
+    def too_big(*args, **kwargs):
+        raise OutOfResources(330_064, 232_448, "shared memory")
+
+    monkeypatch.setattr(bwd_bench, "check_backward_case", too_big)
+    passed, text = bwd_bench.check(BwdConfig(128, 128, 128, 64), 128, False)
+    assert not passed
+    assert text.startswith("did not run: OutOfResources") and "shared memory" in text

@@ -5,7 +5,7 @@
 The paths (`PATHS`): the warp-specialized dK/dV kernel (`gluon_ws_config`) with the tl dQ pass
 (`ws64`, `ws128`, deterministic), with dQ added in the kernel by fp32 atomics (`wsdq64`,
 `wsdq128`, no dQ pass, not deterministic) and by TMA reductions (`wstma64`, `wstma128`, likewise;
-`wstma64m128` with 128 query rows, its Pᵀ and dSᵀ through shared memory);
+at d = 64 with 128 query rows, its Pᵀ and dSᵀ through shared memory; `wstma64m64` with 64);
 `g1` is step 1's one-partition kernel
 (`gluon_bwd_config`), timed only, for comparison.
 
@@ -54,8 +54,8 @@ PATHS = {"ws64": (64, partial(gluon_ws_config, 64)), "ws128": (128, partial(gluo
          "wsdq128": (128, partial(gluon_ws_config, 128, atomic_dq=True)),
          "wstma64": (64, partial(gluon_ws_config, 64, tma_dq=True)),
          "wstma128": (128, partial(gluon_ws_config, 128, tma_dq=True)),
-         # 128 query rows at d = 64: Pᵀ and dSᵀ through shared memory (`Config.SMEM_OPERANDS`)
-         "wstma64m128": (64, lambda causal: replace(gluon_ws_config(64, causal, tma_dq=True), BLOCK_M1=128))}
+         # 64 query rows at d = 64, the TMA path's tile before 128 rows (`Config.SMEM_OPERANDS`) fitted
+         "wstma64m64": (64, lambda causal: replace(gluon_ws_config(64, causal, tma_dq=True), BLOCK_M1=64))}
 TIMED_ONLY = {"g1": gluon_bwd_config}  # checked on the H200 before (notes/backward.md)
 SWEEP = [(n, dtype, causal, h_kv) for n in (128, 1000, 4096) for dtype in ("float16", "bfloat16")
          for causal in (False, True) for h_kv in (4, 1)]

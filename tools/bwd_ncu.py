@@ -51,6 +51,10 @@ WANTED = {
     "dram__bytes_read": ".sum",
     "dram__bytes_write": ".sum",
 }
+# the bytes stage's options, but what is profiled is what runs between cudaProfilerStart and Stop:
+# autograd runs a contender's backward in a thread of its own, outside the caller's NVTX range
+_NVTX = ncu_tool.NCU_OPTIONS.index("--nvtx")
+PROFILED_OPTIONS = [*ncu_tool.NCU_OPTIONS[:_NVTX], *ncu_tool.NCU_OPTIONS[_NVTX + 3:], "--profile-from-start", "off"]
 STALLS = re.compile(r"^(smsp__average_warps_issue_stalled_\w+)_per_issue_active$")
 
 
@@ -76,10 +80,11 @@ def child(ways: list[str]) -> None:
         call = calls(way, B, H, N, d, causal)
         call()
         torch.cuda.synchronize()
-        with torch.cuda.nvtx.range(ncu_tool.NVTX_RANGE):
-            minimodel_bytes_marker[(1,)](marker)
-            call()
-            torch.cuda.synchronize()
+        torch.cuda.profiler.start()  # process-wide, unlike an NVTX range: autograd's thread too
+        minimodel_bytes_marker[(1,)](marker)
+        call()
+        torch.cuda.synchronize()
+        torch.cuda.profiler.stop()
         del call
         torch.cuda.empty_cache()
 
@@ -109,7 +114,7 @@ def main(argv=None) -> int:
         print("no ncu on this machine", file=sys.stderr)
         return 2
     args.out.mkdir(parents=True, exist_ok=True)
-    cmd = [ncu, *ncu_tool.NCU_OPTIONS, "--metrics", ",".join(metrics(ncu)), "--csv", "--page", "details",
+    cmd = [ncu, *PROFILED_OPTIONS, "--metrics", ",".join(metrics(ncu)), "--csv", "--page", "details",
            "--print-units", "base", sys.executable, __file__, "--child", "--ways", *args.ways]
     done = subprocess.run(cmd, capture_output=True, text=True)
     (args.out / "ncu.log").write_text(done.stderr[-20000:])

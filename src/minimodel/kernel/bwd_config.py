@@ -160,10 +160,14 @@ def gluon_bwd_config(head_dim: int, causal: bool) -> BwdConfig:
 # (tools/bwd_ws_report.py); on the H200 every path passed all 40 cases of tools/bwd_gluon_gpu.py,
 # and with the tl dQ pass it ran the backward 1.13-1.30x faster than the tl kernels at
 # FlashAttention's grid's N = 4096 (notes/backward.md): the policy picks it there (`WS_MIN_N`).
-# With dQ in the kernel, d = 64 takes 64 query rows: at 128 its fp32 dQ share spills (24-48 bytes
-# with atomics, 64-72 with TMA reductions).
+# With dQ added by atomics, d = 64 takes 64 query rows: at 128 the atomics' addresses spill 16-24
+# bytes. With TMA reductions, 128 rows compile without a spill (Pᵀ and dSᵀ reach their GEMMs through
+# shared memory, `gluon_bwd_ring.Config.SMEM_OPERANDS`) and, on the H200, passed all 40 checks and
+# ran the backward 1.14-1.17x faster than 64 rows at N = 4096 (notes/backward.md); d = 128 keeps 64
+# (128 rows ask for 330 KB of shared memory).
 GLUON_WS_TILES = {(64, False): (128, 2), (64, True): (128, 2), (128, False): (64, 2), (128, True): (64, 2)}
 GLUON_WS_ATOMIC_TILES = {**GLUON_WS_TILES, (64, False): (64, 2), (64, True): (64, 2)}
+GLUON_WS_TMA_TILES = GLUON_WS_TILES
 
 
 def gluon_ws_config(head_dim: int, causal: bool, atomic_dq: bool = False, tma_dq: bool = False) -> BwdConfig:
@@ -174,7 +178,8 @@ def gluon_ws_config(head_dim: int, causal: bool, atomic_dq: bool = False, tma_dq
         raise ValueError(f"the Gluon backward is built for head dims {gluon_backward.HEAD_DIMS}, "
                          f"got {head_dim}")
     in_kernel = bool(atomic_dq or tma_dq)
-    rows, stages = (GLUON_WS_ATOMIC_TILES if in_kernel else GLUON_WS_TILES)[(head_dim, bool(causal))]
+    tiles = GLUON_WS_TMA_TILES if tma_dq else GLUON_WS_ATOMIC_TILES if atomic_dq else GLUON_WS_TILES
+    rows, stages = tiles[(head_dim, bool(causal))]
     return replace(HOPPER_CONFIGS[(head_dim, bool(causal))], BLOCK_M1=rows, BLOCK_N1=128,
                    num_warps_kv=gluon_bwd_ws.WARPS, num_stages_kv=stages, ATOMIC_DQ=in_kernel,
                    TMA_DQ=bool(tma_dq), GLUON=True)
