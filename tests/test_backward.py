@@ -142,6 +142,25 @@ def test_attention_is_differentiable_through_autograd(gen, sm_scale):
     assert v.grad is None
 
 
+def test_attention_hands_deterministic_to_the_backward(gen, monkeypatch):
+    # off Hopper the tl kernels run either way (deterministic), so the flag's path is what is checked
+    from minimodel.kernel import autograd
+
+    seen = []
+    real = autograd.flash_attn_backward
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs["deterministic"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(autograd, "flash_attn_backward", spy)
+    q, k, v = (half(1, 1, 24, 16, gen=gen).requires_grad_() for _ in range(3))
+    grads = [torch.autograd.grad(attention(q, k, v, causal=True, deterministic=flag).sum(), (q, k, v))
+             for flag in (False, True)]
+    assert seen == [False, True]
+    assert all(torch.equal(a, b) for a, b in zip(*grads, strict=True))
+
+
 def test_attention_without_grad_is_the_forward(gen):
     q, k, v = (half(1, 1, 30, 16, gen=gen) for _ in range(3))
     assert torch.equal(attention(q, k, v), flash_attn_forward(q, k, v, causal=False))

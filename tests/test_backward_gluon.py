@@ -7,23 +7,28 @@ Gluon has no interpreter: on a machine without Hopper the Gluon configuration ru
 kernels (`launch_bwd_config`), and these tests check that it says so.
 """
 
+import collections
+import contextlib
 import json
 import os
 import re
 import subprocess
 import sys
 import zlib
+from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
 from conftest import DEVICE, HAS_CUDA
 
-from minimodel.floor.correctness_rule import reference_grads
+from minimodel.floor.correctness_rule import reference_grads, tolerance
 from minimodel.gpu.kernel_check import check_backward_case
 from minimodel.kernel import (
     HOPPER,
     SHARED_MEMORY,
+    attention,
     bwd_config,
     flash_attn_backward,
     flash_attn_forward,
@@ -112,6 +117,102 @@ def test_the_policy_picks_the_warp_specialized_kernel_on_hopper_from_ws_min_n(d,
     assert get_bwd_config(d, causal, "cuda", HOPPER, n=bwd_config.WS_MIN_N - 1).path == "tl"
 
 
+@pytest.mark.parametrize("d", HEAD_DIMS)
+@pytest.mark.parametrize("causal", [False, True])
+def test_deterministic_false_lets_the_policy_add_dq_by_tma_reductions_on_hopper(d, causal, monkeypatch):
+    """The caller's choice (`attention(..., deterministic=False)`): dQ in the kernel where the
+    warp-specialized kernel runs; the tl kernels elsewhere, which are deterministic anyway; and
+    never while PyTorch's deterministic mode is on."""
+    monkeypatch.setattr(bwd_config, "INTERPRETED", False)
+    n = bwd_config.WS_MIN_N
+    cfg = get_bwd_config(d, causal, "cuda", HOPPER, n=n, deterministic=False)
+    assert cfg == gluon_ws_config(d, causal, tma_dq=True) and not cfg.deterministic
+    assert get_bwd_config(d, causal, "cuda", HOPPER, n=n - 1, deterministic=False).deterministic
+    assert get_bwd_config(d, causal, "cuda", 80, n=n, deterministic=False).deterministic
+    monkeypatch.setattr(bwd_config, "device_arch", lambda device: HOPPER)
+    q = SimpleNamespace(device=torch.device("cuda"), shape=(1, 1, n, d))  # all the default reads of q
+    assert not bwd_config.default_bwd_config(q, causal, deterministic=False).deterministic
+    with torch_deterministic():
+        assert bwd_config.default_bwd_config(q, causal, deterministic=False).deterministic
+
+
+@contextlib.contextmanager
+def torch_deterministic():
+    before = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(before)
+
+
+def test_ordered_dq_is_deterministic_tma_dq_and_named_so():
+    with pytest.raises(ValueError, match="ORDERED_DQ orders TMA_DQ's reductions"):
+        BwdConfig(64, 128, 128, 64, WARPS, 2, ATOMIC_DQ=True, GLUON=True, ORDERED_DQ=True)
+    for d in HEAD_DIMS:
+        for causal in (False, True):
+            ordered = gluon_ws_config(d, causal, ordered_dq=True)
+            tma = gluon_ws_config(d, causal, tma_dq=True)
+            assert ordered.kernel == "gluon-ws-ordered-dq" and ordered.deterministic
+            assert not tma.deterministic
+            assert ordered == replace(tma, ORDERED_DQ=True)  # the same tiles
+
+
+def test_ordered_dq_runs_only_where_every_key_block_of_a_head_fits_on_the_gpu(monkeypatch):
+    # its blocks wait on each other while holding their SMs: past one block per SM the wait could
+    # never end, so the call keeps the tl dQ pass there (deterministic too)
+    monkeypatch.setattr(bwd_config, "gluon_ok", lambda *args: True)
+    monkeypatch.setattr(torch.cuda, "get_device_properties",
+                        lambda device: SimpleNamespace(multi_processor_count=132))
+    cfg = gluon_ws_config(128, False, ordered_dq=True)
+    for n, runs in ((132 * 128, cfg), (132 * 128 + 1, gluon_ws_config(128, False))):
+        q = torch.empty(1, 1, n, 128, device="meta")
+        assert launch_bwd_config(q, q, q, False, cfg) == runs
+        assert runs.deterministic
+
+
+def _walk(n, block_m, causal, j):
+    """The query tiles key block j adds to, in its order (`gluon_bwd_order.step_query`'s walk)."""
+    num_m, r = -(-n // block_m), 128 // block_m
+    if causal:
+        return list(range(r * j, num_m))
+    return [(s + r * j) % num_m for s in range(num_m)]
+
+
+def _rank(n, block_m, causal, j, m):
+    """`gluon_bwd_order.turn`'s rank of key block j at query tile m."""
+    num_n, r = -(-n // 128), 128 // block_m
+    rank = m // r - j
+    return rank if causal else rank % num_n
+
+
+@pytest.mark.parametrize("n", [1, 60, 77, 128, 1000, 4096, 4100])
+@pytest.mark.parametrize("block_m", [64, 128])
+@pytest.mark.parametrize("causal", [False, True])
+def test_the_order_of_the_additions_into_dq_ends_and_is_a_wavefront(n, block_m, causal):
+    # the order's arithmetic as gluon_bwd_order writes it (mirrored: Gluon has no interpreter), run
+    # as the blocks of one head would, all at once and a step at a time: every tile's contributors
+    # hold ranks 0, 1, ... in some order, and no block ever waits
+    num_n = -(-n // 128)
+    walks = [_walk(n, block_m, causal, j) for j in range(num_n)]
+    for m in range(-(-n // block_m)):
+        ranks = sorted(_rank(n, block_m, causal, j, m) for j in range(num_n) if m in walks[j])
+        assert ranks == list(range(len(ranks)))
+    counters = collections.Counter()
+    position, stalls = [0] * num_n, 0
+    while any(p < len(w) for p, w in zip(position, walks, strict=True)):
+        ready = [j for j in range(num_n) if position[j] < len(walks[j])
+                 and counters[walks[j][position[j]]] == _rank(n, block_m, causal, j, walks[j][position[j]])]
+        assert ready, "no block can add: the additions would wait forever"
+        stalls += num_n - len(ready) - sum(p == len(w) for p, w in zip(position, walks, strict=True))
+        for j in ready:
+            counters[walks[j][position[j]]] += 1
+            position[j] += 1
+    # in step with each other no block ever waits (a common start, every block walking tiles 0, 1,
+    # ... and adding in key order, stalls 496 times at N = 4096: each block a step behind the last)
+    assert stalls == 0
+
+
 @pytest.mark.parametrize("d", [16, 32, 256])
 def test_the_policy_keeps_tl_where_no_gluon_kernel_is_built(d):
     assert d not in HEAD_DIMS
@@ -149,11 +250,12 @@ def test_the_gluon_kernel_compiles_for_sm90_without_spilling_in_one_partition_th
         assert 0 < int(registers) <= 255 and int(registers) * int(warps) * 32 <= 65536
 
 
-# one compile per case (d, causal, dQ: 0 the tl pass, 1 atomics, 2 TMA reductions[, BLOCK_M1]): both
-# head dims, causal and not, every dQ path (TMA reductions at their largest shared memory; at d = 64
-# their 128 query rows, where Pᵀ and dSᵀ reach their GEMMs through shared memory, `Config.SMEM_OPERANDS`,
-# and the 64 rows they took before)
-WS_CASES = ("64,0,0", "64,1,1", "128,0,1", "128,1,0", "128,1,2", "64,1,2", "64,0,2,64")
+# one compile per case (d, causal, dQ: 0 the tl pass, 1 atomics, 2 TMA reductions, 3 TMA reductions in
+# order[, BLOCK_M1]): both head dims, causal and not, every dQ path (TMA reductions at their largest
+# shared memory; at d = 64 their 128 query rows, where Pᵀ and dSᵀ reach their GEMMs through shared
+# memory, `Config.SMEM_OPERANDS`, and the 64 rows they took before; in order, all four)
+WS_CASES = ("64,0,0", "64,1,1", "128,0,1", "128,1,0", "128,1,2", "64,1,2", "64,0,2,64",
+            "64,0,3", "64,1,3", "128,0,3", "128,1,3")
 
 
 def test_the_warp_specialized_kernel_compiles_for_sm90_without_spilling_and_splits_its_registers(tmp_path):
@@ -168,9 +270,10 @@ def test_the_warp_specialized_kernel_compiles_for_sm90_without_spilling_and_spli
     assert len(rows) == len(WS_CASES)
     for case, row in zip(WS_CASES, rows, strict=True):
         d, causal, dq, *block_m = (int(x) for x in case.split(","))
-        atomics = dq == 1
-        cfg = gluon_ws_config(d, bool(causal), atomic_dq=atomics, tma_dq=dq == 2)
-        assert (row["d"], row["causal"], row["tma_dq"]) == (d, bool(causal), dq == 2)
+        atomics, ordered = dq == 1, dq == 3
+        cfg = gluon_ws_config(d, bool(causal), atomic_dq=atomics, tma_dq=dq == 2, ordered_dq=ordered)
+        assert (row["d"], row["causal"]) == (d, bool(causal))
+        assert (row["tma_dq"], row["ordered_dq"]) == (dq >= 2, ordered)
         assert (row["BLOCK_M1"], row["stages"]) == ((block_m or [cfg.BLOCK_M1])[0], cfg.num_stages_kv)
         assert row["spill_stack_bytes"] == 0 and row["stl"] == row["ldl"] == 0
         assert row["shared_bytes"] <= SHARED_MEMORY[HOPPER] and row["warps"] == WARPS
@@ -178,10 +281,14 @@ def test_the_warp_specialized_kernel_compiles_for_sm90_without_spilling_and_spli
         assert {24, MMA_REGS.value} <= set(row["setmaxnreg"])
         assert 2 * 128 * MMA_REGS.value + 128 * 24 <= 65536
         # TMA loads of K, V, Q, dO only (LSE and D by the producer's loads: `_rows`), warpgroup MMAs,
-        # mbarriers; fp32 reductions to global memory only with dQ in it: atomics, or one TMA
-        # reduction per MMA warpgroup
+        # mbarriers; reductions to global memory only with dQ in it: fp32 atomics, or one TMA
+        # reduction per MMA warpgroup, in order one counter's release per MMA warpgroup besides
         assert row["utmaldg"] == 4 and row["hgmma"] > 0 and row["syncs"] > 0
-        assert (row["redg"] > 0) == atomics and row["utmaredg"] == 2 * row["tma_dq"]
+        assert row["utmaredg"] == 2 * row["tma_dq"]
+        if atomics:
+            assert row["redg"] > 0
+        else:
+            assert row["redg"] == (2 if ordered else 0)
 
 
 def test_lse_and_d_come_by_tma_only_where_every_row_coordinate_is_16_byte_aligned():
@@ -212,6 +319,7 @@ SWEEP = [(n, d, causal, dtype, h_kv) for n in (128, 1000, 4096) for d in (64, 12
 FORCED = {"gluon": gluon_bwd_config, "gluon-ws": gluon_ws_config,
           "gluon-ws-atomic-dq": lambda d, causal: gluon_ws_config(d, causal, atomic_dq=True),
           "gluon-ws-tma-dq": lambda d, causal: gluon_ws_config(d, causal, tma_dq=True),
+          "gluon-ws-ordered-dq": lambda d, causal: gluon_ws_config(d, causal, ordered_dq=True),
           "tl": lambda d, causal: tl_bwd_config(d, causal, "cuda", HOPPER)}
 
 
@@ -278,12 +386,31 @@ def test_the_gluon_kernel_addresses_rows_past_2_31_elements(gen, path, causal):
 @pytest.mark.gpu
 def test_the_gluon_path_is_deterministic_and_a_broadcast_do_runs_tl(gen):
     q, k, v, do = (torch.randn(2, 4, 1000, 128, generator=gen).half().cuda() for _ in range(4))
-    o, lse = flash_attn_forward(q, k, v, causal=True, return_lse=True)
-    for cfg in (gluon_bwd_config(128, True), gluon_ws_config(128, True)):  # dQ by atomics is not
-        first, second = (flash_attn_backward(q, k, v, o, lse, do, True, config=cfg) for _ in range(2))
+    # dQ by atomics or unordered TMA reductions is not; by ordered ones it is, causal or not
+    for cfg, causal in ((gluon_bwd_config(128, True), True), (gluon_ws_config(128, True), True),
+                        (gluon_ws_config(128, True, ordered_dq=True), True),
+                        (gluon_ws_config(128, False, ordered_dq=True), False)):
+        o, lse = flash_attn_forward(q, k, v, causal=causal, return_lse=True)
+        assert launch_bwd_config(q, k, v, causal, cfg, do).kernel == cfg.kernel
+        first, second = (flash_attn_backward(q, k, v, o, lse, do, causal, config=cfg) for _ in range(2))
         assert all(torch.equal(a, b) for a, b in zip(first, second, strict=True)), cfg
     ones = torch.ones(1, 1, 1, 1, dtype=q.dtype, device="cuda").expand(q.shape)  # autograd's dO of a sum
     assert launch_bwd_config(q, k, v, True, gluon_bwd_config(128, True), ones).path == "tl"
+
+
+@requires_hopper
+@pytest.mark.gpu
+@pytest.mark.parametrize("d", HEAD_DIMS)
+def test_attention_not_deterministic_adds_dq_by_tma_reductions_and_matches_float64(gen, d):
+    q, k, v, do = (torch.randn(2, 4, 1024, d, generator=gen).half().cuda() for _ in range(4))
+    assert bwd_config.default_bwd_config(q, True, deterministic=False).kernel == "gluon-ws-tma-dq"
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    got = torch.autograd.grad(attention(*leaves, causal=True, deterministic=False), leaves, do)
+    exact = reference_grads(q, k, v, do, causal=True, upcast=True)
+    lowp = reference_grads(q, k, v, do, causal=True)
+    for g, e, t in zip(got, exact, lowp, strict=True):
+        err, err_torch = ((x.double() - e).abs().max().item() for x in (g, t))
+        assert err <= tolerance(err_torch), (err, err_torch)
 
 
 def test_the_gluon_tma_reduction_compiles_to_the_bulk_tensor_reduce(tmp_path):

@@ -24,6 +24,8 @@ def test_a_configuration_reads_as_the_bwdconfig_it_names():
     assert bwd_bench.parse_config("32,64,64,32,atomic") == BwdConfig(32, 64, 64, 32, ATOMIC_DQ=True)
     tma = bwd_bench.parse_config("128,128,128,64,12,2,8,3,tma")
     assert tma == gluon_ws_config(64, True, tma_dq=True) and tma.kernel == "gluon-ws-tma-dq"
+    ordered = bwd_bench.parse_config("64,128,128,64,12,2,8,3,ordered")
+    assert ordered == gluon_ws_config(128, False, ordered_dq=True) and ordered.deterministic
 
 
 @pytest.mark.parametrize("spec", ["64,128,128", "64,32,64,32", "a,b,c,d", "64,128,128,64,8", "ATOMIC",

@@ -64,20 +64,22 @@ DEVICE = "cuda"  # where `run` checks and times (its test runs it on the CPU, un
 
 
 def parse_config(spec: str) -> BwdConfig:
-    """`BLOCK_M1,BLOCK_N1,BLOCK_M2,BLOCK_N2[,WARPS_KV,STAGES_KV,WARPS_Q,STAGES_Q][,ATOMIC|,GLUON|,TMA]`;
-    TMA: the warp-specialized Gluon kernel (WARPS_KV 12) with dQ by TMA reductions."""
+    """`BLOCK_M1,BLOCK_N1,BLOCK_M2,BLOCK_N2[,WARPS_KV,STAGES_KV,WARPS_Q,STAGES_Q][,ATOMIC|,GLUON|,TMA|,ORDERED]`;
+    TMA: the warp-specialized Gluon kernel (WARPS_KV 12) with dQ by TMA reductions; ORDERED: by
+    TMA reductions in a fixed order (deterministic)."""
     parts = [p.strip() for p in spec.split(",")]
-    flag = parts[-1].upper() if parts[-1].upper() in ("ATOMIC", "GLUON", "TMA") else None
+    flag = parts[-1].upper() if parts[-1].upper() in ("ATOMIC", "GLUON", "TMA", "ORDERED") else None
     try:
         sizes = [int(p) for p in parts[:-1 if flag else None]]
         if len(sizes) not in (4, 8):
             raise ValueError(f"{len(sizes)} numbers")
-        return BwdConfig(*sizes, ATOMIC_DQ=flag in ("ATOMIC", "TMA"), GLUON=flag in ("GLUON", "TMA"),
-                         TMA_DQ=flag == "TMA")
+        in_kernel = flag in ("TMA", "ORDERED")
+        return BwdConfig(*sizes, ATOMIC_DQ=in_kernel or flag == "ATOMIC", GLUON=in_kernel or flag == "GLUON",
+                         TMA_DQ=in_kernel, ORDERED_DQ=flag == "ORDERED")
     except (TypeError, ValueError) as e:
         raise argparse.ArgumentTypeError(
             f"{spec!r}: expected BLOCK_M1,BLOCK_N1,BLOCK_M2,BLOCK_N2[,WARPS_KV,STAGES_KV,WARPS_Q,STAGES_Q]"
-            f"[,ATOMIC|,GLUON|,TMA] ({e})") from e
+            f"[,ATOMIC|,GLUON|,TMA|,ORDERED] ({e})") from e
 
 
 def backward_flops(B, H, N, d, causal) -> float:

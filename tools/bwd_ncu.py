@@ -1,12 +1,13 @@
 """Nsight Compute beside the backward kernels a user would compare: the kernel's paths, FA4's and
 cuDNN's, at the issue's two points, one backward call each (issue 39's evidence).
 
-    PYTHONPATH=src:tools python3 tools/bwd_ncu.py --out DIR [--ways ws tma fa4 cudnn]
+    PYTHONPATH=src:tools python3 tools/bwd_ncu.py --out DIR [--ways ws tma ordered fa4 cudnn]
 
 The parent asks ncu which metrics this GPU has (`--query-metrics`) and keeps those it wants that
 are there (`WANTED` by name; `STALLS`, every "issue stalled" ratio), then profiles a child
 (`--child`) that runs, for each point and way (`calls`, in that order), one unprofiled call
-(compiles, allocations), then inside the bytes stage's NVTX range, which alone ncu profiles, its
+(compiles, allocations), then between cudaProfilerStart and Stop, which alone ncu profiles (the
+bytes stage's NVTX range would miss a backward that autograd runs from its own thread), its
 marker kernel and one call (`gpu.hbm_probe`'s way: the kernels after a marker are that call's),
 with the bytes stage's cache and clock options (`gpu.ncu.NCU_OPTIONS`: caches flushed before each
 kernel, clocks as they are). Writes ncu.csv (ncu's long table: a row per kernel and metric),
@@ -54,7 +55,8 @@ WANTED = {
 # the bytes stage's options, but what is profiled is what runs between cudaProfilerStart and Stop:
 # autograd runs a contender's backward in a thread of its own, outside the caller's NVTX range
 _NVTX = ncu_tool.NCU_OPTIONS.index("--nvtx")
-PROFILED_OPTIONS = [*ncu_tool.NCU_OPTIONS[:_NVTX], *ncu_tool.NCU_OPTIONS[_NVTX + 3:], "--profile-from-start", "off"]
+PROFILED_OPTIONS = [*ncu_tool.NCU_OPTIONS[:_NVTX], *ncu_tool.NCU_OPTIONS[_NVTX + 3:],
+                    "--profile-from-start", "off"]
 STALLS = re.compile(r"^(smsp__average_warps_issue_stalled_\w+)_per_issue_active$")
 
 
@@ -62,8 +64,9 @@ def calls(way: str, B: int, H: int, N: int, d: int, causal: bool):
     """A call of the backward alone (O and LSE, or autograd's forward, made once before)."""
     gen = torch.Generator().manual_seed(7)
     q, k, v, do = (torch.randn(B, H, N, d, generator=gen).to("cuda", torch.float16) for _ in range(4))
-    if way in ("ws", "tma"):
-        return backward_fn(q, k, v, causal, do=do, config=gluon_ws_config(d, causal, tma_dq=way == "tma"))
+    if way in ("ws", "tma", "ordered"):
+        cfg = gluon_ws_config(d, causal, tma_dq=way == "tma", ordered_dq=way == "ordered")
+        return backward_fn(q, k, v, causal, do=do, config=cfg)
     fn = builtin.fa4 if way == "fa4" else builtin.sdpa_cudnn
     leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
     return autograd_call(lambda *x: fn(*x, causal=causal), leaves, do, "backward")
@@ -102,8 +105,8 @@ def metrics(ncu: str) -> list[str]:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path)
-    parser.add_argument("--ways", nargs="+", default=["ws", "tma", "fa4", "cudnn"],
-                        choices=["ws", "tma", "fa4", "cudnn"])
+    parser.add_argument("--ways", nargs="+", default=["ws", "tma", "ordered", "fa4", "cudnn"],
+                        choices=["ws", "tma", "ordered", "fa4", "cudnn"])
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:

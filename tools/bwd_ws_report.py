@@ -5,7 +5,8 @@ the schedule is there.
     python tools/bwd_ws_report.py                          # each configuration the GPU run checks
     python tools/bwd_ws_report.py --d 128 --m 64 --stages 2 --causal --atomic
     python tools/bwd_ws_report.py --case 64,1,0 --case 128,0,2   # (d, causal, dQ) cases: dQ 0 the
-                                                                 # tl pass, 1 atomics, 2 TMA reductions
+                                                                 # tl pass, 1 atomics, 2 TMA reductions,
+                                                                 # 3 TMA reductions in order
     python tools/bwd_ws_report.py --json out.json          # also write the rows
 
 With warp specialization the cubin's register count is the launch's (65,536 / 384 threads,
@@ -29,15 +30,15 @@ import torch
 from minimodel.kernel.bwd_config import gluon_ws_config
 from minimodel.kernel.gluon_bwd_ws import dkdv_launch
 
-# (d, causal, dQ) of `gluon_ws_config`, dQ: 0 the tl pass, 1 atomics, 2 TMA reductions: what
-# tools/bwd_gluon_gpu.py checks and times
-DQ_PASS, DQ_ATOMIC, DQ_TMA = 0, 1, 2
+# (d, causal, dQ) of `gluon_ws_config`, dQ: 0 the tl pass, 1 atomics, 2 TMA reductions, 3 TMA
+# reductions in a fixed order: what tools/bwd_gluon_gpu.py checks and times
+DQ_PASS, DQ_ATOMIC, DQ_TMA, DQ_ORDERED = 0, 1, 2, 3
 DEFAULT = [(d, causal, dq) for d in (64, 128) for causal in (False, True)
-           for dq in (DQ_PASS, DQ_ATOMIC, DQ_TMA)]
+           for dq in (DQ_PASS, DQ_ATOMIC, DQ_TMA, DQ_ORDERED)]
 # warpgroup MMAs, exp2, fp32 reductions to global memory (the atomics into dQ), mbarrier operations,
 # CTA barriers, local-memory stores and loads (spills), TMA loads, TMA reductions
-OPCODES = ("HGMMA", "MUFU", "REDG", "SYNCS", "BAR", "STL", "LDL", "UTMALDG", "UTMAREDG")
-_TYPES = {torch.float16: "*fp16", torch.bfloat16: "*bf16", torch.float32: "*fp32"}
+OPCODES = ("HGMMA", "MUFU", "REDG", "SYNCS", "BAR", "STL", "LDL", "UTMALDG", "UTMAREDG", "ATOMG")
+_TYPES = {torch.float16: "*fp16", torch.bfloat16: "*bf16", torch.float32: "*fp32", torch.int32: "*i32"}
 
 
 def compile_ws(cfg, d: int, causal: bool, dtype=torch.float16, n: int = 4096, arch: int = 90):
@@ -62,7 +63,8 @@ def report(cfg, d: int, causal: bool, dtype=torch.float16) -> dict:
     maxnreg = sorted({int(x) for x in re.findall(r"setmaxnreg\.\w+\.sync\.aligned\.u32\s+(\d+)",
                                                  compiled.asm["ptx"])})
     return {"d": d, "causal": causal, "BLOCK_M1": cfg.BLOCK_M1, "stages": cfg.num_stages_kv,
-            "atomic_dq": cfg.ATOMIC_DQ, "tma_dq": cfg.TMA_DQ, "dtype": str(dtype).removeprefix("torch."),
+            "atomic_dq": cfg.ATOMIC_DQ, "tma_dq": cfg.TMA_DQ, "ordered_dq": cfg.ORDERED_DQ,
+            "dtype": str(dtype).removeprefix("torch."),
             "registers": int(re.search(r"REG:(\d+)", usage).group(1)),
             "setmaxnreg": maxnreg, "spill_stack_bytes": int(re.search(r"STACK:(\d+)", usage).group(1)),
             "shared_bytes": int(compiled.metadata.shared), "warps": compiled.metadata.num_warps,
@@ -91,14 +93,15 @@ def main(argv=None) -> int:
     rows, bad = [], 0
     for d, causal, dq, block_m in cases:
         causal = bool(causal)
-        cfg = gluon_ws_config(d, causal, atomic_dq=dq == DQ_ATOMIC, tma_dq=dq == DQ_TMA)
+        cfg = gluon_ws_config(d, causal, atomic_dq=dq == DQ_ATOMIC, tma_dq=dq == DQ_TMA,
+                              ordered_dq=dq == DQ_ORDERED)
         cfg = replace(cfg, BLOCK_M1=block_m or args.m or cfg.BLOCK_M1,
                       num_stages_kv=args.stages or cfg.num_stages_kv)
         try:
             row = report(cfg, d, causal, torch.bfloat16 if args.bf16 else torch.float16)
         except Exception as err:  # a configuration Triton cannot lower: said, and the next one goes on
             row = {"d": d, "causal": causal, "BLOCK_M1": cfg.BLOCK_M1, "atomic_dq": cfg.ATOMIC_DQ,
-                   "tma_dq": cfg.TMA_DQ,
+                   "tma_dq": cfg.TMA_DQ, "ordered_dq": cfg.ORDERED_DQ,
                    "error": f"{type(err).__name__}: {str(err).strip().splitlines()[-1][:300]}"}
         bad += "error" in row or row["spill_stack_bytes"] > 0 or row["stl"] > 0
         rows.append(row)

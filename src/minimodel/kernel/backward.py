@@ -297,7 +297,8 @@ def arguments(q, k, v, o, lse, do, dq, dk, dv, delta, scale: float, cfg: BwdConf
 
 def flash_attn_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
                         lse: torch.Tensor, do: torch.Tensor, causal: bool = False,
-                        sm_scale: float | None = None, config: BwdConfig | None = None):
+                        sm_scale: float | None = None, config: BwdConfig | None = None,
+                        deterministic: bool = True):
     """(dQ, dK, dV) of attention softmax(Q Kᵀ · sm_scale) V at the output gradient dO.
 
     q: (B, H, N, d); k, v: (B, H_kv, N, d) with H divisible by H_kv (dK and dV are summed over
@@ -307,9 +308,13 @@ def flash_attn_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: to
     `flash.SUPPORTED_HEAD_DIMS`, one CUDA device or the CPU under TRITON_INTERPRET=1. Every
     tensor is read through its strides (any layout, broadcast dO included); a non-contiguous
     LSE is copied. causal and sm_scale must be the forward's (sm_scale defaults to 1/sqrt(d)).
-    config: tiles and kernels; defaults to `default_bwd_config(q, causal)`; what runs is
-    `launch_bwd_config(q, k, v, causal, config, do)` (a Gluon configuration runs the tl table's
-    where the Gluon kernel cannot: off Hopper, under the interpreter, inputs TMA cannot read).
+    config: tiles and kernels; defaults to `default_bwd_config(q, causal, deterministic)`; what
+    runs is `launch_bwd_config(q, k, v, causal, config, do, deterministic)` (a Gluon configuration
+    runs the tl table's where the Gluon kernel cannot: off Hopper, under the interpreter, inputs
+    TMA cannot read). deterministic (default True): the same bits on every call. False lets the
+    default add dQ inside the dK/dV kernel where that is faster (Hopper, N >= 1024: TMA
+    reductions, whose order varies, so dQ's last bits do); ignored under
+    `torch.use_deterministic_algorithms(True)` and when `config` is given.
     Returns dQ, dK, dV, contiguous, in the shapes and dtype of q, k, v.
     """
     _validate(q, k, v, o, lse, do)
@@ -317,7 +322,7 @@ def flash_attn_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: to
     scale = _scale(d, sm_scale)
     if q.numel() == 0 or k.numel() == 0:
         return tuple(torch.zeros(t.shape, dtype=t.dtype, device=t.device) for t in (q, k, v))
-    cfg = launch_bwd_config(q, k, v, causal, config, do)
+    cfg = launch_bwd_config(q, k, v, causal, config, do, deterministic)
     q, k, v, o, do = (t.detach() for t in (q, k, v, o, do))
     lse = lse.detach().contiguous()
     if cfg.ATOMIC_DQ:

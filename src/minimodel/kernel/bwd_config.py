@@ -36,6 +36,10 @@ class BwdConfig:
     TMA_DQ (with ATOMIC_DQ, warp-specialized only): dQ's shares reach the accumulator by TMA
     reductions from shared memory (FlashAttention-3's way) instead of atomics from registers; not
     deterministic either.
+    ORDERED_DQ (with TMA_DQ): those reductions in a fixed order of the key blocks
+    (`gluon_bwd_order`, FlashAttention-3's deterministic mode): deterministic. It runs only where
+    every key block of one head fits on the GPU at once (`ordered_dq_fits`); elsewhere the call
+    runs the warp-specialized kernel with the tl dQ pass (`launch_bwd_config`).
     """
 
     BLOCK_M1: int
@@ -49,6 +53,7 @@ class BwdConfig:
     ATOMIC_DQ: bool = False
     GLUON: bool = False
     TMA_DQ: bool = False
+    ORDERED_DQ: bool = False
 
     def __post_init__(self):
         blocks = (self.BLOCK_M1, self.BLOCK_N1, self.BLOCK_M2, self.BLOCK_N2)
@@ -61,6 +66,8 @@ class BwdConfig:
             raise ValueError("TMA_DQ is a way of ATOMIC_DQ in the warp-specialized Gluon kernel (GLUON, "
                              f"num_warps_kv = {gluon_bwd_ws.WARPS}); got ATOMIC_DQ = {self.ATOMIC_DQ}, "
                              f"GLUON = {self.GLUON}, num_warps_kv = {self.num_warps_kv}")
+        if self.ORDERED_DQ and not self.TMA_DQ:
+            raise ValueError("ORDERED_DQ orders TMA_DQ's reductions: TMA_DQ must be True")
         if self.GLUON:
             self._check_gluon()
 
@@ -92,18 +99,21 @@ class BwdConfig:
 
     @property
     def kernel(self) -> str:
-        """The dK/dV kernel in words: tl, gluon (one partition), gluon-ws, gluon-ws-atomic-dq or
-        gluon-ws-tma-dq."""
+        """The dK/dV kernel in words: tl, gluon (one partition), gluon-ws, gluon-ws-atomic-dq,
+        gluon-ws-tma-dq or gluon-ws-ordered-dq."""
         if not self.warp_specialized:
             return self.path
         if self.ATOMIC_DQ:
+            if self.ORDERED_DQ:
+                return "gluon-ws-ordered-dq"
             return "gluon-ws-tma-dq" if self.TMA_DQ else "gluon-ws-atomic-dq"
         return "gluon-ws"
 
     @property
     def deterministic(self) -> bool:
-        """Whether two calls on one input give the same bits: dQ added in the kernel is not."""
-        return not self.ATOMIC_DQ
+        """Whether two calls on one input give the same bits: dQ added in the kernel is not, unless
+        in a fixed order."""
+        return not self.ATOMIC_DQ or self.ORDERED_DQ
 
     @property
     def path(self) -> str:
@@ -170,19 +180,22 @@ GLUON_WS_ATOMIC_TILES = {**GLUON_WS_TILES, (64, False): (64, 2), (64, True): (64
 GLUON_WS_TMA_TILES = GLUON_WS_TILES
 
 
-def gluon_ws_config(head_dim: int, causal: bool, atomic_dq: bool = False, tma_dq: bool = False) -> BwdConfig:
+def gluon_ws_config(head_dim: int, causal: bool, atomic_dq: bool = False, tma_dq: bool = False,
+                    ordered_dq: bool = False) -> BwdConfig:
     """The warp-specialized Gluon kernel's configuration at a head dim it is built for (64, 128):
     with atomic_dq its dQ is added in the kernel by fp32 atomics, with tma_dq by TMA reductions
-    (either: not deterministic), else the tl dQ pass of the Hopper table runs after it."""
+    (either: not deterministic), with ordered_dq by TMA reductions in a fixed order
+    (deterministic), else the tl dQ pass of the Hopper table runs after it."""
     if head_dim not in gluon_backward.HEAD_DIMS:
         raise ValueError(f"the Gluon backward is built for head dims {gluon_backward.HEAD_DIMS}, "
                          f"got {head_dim}")
+    tma_dq = bool(tma_dq or ordered_dq)
     in_kernel = bool(atomic_dq or tma_dq)
     tiles = GLUON_WS_TMA_TILES if tma_dq else GLUON_WS_ATOMIC_TILES if atomic_dq else GLUON_WS_TILES
     rows, stages = tiles[(head_dim, bool(causal))]
     return replace(HOPPER_CONFIGS[(head_dim, bool(causal))], BLOCK_M1=rows, BLOCK_N1=128,
                    num_warps_kv=gluon_bwd_ws.WARPS, num_stages_kv=stages, ATOMIC_DQ=in_kernel,
-                   TMA_DQ=bool(tma_dq), GLUON=True)
+                   TMA_DQ=tma_dq, ORDERED_DQ=bool(ordered_dq), GLUON=True)
 
 
 def tl_bwd_config(head_dim: int, causal: bool, device_type: str, arch: int = HOPPER) -> BwdConfig:
@@ -201,22 +214,27 @@ WS_MIN_N = 1024
 
 
 def get_bwd_config(head_dim: int, causal: bool, device_type: str, arch: int = HOPPER,
-                   n: int | None = None) -> BwdConfig:
+                   n: int | None = None, deterministic: bool = True) -> BwdConfig:
     """The configuration `flash_attn_backward` takes when none is given (arch: compute
     capability as major·10 + minor; n: the sequence length, None for the tl table): on Hopper,
     compiled, at the head dims it is built for and N >= WS_MIN_N, the warp-specialized Gluon
-    kernel with the tl dQ pass (deterministic); the tl kernels' table everywhere else (the
-    one-partition Gluon kernel is `gluon_bwd_config`, asked for explicitly)."""
+    kernel, its dQ by the tl dQ pass (deterministic) or, with deterministic False, by TMA
+    reductions in the kernel (faster; dQ's last bits vary between calls); the tl kernels' table
+    everywhere else, deterministic either way (the one-partition Gluon kernel is
+    `gluon_bwd_config`, asked for explicitly)."""
     if (device_type == "cuda" and arch == HOPPER and not INTERPRETED and head_dim in gluon_backward.HEAD_DIMS
             and n is not None and n >= WS_MIN_N):
-        return gluon_ws_config(head_dim, causal)
+        return gluon_ws_config(head_dim, causal, tma_dq=not deterministic)
     return tl_bwd_config(head_dim, causal, device_type, arch)
 
 
-def default_bwd_config(q: torch.Tensor, causal: bool) -> BwdConfig:
-    """The configuration `flash_attn_backward` runs for q of shape (B, H, N, d) when none is given."""
+def default_bwd_config(q: torch.Tensor, causal: bool, deterministic: bool = True) -> BwdConfig:
+    """The configuration `flash_attn_backward` runs for q of shape (B, H, N, d) when none is given.
+    deterministic False is not honoured while `torch.use_deterministic_algorithms` is on."""
     arch = device_arch(q.device) if q.device.type == "cuda" else HOPPER
-    return get_bwd_config(q.shape[-1], causal, q.device.type, arch, n=q.shape[-2])
+    deterministic = deterministic or torch.are_deterministic_algorithms_enabled()
+    return get_bwd_config(q.shape[-1], causal, q.device.type, arch, n=q.shape[-2],
+                          deterministic=deterministic)
 
 
 def gluon_ok(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.Tensor | None = None) -> bool:
@@ -231,13 +249,24 @@ def gluon_ok(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.Tensor
 
 
 def launch_bwd_config(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
-                      config: BwdConfig | None = None, do: torch.Tensor | None = None) -> BwdConfig:
+                      config: BwdConfig | None = None, do: torch.Tensor | None = None,
+                      deterministic: bool = True) -> BwdConfig:
     """The configuration a call of `flash_attn_backward` on these inputs really runs: `config` or
-    the default; a Gluon one where the Gluon kernel cannot run becomes the tl table's choice.
-    Its `path` says which dK/dV kernel runs ("gluon" or "tl"): what a timing or correctness row
-    records."""
-    cfg = config or default_bwd_config(q, causal)
+    the default (`default_bwd_config(q, causal, deterministic)`); a Gluon one where the Gluon kernel
+    cannot run becomes the tl table's choice. Its `path` says which dK/dV kernel runs ("gluon" or
+    "tl"), `kernel` which one, `deterministic` whether its bits repeat: what a timing or
+    correctness row records."""
+    cfg = config or default_bwd_config(q, causal, deterministic)
     if cfg.GLUON and not gluon_ok(q, k, v, do):
         arch = device_arch(q.device) if q.device.type == "cuda" else HOPPER
         return tl_bwd_config(q.shape[-1], causal, q.device.type, arch)
+    if cfg.ORDERED_DQ and not ordered_dq_fits(q.shape[-2], q.device):
+        return gluon_ws_config(q.shape[-1], causal)  # with the tl dQ pass: deterministic too
     return cfg
+
+
+def ordered_dq_fits(n: int, device: torch.device) -> bool:
+    """Whether ORDERED_DQ may run at sequence length n: its key blocks wait on each other while
+    holding their SMs, so every key block of one head (cdiv(n, 128), one per SM) must fit on the
+    device at once (`gluon_bwd_order`)."""
+    return -(-n // 128) <= torch.cuda.get_device_properties(device).multi_processor_count

@@ -37,6 +37,7 @@ class Config:
     IS_CAUSAL: gl.constexpr
     DQ_ATOMIC: gl.constexpr  # dQ in the kernel (fp32, added to), by atomics or (DQ_TMA) TMA reductions
     DQ_TMA: gl.constexpr
+    DQ_ORDERED: gl.constexpr  # DQ_TMA's additions in a fixed order (`gluon_bwd_order`): deterministic
     ROWS_TMA: gl.constexpr  # LSE and D by 1-D TMA (only where N % 4 = 0), else by the producer's loads
     READY_ARRIVALS: gl.constexpr  # the producer's arrivals on ready[s] per step (`Ring`)
     DQ_ROWS: gl.constexpr  # dQ split between the warpgroups by rows (else by head-dim columns)
@@ -59,7 +60,7 @@ class Config:
 
     @gluon.constexpr_function
     def __init__(self, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, IS_CAUSAL, DQ_ATOMIC, dtype, ROWS_TMA=False,
-                 DQ_TMA=False):
+                 DQ_TMA=False, DQ_ORDERED=False):
         self.BLOCK_M = gl.constexpr(BLOCK_M)
         self.BLOCK_N = gl.constexpr(BLOCK_N)
         self.WG_KEYS = gl.constexpr(BLOCK_N // 2)
@@ -68,6 +69,7 @@ class Config:
         self.IS_CAUSAL = gl.constexpr(IS_CAUSAL)
         self.DQ_ATOMIC = gl.constexpr(DQ_ATOMIC)
         self.DQ_TMA = gl.constexpr(DQ_TMA)
+        self.DQ_ORDERED = gl.constexpr(DQ_ORDERED)
         self.ROWS_TMA = gl.constexpr(ROWS_TMA)
         self.READY_ARRIVALS = gl.constexpr(1 if ROWS_TMA else 2)
         # a warpgroup MMA has 64 rows: split the rows only where each half has 64
@@ -193,18 +195,21 @@ class Descriptors:
 @aggregate
 class Grads:
     """Where the gradients go (contiguous: dK, dV (B, H_kv, N, d) in the inputs' dtype; dQ
-    (B, H, N, d) float32, added to, with DQ_ATOMIC) and the scales."""
+    (B, H, N, d) float32, added to, with DQ_ATOMIC), the scales, and with DQ_ORDERED the counters
+    that order the additions into dQ (`gluon_bwd_order.turn`; otherwise any pointer, unused)."""
 
     dk: gl.tensor
     dv: gl.tensor
     dq: gl.tensor
     qk_scale: gl.tensor  # sm_scale · log2 e
     sm_scale: gl.tensor
+    locks: gl.tensor
 
     @gluon.constexpr_function
-    def __init__(self, dk, dv, dq, qk_scale, sm_scale):
+    def __init__(self, dk, dv, dq, qk_scale, sm_scale, locks):
         self.dk = dk
         self.dv = dv
         self.dq = dq
         self.qk_scale = qk_scale
         self.sm_scale = sm_scale
+        self.locks = locks

@@ -44,6 +44,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from minimodel.kernel.gluon_backward import KeyBlock
+from minimodel.kernel.gluon_bwd_order import dq_locks, pass_turn, step_query, turn, wait_turn
 from minimodel.kernel.gluon_bwd_ring import ROW_TMA_LAYOUT, Config, Descriptors, Grads, Ring, dq_share
 from minimodel.kernel.gluon_tma import async_reduce_shared_to_global
 from minimodel.kernel.hopper import _descriptor
@@ -78,7 +79,7 @@ def _produce(d: Descriptors, ring: Ring, blk: KeyBlock, total, C: Config):
     for t in range(total):
         s = t % C.STAGES
         mbarrier.wait(ring.empty.index(s), ((t // C.STAGES) & 1) ^ 1)
-        h, start_m = blk.query(t, C)
+        h, start_m = step_query(blk, t, C)
         bar = ring.ready.index(s)
         if C.ROWS_TMA:  # the first design: illegal where a row's coordinate is not 16-byte aligned
             row = (blk.b * blk.H + h) * blk.N + start_m
@@ -199,7 +200,12 @@ def _dq_reduce(dq, dq_desc, ring: Ring, g: Grads, blk: KeyBlock, h, start_m, WG:
     tile.store(dq * g.sm_scale)
     fence_async_shared()  # the generic-proxy stores, before the TMA engine reads them
     gl.thread_barrier()
+    if C.DQ_ORDERED:  # this key block's turn on the share, then the next one's (`gluon_bwd_order`)
+        lock, rank = turn(g.locks, blk, h, start_m, WG, C)
+        wait_turn(lock, rank)
     async_reduce_shared_to_global(dq_desc, [blk.b, h, row0, col0], tile)
+    if C.DQ_ORDERED:
+        pass_turn(lock)
 
 
 @gluon.jit
@@ -235,7 +241,7 @@ def _mma(ring: Ring, blk: KeyBlock, total, g: Grads, dq_desc, WG: gl.constexpr, 
         # read from shared memory only where it is used)
         delta = ring.delta.index(s).load(C.col_layout)
         dpt = warpgroup_mma(v, do.permute((1, 0)), zeros - gl.expand_dims(delta, 0), is_async=True)
-        h, start_m = blk.query(t, C)
+        h, start_m = step_query(blk, t, C)
         st = warpgroup_mma_wait(1, deps=[st])  # Sᵀ done; dPᵀ runs on under the exponentials
         lse = ring.lse.index(s).load(C.col_layout) * _LOG2E
         pt = _probabilities(st, lse, blk, start_m, g.qk_scale, WG, C)
@@ -266,21 +272,22 @@ def _mma(ring: Ring, blk: KeyBlock, total, g: Grads, dq_desc, WG: gl.constexpr, 
 
 
 @gluon.jit(do_not_specialize=["H", "N", "GROUP"])
-def _bwd_dkdv_ws(q_desc, do_desc, k_desc, v_desc, lse, delta, dk_ptr, dv_ptr, dq_ptr, dq_desc, qk_scale,
-                 sm_scale, H, N, GROUP, BLOCK_M: gl.constexpr, STAGES: gl.constexpr,
+def _bwd_dkdv_ws(q_desc, do_desc, k_desc, v_desc, lse, delta, dk_ptr, dv_ptr, dq_ptr, dq_desc, locks,
+                 qk_scale, sm_scale, H, N, GROUP, BLOCK_M: gl.constexpr, STAGES: gl.constexpr,
                  IS_CAUSAL: gl.constexpr, DQ_ATOMIC: gl.constexpr, DQ_TMA: gl.constexpr,
-                 ROWS_TMA: gl.constexpr, WORKER_REGS: gl.constexpr):
+                 DQ_ORDERED: gl.constexpr, ROWS_TMA: gl.constexpr, WORKER_REGS: gl.constexpr):
     """dK, dV (and with DQ_ATOMIC dQ's share) of 128 keys of one (batch, K/V head), summed over
     its GROUP query heads. lse, delta: float32 pointers, or with ROWS_TMA 1-D descriptors.
     dq_desc: with DQ_TMA, the float32 dQ's 4-D descriptor (`dq_descriptor`), else None.
+    locks: with DQ_ORDERED, the zeroed int32 counters of `gluon_bwd_order.turn`, else any pointer.
     WORKER_REGS: each MMA warpgroup's registers after setmaxnreg (`MMA_REGS`)."""
     C = Config(BLOCK_M, k_desc.block_type.shape[2], k_desc.block_type.shape[3], STAGES, IS_CAUSAL, DQ_ATOMIC,
-               k_desc.dtype, ROWS_TMA, DQ_TMA)
+               k_desc.dtype, ROWS_TMA, DQ_TMA, DQ_ORDERED)
     blk = KeyBlock.create(H, N, GROUP, C)
     total = blk.tiles * GROUP
     ring = Ring.create(C)
     descs = Descriptors(q_desc, do_desc, k_desc, v_desc, lse, delta)
-    g = Grads(dk_ptr, dv_ptr, dq_ptr, qk_scale, sm_scale)
+    g = Grads(dk_ptr, dv_ptr, dq_ptr, qk_scale, sm_scale, locks)
     gl.warp_specialize([
         (_produce, (descs, ring, blk, total, C)),
         (_mma, (ring, blk, total, g, dq_desc, 0, C)),
@@ -334,8 +341,9 @@ def dkdv_launch(q, k, v, do, dq, dk, dv, lse, delta, scale: float, cfg, causal: 
                 k_desc=_descriptor(k, cfg.BLOCK_N1), v_desc=_descriptor(v, cfg.BLOCK_N1),
                 lse=lse_arg, delta=delta_arg,
                 dk_ptr=dk, dv_ptr=dv, dq_ptr=dq, dq_desc=dq_descriptor(dq, rows) if cfg.TMA_DQ else None,
+                locks=dq_locks(q, rows) if cfg.ORDERED_DQ else dq,  # unused without ORDERED_DQ
                 qk_scale=scale * LOG2E, sm_scale=scale, H=H, N=N,
                 GROUP=H // H_kv, BLOCK_M=cfg.BLOCK_M1, STAGES=cfg.num_stages_kv, IS_CAUSAL=bool(causal),
-                DQ_ATOMIC=bool(cfg.ATOMIC_DQ), DQ_TMA=bool(cfg.TMA_DQ), ROWS_TMA=bool(rows_tma),
-                WORKER_REGS=worker_regs or MMA_REGS.value)
+                DQ_ATOMIC=bool(cfg.ATOMIC_DQ), DQ_TMA=bool(cfg.TMA_DQ), DQ_ORDERED=bool(cfg.ORDERED_DQ),
+                ROWS_TMA=bool(rows_tma), WORKER_REGS=worker_regs or MMA_REGS.value)
     return _bwd_dkdv_ws, grid(N, B * H_kv, cfg.BLOCK_N1), args, {"num_warps": 4}
