@@ -1,0 +1,62 @@
+#!/bin/bash
+# A rerun of the committed H200 reference with the reference's own code, in three steps (notes/timing.md,
+# "Rerun 2"): `prepare` here, then on the lent H200 `launch` in the call that carries DIR/b and DIR/rerun
+# (after the call that stashed DIR/a, `tools/h200_wheels.sh`), then `wait` in as many calls as it takes.
+#     tools/h200_rerun.sh prepare [DIR]                 # here: the code at COMMIT, the run to copy
+#     tools/h200_rerun.sh launch [DIR]                  # H200: install, unpack, start Snakemake detached
+#     tools/h200_rerun.sh wait [SECONDS]                # H200: wait; once it has ended, pack into $OUT
+# COMMIT (default bc0ebbe, the code the c8af775 reference hashes), FROM (default
+# results/reruns/h200-rerun-1, a committed run whose other stages are kept), TO (default
+# results/h200-rerun-2) and FORCE (default gpu_timing: the stage run again) may be set in the environment.
+set -euo pipefail
+COMMIT=${COMMIT:-bc0ebbe538544272202247bba933357d89ea3f0c}
+FROM=${FROM:-results/reruns/h200-rerun-1}
+TO=${TO:-results/h200-rerun-2}
+FORCE=${FORCE:-gpu_timing}
+RUN=/tmp/run
+SNAKE=(--cores all --configfile examples/contenders.yaml --config "results_dir=$TO" --forcerun "$FORCE")
+case "${1:-}" in
+prepare)
+    DIR=${2:-.whl}
+    mkdir -p "$DIR/rerun"
+    git archive --format=tar.gz "$COMMIT" > "$DIR/rerun/code.tar.gz"
+    scratch=$(mktemp -d)
+    trap 'rm -rf "$scratch"' EXIT
+    tar -xzf "$DIR/rerun/code.tar.gz" -C "$scratch"
+    mkdir -p "$scratch/$(dirname "$TO")"
+    cp -a "$FROM" "$scratch/$TO"
+    # a checkout gives the run's files its own times, in no order: Snakemake's time trigger would read
+    # outputs older than their inputs, so they are touched in the order of the workflow first
+    (cd "$scratch" && snakemake --cores 1 --touch --configfile examples/contenders.yaml \
+        --config "results_dir=$TO" >/dev/null)
+    (cd "$scratch" && snakemake -n "${SNAKE[@]}" | grep -A12 "Job stats")
+    tar -czf "$DIR/rerun/run.tgz" -C "$scratch" "$TO"
+    du -sh "$DIR/rerun" ;;
+launch)
+    DIR=${2:-.whl}
+    [ -d /tmp/site/flash_attn ] || bash "$(dirname "$0")/h200_site.sh" "$DIR"
+    rm -rf "$RUN" && mkdir "$RUN"
+    tar -xzf "$DIR/rerun/code.tar.gz" -C "$RUN"
+    tar -xzf "$DIR/rerun/run.tgz" -C "$RUN"
+    cd "$RUN"
+    export PYTHONPATH=/tmp/site:/tmp/site/nvidia_cutlass_dsl/dsl_packages:$RUN/src MINIMODEL_GIT_COMMIT=$COMMIT
+    export PYTHONUNBUFFERED=1
+    python3 -m snakemake -n "${SNAKE[@]}" | grep -A12 "Job stats"
+    setsid nohup python3 -m snakemake "${SNAKE[@]}" > "$RUN/snake.log" 2>&1 < /dev/null &
+    echo $! > "$RUN/pid"
+    sleep 20
+    tail -3 "$RUN/snake.log" ;;
+wait)
+    limit=${2:-560}
+    waited=0
+    # the PID the launch wrote: a pattern for pgrep would match this command's own line
+    while kill -0 "$(cat "$RUN/pid")" 2>/dev/null && [ "$waited" -lt "$limit" ]; do sleep 5; waited=$((waited + 5)); done
+    tail -25 "$RUN/snake.log"
+    if ! kill -0 "$(cat "$RUN/pid")" 2>/dev/null; then
+        tar -czf "$OUT/rerun.tgz" -C "$RUN" "$TO" snake.log .snakemake/log
+        head -40 "$RUN/$TO/compare/verdict.json"
+    fi ;;
+*)
+    sed -n '2,12p' "$0"
+    exit 2 ;;
+esac
