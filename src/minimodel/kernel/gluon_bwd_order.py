@@ -4,8 +4,9 @@ order, as in FlashAttention-3's deterministic mode, so dQ has the same bits on e
 
 Each (batch, query head, query tile, MMA warpgroup's share) has an int32 counter, zeroed before
 the launch, of the key blocks that have added into it. Key block j adds its share only when the
-counter reads its rank, then waits until the addition is complete in global memory and counts
-itself (`wait_turn`, `pass_turn`, in the MMA warpgroup that issues the reduction).
+counter reads its rank (`wait_turn`); a step later, in the MMA warpgroup that issued it, it waits
+until that addition is complete in global memory and counts itself (`pass_turn`), so that the
+warpgroup does not wait for its own reduction's round trip (`gluon_bwd_dq`).
 
 The order (`turn`): rank(j, m) = (m // R − j) mod NB for query tile m, NB key blocks and
 R = BLOCK_N / BLOCK_M query tiles per key block. Without the causal mask every key block walks
@@ -58,10 +59,10 @@ def step_query(blk: KeyBlock, t, C: Config):
 
 
 @gluon.jit
-def turn(locks, blk: KeyBlock, h, start_m, WG: gl.constexpr, C: Config):
-    """(the counter of this warpgroup's share of query tile m = start_m / BLOCK_M, this block's
-    rank there): locks is int32, (B, H, cdiv(N, BLOCK_M), 2), zeroed. m // R <= NB − 1 for every
-    tile, so the rank is (m // R − j) mod NB; with the causal mask j <= m // R, no wrap."""
+def turn(blk: KeyBlock, h, start_m, WG: gl.constexpr, C: Config):
+    """(the index of this warpgroup's counter for query tile m = start_m / BLOCK_M, this block's
+    rank there); the counters are int32, (B, H, cdiv(N, BLOCK_M), 2), zeroed. m // R <= NB − 1 for
+    every tile, so the rank is (m // R − j) mod NB; with the causal mask j <= m // R, no wrap."""
     m = start_m // C.BLOCK_M
     rank = m // (C.BLOCK_N // C.BLOCK_M) - blk.start_n // C.BLOCK_N
     if not C.IS_CAUSAL:
@@ -69,24 +70,24 @@ def turn(locks, blk: KeyBlock, h, start_m, WG: gl.constexpr, C: Config):
         rank = (rank + num_n) % num_n
     num_m = blk.first + blk.tiles  # cdiv(N, BLOCK_M), from what the loop holds already
     # 32-bit: the counters number B·H·N·2 / BLOCK_M, past 2³¹ only where Q alone would exceed 8 TiB
-    return locks + ((blk.b * blk.H + h) * num_m + m) * 2 + WG, rank
+    return ((blk.b * blk.H + h) * num_m + m) * 2 + WG, rank
 
 
 @gluon.jit
-def wait_turn(lock, rank):
-    """Until the counter reads rank (every thread of the warpgroup)."""
+def wait_turn(locks, index, rank):
+    """Until counter `index` reads rank (every thread of the warpgroup polls)."""
     zero = gl.zeros([128], gl.int32, _WARPGROUP)
-    gl.inline_asm_elementwise(_SPIN, "=r,l,r", [lock + zero, zero + rank], dtype=gl.int32, is_pure=False,
-                              pack=1)
+    gl.inline_asm_elementwise(_SPIN, "=r,l,r", [locks + index + zero, zero + rank], dtype=gl.int32,
+                              is_pure=False, pack=1)
 
 
 @gluon.jit
-def pass_turn(lock):
-    """After this warpgroup's reduction: wait for it to complete in global memory, then count this
-    block on the counter (one thread, release)."""
+def pass_turn(locks, index):
+    """The reduction this warpgroup issued on counter `index`'s share (a step before, or at the
+    last step) completed in global memory, then the next key block's turn (one thread, release)."""
     gl.inline_asm_elementwise(_COMPLETE, "=r", [], dtype=gl.int32, is_pure=False, pack=1)
     gl.thread_barrier()  # the thread that issued the reduction has seen it complete
-    gl.atomic_add(lock, 1, sem="release", scope="gpu")
+    gl.atomic_add(locks + index, 1, sem="release", scope="gpu")
 
 
 def dq_locks(q: torch.Tensor, block_m: int) -> torch.Tensor:

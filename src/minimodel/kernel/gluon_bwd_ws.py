@@ -44,9 +44,9 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from minimodel.kernel.gluon_backward import KeyBlock
-from minimodel.kernel.gluon_bwd_order import dq_locks, pass_turn, step_query, turn, wait_turn
-from minimodel.kernel.gluon_bwd_ring import ROW_TMA_LAYOUT, Config, Descriptors, Grads, Ring, dq_share
-from minimodel.kernel.gluon_tma import async_reduce_shared_to_global
+from minimodel.kernel.gluon_bwd_dq import dq_descriptor, dq_last, dq_out
+from minimodel.kernel.gluon_bwd_order import dq_locks, step_query
+from minimodel.kernel.gluon_bwd_ring import ROW_TMA_LAYOUT, Config, Descriptors, Grads, Ring
 from minimodel.kernel.hopper import _descriptor
 from minimodel.kernel.launch import LOG2E, grid
 
@@ -159,56 +159,6 @@ def _through_shared(ring: Ring, t, pt, dpt, q, do, dk, dv, WG: gl.constexpr, C: 
 
 
 @gluon.jit
-def _dq_out(dq, dq_desc, ring: Ring, g: Grads, blk: KeyBlock, h, start_m, WG: gl.constexpr, C: Config):
-    """This share of dQ, times the softmax scale, added into the float32 dQ: by TMA reductions or atomics."""
-    if C.DQ_TMA:
-        _dq_reduce(dq, dq_desc, ring, g, blk, h, start_m, WG, C)
-    else:
-        _dq_add(dq, g, blk, h, start_m, WG, C)
-
-
-@gluon.jit
-def _dq_origin(start_m, WG: gl.constexpr, C: Config):
-    """(first row, first column) of this warpgroup's share of the query tile's dQ."""
-    if C.DQ_ROWS:
-        return start_m + WG * C.DQ_M, 0
-    else:
-        return start_m, WG * C.DQ_N
-
-
-@gluon.jit
-def _dq_add(dq, g: Grads, blk: KeyBlock, h, start_m, WG: gl.constexpr, C: Config):
-    """Add scale · this share of dQ to g.dq (float32, contiguous (B, H, N, d)); rows past N are not."""
-    row0, col0 = _dq_origin(start_m, WG, C)
-    r = gl.expand_dims(gl.arange(0, C.DQ_M, layout=gl.SliceLayout(1, C.dq_layout)), 1)
-    c = gl.expand_dims(gl.arange(0, C.DQ_N, layout=gl.SliceLayout(0, C.dq_layout)), 0)
-    base = g.dq + ((blk.b.to(gl.int64) * blk.H + h) * blk.N + row0) * C.HEAD_DIM + col0
-    if start_m + C.BLOCK_M <= blk.N:  # only the ragged tile pays for the mask (and its registers)
-        gl.atomic_add(base + r * C.HEAD_DIM + c, dq * g.sm_scale, sem="relaxed")
-    else:
-        gl.atomic_add(base + r * C.HEAD_DIM + c, dq * g.sm_scale, mask=r < blk.N - row0, sem="relaxed")
-
-
-@gluon.jit
-def _dq_reduce(dq, dq_desc, ring: Ring, g: Grads, blk: KeyBlock, h, start_m, WG: gl.constexpr, C: Config):
-    """Store scale · this share of dQ to the warpgroup's shared tile, and have the TMA engine add
-    it into the float32 dQ behind dq_desc (rows past N clipped by the descriptor)."""
-    row0, col0 = _dq_origin(start_m, WG, C)
-    tile = ring.dq.index(WG)
-    tma.store_wait(0)  # in the thread that issued the last step's reduction: the engine has read the tile
-    gl.thread_barrier()  # ... before any thread of the warpgroup writes it again
-    tile.store(dq * g.sm_scale)
-    fence_async_shared()  # the generic-proxy stores, before the TMA engine reads them
-    gl.thread_barrier()
-    if C.DQ_ORDERED:  # this key block's turn on the share, then the next one's (`gluon_bwd_order`)
-        lock, rank = turn(g.locks, blk, h, start_m, WG, C)
-        wait_turn(lock, rank)
-    async_reduce_shared_to_global(dq_desc, [blk.b, h, row0, col0], tile)
-    if C.DQ_ORDERED:
-        pass_turn(lock)
-
-
-@gluon.jit
 def _store_rows(ptr, acc, blk: KeyBlock, WG: gl.constexpr, C: Config):
     """This warpgroup's rows of dK or dV (contiguous (B, H_kv, N, d)) by plain stores: the other
     warpgroup may still read K and V in shared memory. Rows past N are dropped."""
@@ -228,6 +178,7 @@ def _mma(ring: Ring, blk: KeyBlock, total, g: Grads, dq_desc, WG: gl.constexpr, 
     v = ring.v.slice(WG * C.WG_KEYS, C.WG_KEYS)
     dk = gl.zeros([C.WG_KEYS, C.HEAD_DIM], gl.float32, C.acc_layout)
     dv = gl.zeros([C.WG_KEYS, C.HEAD_DIM], gl.float32, C.acc_layout)
+    turn_held = blk.start_n * 0 - 1  # DQ_ORDERED: no turn held before the first step
     mbarrier.wait(ring.kv_ready, 0)
     for t in range(total):
         s = t % C.STAGES
@@ -248,7 +199,7 @@ def _mma(ring: Ring, blk: KeyBlock, total, g: Grads, dq_desc, WG: gl.constexpr, 
         if C.SMEM_OPERANDS:
             dk, dv, dq = _through_shared(ring, t, pt, dpt, q, do, dk, dv, WG, C)
             mbarrier.arrive(ring.empty.index(s), count=1)
-            _dq_out(dq, dq_desc, ring, g, blk, h, start_m, WG, C)
+            turn_held = dq_out(dq, dq_desc, ring, g, blk, turn_held, h, start_m, WG, C)
         else:
             p16 = gl.convert_layout(pt.to(C.dtype), C.op_layout)
             dv = warpgroup_mma(p16, do, dv, is_async=True)
@@ -261,14 +212,14 @@ def _mma(ring: Ring, blk: KeyBlock, total, g: Grads, dq_desc, WG: gl.constexpr, 
                 dq = _dq_mma(ring, t, WG, C)
                 dk, dq, ds16 = warpgroup_mma_wait(0, deps=[dk, dq, ds16])
                 mbarrier.arrive(ring.empty.index(s), count=1)
-                _dq_out(dq, dq_desc, ring, g, blk, h, start_m, WG, C)
+                turn_held = dq_out(dq, dq_desc, ring, g, blk, turn_held, h, start_m, WG, C)
             else:
                 dk, ds16 = warpgroup_mma_wait(0, deps=[dk, ds16])
                 mbarrier.arrive(ring.empty.index(s), count=1)
     _store_rows(g.dk, dk * g.sm_scale, blk, WG, C)
     _store_rows(g.dv, dv, blk, WG, C)
     if C.DQ_TMA:
-        tma.store_wait(0)  # the shared tile stays until the engine has read it
+        dq_last(g, turn_held, C)
 
 
 @gluon.jit(do_not_specialize=["H", "N", "GROUP"])
@@ -299,16 +250,6 @@ def _rows_descriptor(t: torch.Tensor, rows: int):
     """A 1-D descriptor over a contiguous float32 (B, H, N): `rows` values a copy (ROWS_TMA)."""
     flat = t.view(-1)
     return TensorDescriptor(flat, [flat.numel()], [1], [rows], ROW_TMA_LAYOUT)
-
-
-def dq_descriptor(dq: torch.Tensor, block_m: int) -> TensorDescriptor:
-    """A 4-D descriptor over the contiguous float32 (B, H, N, d) dQ, a box one warpgroup's share
-    (DQ_TMA): rows past N of a head are clipped, never added into the next head's."""
-    rows, cols = dq_share(block_m, dq.shape[-1])
-    head = dq.shape[-1] * dq.shape[-2]
-    strides = [s if n > 1 else head for n, s in zip(dq.shape, dq.stride(), strict=True)]
-    layout = gl.NVMMASharedLayout.get_default_for([1, 1, rows, cols], gl.float32)
-    return TensorDescriptor(dq, list(dq.shape), strides, [1, 1, rows, cols], layout)
 
 
 def rows_tma_ok(q: torch.Tensor) -> bool:
