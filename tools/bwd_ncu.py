@@ -9,7 +9,7 @@ are there (`WANTED` by name; `STALLS`, every "issue stalled" ratio), then profil
 (compiles, allocations), then between cudaProfilerStart and Stop, which alone ncu profiles (the
 bytes stage's NVTX range would miss a backward that autograd runs from its own thread), its
 marker kernel and one call (`gpu.hbm_probe`'s way: the kernels after a marker are that call's),
-with the bytes stage's cache and clock options (`gpu.ncu.NCU_OPTIONS`: caches flushed before each
+with the bytes stage's cache and clock options (`gpu.ncu.CAPTURE_OPTIONS`: caches flushed before each
 kernel, clocks as they are). Writes ncu.csv (ncu's long table: a row per kernel and metric),
 kernels.csv (a row per kernel: its call, the wanted metrics as columns) and prints each kernel's
 time, tensor pipe and three largest stall reasons. Times under ncu are replays: compare them with
@@ -54,9 +54,7 @@ WANTED = {
 }
 # the bytes stage's options, but what is profiled is what runs between cudaProfilerStart and Stop:
 # autograd runs a contender's backward in a thread of its own, outside the caller's NVTX range
-_NVTX = ncu_tool.NCU_OPTIONS.index("--nvtx")
-PROFILED_OPTIONS = [*ncu_tool.NCU_OPTIONS[:_NVTX], *ncu_tool.NCU_OPTIONS[_NVTX + 3:],
-                    "--profile-from-start", "off"]
+PROFILED_OPTIONS = [*ncu_tool.CAPTURE_OPTIONS, "--profile-from-start", "off"]
 STALLS = re.compile(r"^(smsp__average_warps_issue_stalled_\w+)_per_issue_active$")
 
 

@@ -46,8 +46,11 @@ NCU_METRICS = {
 SECTOR_BYTES = 32
 # kernels.csv: row = the plan's row; profile = the ncu run (ids restart in each)
 KERNEL_COLUMNS = ["row", "profile", "id", "kernel", *NCU_METRICS.values()]
-NCU_OPTIONS = ["--nvtx", "--nvtx-include", f"{NVTX_RANGE}/", "--cache-control", "all",
-               "--clock-control", "none", "--replay-mode", "kernel"]
+# what is profiled: the kernels inside the stage's NVTX range, launched from the thread that opened it
+NVTX_FILTER = ["--nvtx", "--nvtx-include", f"{NVTX_RANGE}/"]
+# how: caches flushed before each kernel, clocks as they are, each kernel replayed alone
+CAPTURE_OPTIONS = ["--cache-control", "all", "--clock-control", "none", "--replay-mode", "kernel"]
+NCU_OPTIONS = [*NVTX_FILTER, *CAPTURE_OPTIONS]
 PERMISSION_ERROR = "ERR_NVGPUCTRPERM"
 # DRAM writes cannot exceed what the kernels stored (ncu flushes the L2 before each kernel): rows
 # where they do saw traffic from outside the call, and are not used.

@@ -177,7 +177,6 @@ def gluon_bwd_config(head_dim: int, causal: bool) -> BwdConfig:
 # (128 rows ask for 330 KB of shared memory).
 GLUON_WS_TILES = {(64, False): (128, 2), (64, True): (128, 2), (128, False): (64, 2), (128, True): (64, 2)}
 GLUON_WS_ATOMIC_TILES = {**GLUON_WS_TILES, (64, False): (64, 2), (64, True): (64, 2)}
-GLUON_WS_TMA_TILES = GLUON_WS_TILES
 
 
 def gluon_ws_config(head_dim: int, causal: bool, atomic_dq: bool = False, tma_dq: bool = False,
@@ -191,7 +190,7 @@ def gluon_ws_config(head_dim: int, causal: bool, atomic_dq: bool = False, tma_dq
                          f"got {head_dim}")
     tma_dq = bool(tma_dq or ordered_dq)
     in_kernel = bool(atomic_dq or tma_dq)
-    tiles = GLUON_WS_TMA_TILES if tma_dq else GLUON_WS_ATOMIC_TILES if atomic_dq else GLUON_WS_TILES
+    tiles = GLUON_WS_ATOMIC_TILES if atomic_dq and not tma_dq else GLUON_WS_TILES  # TMA: ws's tiles
     rows, stages = tiles[(head_dim, bool(causal))]
     return replace(HOPPER_CONFIGS[(head_dim, bool(causal))], BLOCK_M1=rows, BLOCK_N1=128,
                    num_warps_kv=gluon_bwd_ws.WARPS, num_stages_kv=stages, ATOMIC_DQ=in_kernel,
@@ -260,13 +259,13 @@ def launch_bwd_config(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal:
     if cfg.GLUON and not gluon_ok(q, k, v, do):
         arch = device_arch(q.device) if q.device.type == "cuda" else HOPPER
         return tl_bwd_config(q.shape[-1], causal, q.device.type, arch)
-    if cfg.ORDERED_DQ and not ordered_dq_fits(q.shape[-2], q.device):
+    if cfg.ORDERED_DQ and not ordered_dq_fits(cfg, q.shape[-2], q.device):
         return gluon_ws_config(q.shape[-1], causal)  # with the tl dQ pass: deterministic too
     return cfg
 
 
-def ordered_dq_fits(n: int, device: torch.device) -> bool:
+def ordered_dq_fits(cfg: BwdConfig, n: int, device: torch.device) -> bool:
     """Whether ORDERED_DQ may run at sequence length n: its key blocks wait on each other while
-    holding their SMs, so every key block of one head (cdiv(n, 128), one per SM) must fit on the
-    device at once (`gluon_bwd_order`)."""
-    return -(-n // 128) <= torch.cuda.get_device_properties(device).multi_processor_count
+    holding their SMs, so every key block of one head (cdiv(n, BLOCK_N1), one per SM) must fit on
+    the device at once (`gluon_bwd_order`)."""
+    return -(-n // cfg.BLOCK_N1) <= torch.cuda.get_device_properties(device).multi_processor_count
