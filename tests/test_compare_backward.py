@@ -89,7 +89,7 @@ def test_the_backward_rows_are_judged_per_pass(run, tmp_path):
     def slower_backward_kernel(f):
         rows = ((f["direction"] == backward) & (f["impl"] == "triton") & (f["grid"] == "flashattention")
                 & (f["N"] == 4096) & (f["d"] == 64))
-        f.loc[rows, "ms"] *= 1.15  # beyond the backward's 13 %
+        f.loc[rows, "ms"] *= 1.15  # beyond the backward's band, max(8.5 %, 10 %) without samples
 
     for folder in (run, other):  # judged by the band alone (the samples' test is test_compare_timing's)
         without_samples(folder)
@@ -107,7 +107,7 @@ def test_the_backward_rows_are_judged_per_pass(run, tmp_path):
     assert bad["item"].str.startswith("backward: ").all()
     timing = bad[bad["part"] == "timing"]
     assert set(timing["metric"]) >= {"kernel/fa2 (backward)", "kernel/cudnn (backward)"}
-    assert (timing["tolerance"] == compare.timing_band("flashattention", 4096, backward)).all()
+    assert (timing["tolerance"] == max(compare.timing_band("flashattention", 4096, backward), 0.10)).all()
     assert len(bad[bad["part"] == "gpu bytes"]) == 1 and len(bad[bad["part"] == "cpu bytes"]) == 1
 
 

@@ -79,7 +79,7 @@ class Grid:
         keys = list(zip(points, pairs["impl"], strict=True))
         self.other = np.array([at[(*p, impl)] for p, impl in keys])
         self.kernel = np.array([at[(*p, contract.TRITON)] for p, _ in keys])
-        pairs["band"] = bands.point_band(pairs["grid"], pairs["N"], pairs["direction"])
+        pairs["band"] = bands.point_band(pairs["grid"], pairs["N"], pairs["direction"], pairs["metric"])
         self.pairs = pairs.assign(rule=bands.BY_SAMPLES, tolerance=pairs["band"])
 
     def disagree(self, run: np.ndarray, ref: np.ndarray) -> int:
@@ -174,7 +174,8 @@ def test_an_older_run_is_judged_by_the_wider_band_and_each_row_says_so(base):
     assert (numbers["rule"] == bands.WIDER + samples.NONE + " in the reference").all()
     point = numbers["item"].str.extract(r"^(?:(?P<direction>\S+): )?(?P<grid>\w+) \(\d+, \d+, (?P<N>\d+)")
     point["direction"] = point["direction"].fillna(contract.FORWARD)
-    band = bands.point_band(point["grid"], point["N"].astype(int), point["direction"])
+    metric = numbers["metric"].str.replace(r" \(.*\)$", "", regex=True)
+    band = bands.point_band(point["grid"], point["N"].astype(int), point["direction"], metric)
     assert (numbers["tolerance"].to_numpy() == np.maximum(band, 0.10)).all()
     assert set(numbers["tolerance"]) > {0.10}  # a band below 10 % is widened, one above is kept
 

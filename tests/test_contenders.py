@@ -652,3 +652,24 @@ def test_a_rules_contender_parameters_give_back_the_contenders_the_config_select
     assert registry.from_params(entries) == registry.selected(config, stage)
     assert {name for name, entry in entries.items() if entry == registry.BUILT_IN} == {
         name for name in entries if name not in config["contenders"]}
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_flex_makes_its_block_mask_once_and_matches_float64(causal):
+    """flex (`builtin.flex`, run here on the CPU's compiled code): a block mask per (N, device,
+    causal) made once, outside later calls (without one, flex_attention makes an empty one inside
+    every call), and the output against float64 at a ragged N."""
+    import torch
+
+    from minimodel.contenders import builtin
+    from minimodel.floor.attention_ref import reference_attn
+
+    gen = torch.Generator().manual_seed(11)
+    q, k, v = (torch.randn(1, 2, 200, 32, generator=gen) for _ in range(3))
+    builtin._block_mask.cache_clear()
+    first = builtin.flex(q, k, v, causal)
+    again = builtin.flex(q, k, v, causal)
+    assert builtin._block_mask.cache_info().misses == 1 and builtin._block_mask.cache_info().hits == 1
+    assert torch.equal(first, again)
+    expected = reference_attn(q.double(), k.double(), v.double(), causal=causal)
+    assert (first.double() - expected).abs().max().item() < 1e-5

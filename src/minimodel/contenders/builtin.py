@@ -5,7 +5,8 @@ a user's (their specs, and where each runs: `minimodel.contenders.catalog`).
 - `triton_tl`: the same kernel forced onto its portable tl path;
 - `naive`: theory 02's three steps in PyTorch (`reference_attn`);
 - `sdpa_flash`, `sdpa_efficient`, `sdpa_cudnn`: PyTorch's SDPA with one backend each;
-- `flex`: FlexAttention, `torch.compile(flex_attention)` with a block mask for causal (CUDA only);
+- `flex`: FlexAttention, `torch.compile(flex_attention)`, its block mask made once per (N, causal)
+  (CUDA only);
 - `flash_attn`: FlashAttention-2, the `flash_attn` package's `flash_attn_func`, when installed;
 - `fa4`: FlashAttention-4, `flash_attn.cute.flash_attn_func` (pip's `flash-attn-4`), on the GPUs
   its forward supports (compute capability 9.x and 10.x). A case it refuses (its own asserts, a
@@ -28,7 +29,7 @@ import warnings
 import torch
 import torch._functorch.config as functorch_config
 from torch.nn.attention import SDPBackend, sdpa_kernel
-from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+from torch.nn.attention.flex_attention import create_block_mask, flex_attention, noop_mask
 from torch.nn.functional import scaled_dot_product_attention as sdpa
 
 from minimodel.floor import contract as C
@@ -72,13 +73,16 @@ def _flex():
 
 
 @functools.cache
-def _causal_block_mask(n: int, device: str):
-    return create_block_mask(lambda b, h, q_idx, kv_idx: q_idx >= kv_idx, None, None, n, n, device=device)
+def _block_mask(n: int, device: str, causal: bool):
+    # without a mask flex_attention builds an empty one inside every call, and its kernels' time
+    # varied between processes (notes/timing.md, "FlexAttention at the lab grid's N = 64")
+    mask_mod = (lambda b, h, q_idx, kv_idx: q_idx >= kv_idx) if causal else noop_mask
+    return create_block_mask(mask_mod, None, None, n, n, device=device)
 
 
 def flex(q, k, v, causal=False):
-    # the block mask is built once per (N, device), outside any timed call
-    mask = _causal_block_mask(q.shape[2], str(q.device)) if causal else None
+    # the block mask is built once per (N, device, causal), outside any timed call
+    mask = _block_mask(q.shape[2], str(q.device), causal)
     return _flex()(q, k, v, block_mask=mask, enable_gqa=k.shape[1] != q.shape[1])
 
 

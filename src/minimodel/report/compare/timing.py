@@ -4,7 +4,8 @@ pass (`direction`; a table without the column is all forward); on another GPU, o
 comparable.
 
 A ratio that is a number in both runs disagrees only when its change is beyond its band
-(`bands.POINT_BANDS`, by grid, the lab grid's N and the pass) AND, where both runs hold at least 10
+(`bands.POINT_BANDS`, by grid, the lab grid's N and the pass; `bands.RATIO_BANDS` for the ratios
+that move more than their group) AND, where both runs hold at least 10
 samples of it, significant given them (`stats`: Welch's t-test on the log samples, Holm over the
 run). A ratio without samples in either run (an older run), with fewer
 than 10, or with damaged samples, is judged by the wider max(band, 10 %). Each row's `rule` says
@@ -40,6 +41,8 @@ NAME = "timing"
 READS = (contract.TIMING, contract.TIMING_SUMMARY, contract.TIMING_SAMPLES)
 RATIOS = ratios.RATIOS
 TOLERANCES = ({f"timing {grid}, {direction}": band for (grid, direction), band in bands.POINT_BANDS.items()}
+              | {f"timing {grid}, {direction}, {metric}": band
+                 for (grid, direction, metric), band in bands.RATIO_BANDS.items()}
               | {"timing family": bands.FAMILY_BAND, "timing without samples, at least": bands.OLDER_FLOOR})
 BY_SAMPLES, BY_STATUS, WIDER = bands.BY_SAMPLES, bands.BY_STATUS, bands.WIDER
 # what is read of timing.csv: `direction` and `samples` where there (a run before the backward, or
@@ -47,9 +50,10 @@ BY_SAMPLES, BY_STATUS, WIDER = bands.BY_SAMPLES, bands.BY_STATUS, bands.WIDER
 COLUMNS = [*(c for c in ratios.KEY if c != "direction"), "ms", "status"]
 
 
-def timing_band(grid: str, n: int, direction: str = contract.FORWARD) -> float:
-    """The band of a ratio at a point of `grid` with sequence length `n`, in `direction`."""
-    return float(bands.point_band(grid, n, direction)[0])
+def timing_band(grid: str, n: int, direction: str = contract.FORWARD, metric: str | None = None) -> float:
+    """The band of a ratio (`metric`, as "kernel/flex"; None: its group's) at a point of `grid` with
+    sequence length `n`, in `direction`."""
+    return float(bands.point_band(grid, n, direction, None if metric is None else [metric])[0])
 
 
 def compare(run: Path, ref: Path) -> list[dict]:
@@ -125,7 +129,8 @@ def with_rules(pairs: pd.DataFrame, run_samples: samples.Samples, ref_samples: s
     """The ratios that are numbers in both runs, with their band, the rule that judges them, the
     tolerance it applies and their log samples (`logs_run`, `logs_ref`; None under the wider rule)."""
     pairs = pairs.reset_index(drop=True)
-    pairs["band"] = bands.point_band(pairs["grid"], pairs["N"], pairs["direction"]) if len(pairs) else []
+    pairs["band"] = (bands.point_band(pairs["grid"], pairs["N"], pairs["direction"], pairs["metric"])
+                     if len(pairs) else [])
     rules, logs = [], {"run": [], "ref": []}
     at = pairs[ratios.POINT].itertuples(index=False, name=None)
     for point, impl in zip(at, pairs["impl"], strict=True):
