@@ -52,6 +52,32 @@ def test_flash_backward_read_modify_write_counted_by_hand():
     assert B_r not in backward_model.derived_bytes("flash", BWD, RMW).free_symbols
 
 
+def test_flash_backward_dq_reduced_in_the_l2_counted_by_hand():
+    # O, dO for D; K, V, Q, dO once; D written, LSE and D read once; the fp32 accumulator zeroed,
+    # read by the first addition, written back, read by the cast: no tile size appears
+    expected = dtype_bytes * 6 * N * d + 4 * 3 * N + 4 * 4 * N * d
+    derived = backward_model.derived_bytes("flash", BWD, contract.DQ_IN_L2)
+    assert sp.simplify(derived - expected) == 0
+    assert not {B_r, B_c} & derived.free_symbols
+
+
+def test_dq_reduced_in_the_l2_is_what_the_h200_read_for_the_in_kernel_path():
+    """notes/tuning/bwd_ncu_kernels_h200.csv (ncu on an H200, 2026-12-02): the DRAM reads of every
+    kernel of one call of the Gluon kernel's TMA-dQ path (zero fill, preprocess, dK/dV with dQ,
+    cast) at (4, 16, 4096, 128) and (4, 32, 4096, 64), not causal, within 2 % of the model's; the
+    read-modify-write model, which the stage set beside it before, reads about 7 times as much."""
+    kernels = pd.read_csv(project.root() / "notes" / "tuning" / "bwd_ncu_kernels_h200.csv", thousands=",")
+    for heads, d_ in ((64, 128), (128, 64)):
+        call = f"(4, {heads // 4}, 4096, {d_}) causal=False"
+        read = kernels.loc[kernels["call"] == f"tma {call}", "dram__bytes_read.sum"]
+        assert len(read) == 4
+        in_l2 = backward_model.bytes_by_rw("flash", 4096, d_, 128, 128, 2, BWD, contract.DQ_IN_L2)
+        model = heads * in_l2["R"]
+        assert abs(read.sum() / model - 1) < 0.02, (call, read.sum(), model)
+        rmw = heads * backward_model.bytes_by_rw("flash", 4096, d_, 128, 128, 2, BWD, RMW)["R"]
+        assert rmw > 6 * read.sum()
+
+
 def test_flash_backward_separate_dq_pass_counted_by_hand():
     expected = (dtype_bytes * (2 * N * d + 2 * N * d + 2 * N * d * N / B_c  # D; dK/dV pass
                                + 2 * N * d + 2 * N * d * N / B_r)  # dQ pass: Q, dO once; K, V per Q tile
@@ -106,7 +132,7 @@ def test_bad_arguments_name_what_is_accepted():
         backward_model.model_bytes("naive_fp32_softmax", 64, 64)
     with pytest.raises(ValueError, match="accepted: backward, fwd\\+bwd"):
         backward_model.model_bytes("flash", 64, 64, direction="forward")
-    with pytest.raises(ValueError, match="accepted: read-modify-write, separate pass"):
+    with pytest.raises(ValueError, match="accepted: read-modify-write, separate pass, reduced in the L2"):
         backward_model.model_bytes("flash", 64, 64, dq="atomic")
     with pytest.raises(ValueError, match="dq must be None"):
         backward_model.model_bytes("naive", 64, 64, dq=RMW)
@@ -120,7 +146,7 @@ def test_backward_table_is_tidy():
     table = _backward_rows([64, 256], [64], [(64, 64), (128, 64)], ["float16", "float32"])
     assert set(table.direction) == {BWD, FWD_BWD}
     assert set(table.convention) == {contract.CONSISTENT_CONVENTION}
-    assert set(table[table.scheme == "flash"].dq_accumulation) == set(contract.DQ_ACCUMULATIONS)
+    assert set(table[table.scheme == "flash"].dq_accumulation) == set(backward_model.TABLE_DQ)
     assert table[table.scheme == "naive"].dq_accumulation.isna().all()
     keys = ["scheme", "direction", "dq_accumulation", "N", "d", "B_r", "B_c", "dtype"]
     assert not table.duplicated(keys).any()

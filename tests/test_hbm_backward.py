@@ -72,9 +72,9 @@ def test_the_backward_model_columns_are_the_byte_models_for_all_heads():
     grads = 800 * 3 * 1024 * 64 * 2
     assert naive["model_read_bytes"] + naive["model_write_bytes"] == naive["model_consistent_bytes"] + grads
     # a row whose kernel added dQ in its dK/dV kernel (`hbm.measure` says so) is set beside that model
-    rmw = hbm_plan.model_columns({**row, "dq_accumulation": contract.DQ_READ_MODIFY_WRITE}, 64, 128)
+    rmw = hbm_plan.model_columns({**row, "dq_accumulation": contract.DQ_IN_L2}, 64, 128)
     assert rmw["model_consistent_bytes"] == 800 * backward_model.model_bytes(
-        "flash", 1024, 64, 64, 128, 2, contract.BACKWARD, contract.DQ_READ_MODIFY_WRITE)
+        "flash", 1024, 64, 64, 128, 2, contract.BACKWARD, contract.DQ_IN_L2)
     assert rmw["model_consistent_bytes"] != model["model_consistent_bytes"]
 
 

@@ -100,9 +100,11 @@ FORWARD, BACKWARD, FWD_BWD = "forward", "backward", "fwd+bwd"
 DIRECTIONS = (FORWARD, BACKWARD, FWD_BWD)
 # How the flash backward accumulates dQ (`dq_accumulation`; empty where no dQ is accumulated over
 # K/V tiles): the dQ tile read, updated and written back in slow memory once per K/V tile (the
-# tiled CPU reference), or a pass of its own over Q tiles (a dK/dV kernel and a dQ kernel).
-DQ_READ_MODIFY_WRITE, DQ_SEPARATE_PASS = "read-modify-write", "separate pass"
-DQ_ACCUMULATIONS = (DQ_READ_MODIFY_WRITE, DQ_SEPARATE_PASS)
+# tiled CPU reference), a pass of its own over Q tiles (a dK/dV kernel and a dQ kernel), or added
+# inside the dK/dV kernel into an accumulator that every K/V tile of a head reaches while it is in
+# the L2 (the Gluon kernel's in-kernel dQ on Hopper, cuDNN's).
+DQ_READ_MODIFY_WRITE, DQ_SEPARATE_PASS, DQ_IN_L2 = "read-modify-write", "separate pass", "reduced in the L2"
+DQ_ACCUMULATIONS = (DQ_READ_MODIFY_WRITE, DQ_SEPARATE_PASS, DQ_IN_L2)
 # The correctness sweep's groups of cases (correctness.csv's `group`).
 LAB_CASES, AWKWARD_CASES, HEAD_DIM_CASES = "lab grid", "awkward N", "head dim"
 GQA_CASES = "grouped heads"  # K and V with fewer heads than Q

@@ -86,7 +86,7 @@ def measure(cfg: dict, l2_bytes: int, random_seed: int, ncu: str, workdir: str |
         ran_flash = row["impl"] == contract.FLASH_SCHEME and row["status"] == contract.MEASURED
         block_m, block_n, config = _flash_config(row) if ran_flash else (*contract.LAB_TILE, {})
         if config.get("cfg_ATOMIC_DQ"):  # dQ added in the dK/dV kernel: the model that accumulates it so
-            row["dq_accumulation"] = contract.DQ_READ_MODIFY_WRITE
+            row["dq_accumulation"] = contract.DQ_IN_L2
         row.update(model_columns(row, block_m, block_n), **config)
     parts = [p for p in parts if len(p)]
     return rows, pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=KERNEL_COLUMNS)

@@ -27,7 +27,8 @@ from minimodel.floor.byte_model.forward import DTYPE_BYTES
 
 # Matmuls of one K/V × Q tile pair (N²·d-sized over a head), by backward variant: naive autograd's
 # dV, dP, dQ, dK; flash: S recomputed, dV, dP, dK, dQ, and with the separate dQ pass S and dP again.
-BACKWARD_MATMULS = {contract.NAIVE_SCHEME: 4, contract.DQ_READ_MODIFY_WRITE: 5, contract.DQ_SEPARATE_PASS: 7}
+BACKWARD_MATMULS = {contract.NAIVE_SCHEME: 4, contract.DQ_READ_MODIFY_WRITE: 5, contract.DQ_SEPARATE_PASS: 7,
+                    contract.DQ_IN_L2: 5}
 FLASH_DQ = contract.DQ_SEPARATE_PASS  # the Triton backward's: a dK/dV kernel and a dQ kernel
 EXTRA_MATMULS = BACKWARD_MATMULS[FLASH_DQ] - BACKWARD_MATMULS[contract.NAIVE_SCHEME]
 # The implementations the kernel's backward is set beside (its time over theirs, geometric mean).

@@ -26,8 +26,13 @@ Every tensor of the naive scheme is in the input's dtype (no fp32 softmax, so no
   - `DQ_SEPARATE_PASS` (a dK/dV kernel over K/V tiles and a dQ kernel over Q tiles): the dQ pass
     holds dQ_i on chip, reads Q_i, dO_i, LSE_i, D_i once, streams every K/V tile past it (K and V
     each read N/B_r times, S, P, dP and dS recomputed) and writes dQ once.
-  Atomics (dQ added into a zero-filled fp32 buffer from every K/V tile) are not modelled: their
-  traffic is served by the L2 more than by DRAM.
+  - `DQ_IN_L2` (the dK/dV kernel adds each K/V tile's share of dQ_i into a zero-filled fp32
+    accumulator, by atomics or TMA reductions): every K/V tile of a head runs at once (one program
+    each, on as many SMs), so the additions to dQ_i, and the reads of Q_i, dO_i, LSE_i and D_i,
+    meet in the L2: slow memory sees each of them once, the accumulator written by the zero fill,
+    read by the first addition, written back once, and read by the convert step. It holds while a
+    head's K/V tiles fit on the device at once and what they share fits in the L2 (measured on the
+    H200 at N = 4096: notes/backward.md); past that the traffic tends to `DQ_READ_MODIFY_WRITE`'s.
 
 LSE, D and the dQ accumulator are fp32 (4 bytes) whatever the input's dtype, as in the kernels.
 
@@ -55,7 +60,10 @@ from minimodel.floor.contract import FLASH_SCHEME, NAIVE_SCHEME
 
 F32 = sp.Integer(4)  # LSE, D and the dQ accumulator
 SCHEMES = (NAIVE_SCHEME, FLASH_SCHEME)
-RMW, SEPARATE = contract.DQ_READ_MODIFY_WRITE, contract.DQ_SEPARATE_PASS
+RMW, SEPARATE, IN_L2 = contract.DQ_READ_MODIFY_WRITE, contract.DQ_SEPARATE_PASS, contract.DQ_IN_L2
+# the accumulations of stage 1's tables: the CPU reference's and the shipped kernel's (the committed
+# reference's tables, byte for byte); `DQ_IN_L2` is the GPU bytes stage's model of the in-kernel paths
+TABLE_DQ = (RMW, SEPARATE)
 # FLOPs of each pass as a multiple of the forward's 4·N²·d (FlashAttention's benchmarks)
 FLOP_FACTORS = {contract.FORWARD: 1.0, contract.BACKWARD: 2.5, contract.FWD_BWD: 3.5}
 BACKWARD_DIRECTIONS = (contract.BACKWARD, contract.FWD_BWD)
@@ -89,18 +97,27 @@ def flash_backward_transfers(dq: str = RMW, count_grad_writes: bool = False) -> 
     if dq not in contract.DQ_ACCUMULATIONS:
         raise ValueError(f"unknown dQ accumulation {dq!r}; accepted: {', '.join(contract.DQ_ACCUMULATIONS)}")
     kv_tiles, q_tiles = N / B_c, N / B_r
+    # how often Q_i, dO_i, LSE_i and D_i reach slow memory
+    shared, per = (1, "once, shared in the L2") if dq == IN_L2 else (kv_tiles, "once per K/V tile")
     steps = [
         Transfer("0: D = rowsum(dO * O), per Q tile", "O", "R", N * d),
         Transfer("0: D = rowsum(dO * O), per Q tile", "dO", "R", N * d),
         Transfer("0: D = rowsum(dO * O), per Q tile", "D", "W", N, F32),
         Transfer("1: load K_j, V_j (outer loop, once)", "K", "R", N * d),
         Transfer("1: load K_j, V_j (outer loop, once)", "V", "R", N * d),
-        Transfer("2: load Q_i, dO_i (once per K/V tile)", "Q", "R", N * d * kv_tiles),
-        Transfer("2: load Q_i, dO_i (once per K/V tile)", "dO", "R", N * d * kv_tiles),
-        Transfer("2: load LSE_i, D_i (once per K/V tile)", "LSE", "R", N * kv_tiles, F32),
-        Transfer("2: load LSE_i, D_i (once per K/V tile)", "D", "R", N * kv_tiles, F32),
+        Transfer(f"2: load Q_i, dO_i ({per})", "Q", "R", N * d * shared),
+        Transfer(f"2: load Q_i, dO_i ({per})", "dO", "R", N * d * shared),
+        Transfer(f"2: load LSE_i, D_i ({per})", "LSE", "R", N * shared, F32),
+        Transfer(f"2: load LSE_i, D_i ({per})", "D", "R", N * shared, F32),
     ]
-    if dq == RMW:
+    if dq == IN_L2:
+        steps += [
+            Transfer("0: dQ_acc = 0", "dQ_acc", "W", N * d, F32),
+            Transfer("3: dQ_i += dS K_j (in the L2: the zeros read once)", "dQ_acc", "R", N * d, F32),
+            Transfer("3: dQ_i += dS K_j (in the L2: written back once)", "dQ_acc", "W", N * d, F32),
+            Transfer("5: dQ = dtype(dQ_acc)", "dQ_acc", "R", N * d, F32),
+        ]
+    elif dq == RMW:
         steps += [
             Transfer("3: dQ_i += dS K_j (read back after the first K/V tile)", "dQ_acc", "R",
                      N * d * (kv_tiles - 1), F32),
@@ -189,5 +206,5 @@ def attention_flops(B: int, H: int, N: int, d: int, causal: bool,
 
 
 def variants() -> list[tuple[str, str | None]]:
-    """(scheme, dq) of every backward the model accounts for."""
-    return [(NAIVE_SCHEME, None)] + [(FLASH_SCHEME, dq) for dq in contract.DQ_ACCUMULATIONS]
+    """(scheme, dq) of every backward stage 1's tables and the CPU's figure hold: `TABLE_DQ`."""
+    return [(NAIVE_SCHEME, None)] + [(FLASH_SCHEME, dq) for dq in TABLE_DQ]
