@@ -6,15 +6,21 @@
 #     tools/h200_rerun.sh launch [DIR]                  # H200: install, unpack, start Snakemake detached
 #     tools/h200_rerun.sh wait [SECONDS]                # H200: wait; once it has ended, pack into $OUT
 # COMMIT (default bc0ebbe, the code the c8af775 reference hashes), FROM (default
-# results/reruns/h200-rerun-1, a committed run whose other stages are kept), TO (default
-# results/h200-rerun-2) and FORCE (default gpu_timing: the stage run again) may be set in the environment.
+# results/reruns/h200-rerun-1, a committed run whose other stages are kept; empty: a run from
+# nothing), TO (default results/h200-rerun-2), FORCE (default gpu_timing: the stage run again; empty:
+# none) and CONFIG (more `--config` items) may be set in the environment. The refresh of the
+# reference, the whole workflow at the committed HEAD (about 21 minutes on the H200):
+#     COMMIT=$(git rev-parse HEAD) FROM= FORCE= TO=results/reference/nvidia-h200 \
+#         CONFIG=overwrite_reference=True tools/h200_rerun.sh prepare        # and the same for launch
 set -euo pipefail
 COMMIT=${COMMIT:-bc0ebbe538544272202247bba933357d89ea3f0c}
-FROM=${FROM:-results/reruns/h200-rerun-1}
+FROM=${FROM-results/reruns/h200-rerun-1}
 TO=${TO:-results/h200-rerun-2}
-FORCE=${FORCE:-gpu_timing}
+FORCE=${FORCE-gpu_timing}
+CONFIG=${CONFIG:-}
 RUN=/tmp/run
-SNAKE=(--cores all --configfile examples/contenders.yaml --config "results_dir=$TO" --forcerun "$FORCE")
+SNAKE=(--cores all --configfile examples/contenders.yaml --config "results_dir=$TO" $CONFIG)
+[ -n "$FORCE" ] && SNAKE+=(--forcerun "$FORCE")
 case "${1:-}" in
 prepare)
     DIR=${2:-.whl}
@@ -24,12 +30,23 @@ prepare)
     trap 'rm -rf "$scratch"' EXIT
     tar -xzf "$DIR/rerun/code.tar.gz" -C "$scratch"
     mkdir -p "$scratch/$(dirname "$TO")"
-    cp -a "$FROM" "$scratch/$TO"
-    # a checkout gives the run's files its own times, in no order: Snakemake's time trigger would read
-    # outputs older than their inputs, so they are touched in the order of the workflow first
-    (cd "$scratch" && snakemake --cores 1 --touch --configfile examples/contenders.yaml \
-        --config "results_dir=$TO" >/dev/null)
-    (cd "$scratch" && snakemake -n "${SNAKE[@]}" | grep -A12 "Job stats")
+    rm -rf "${scratch:?}/$TO"
+    if [ -z "$FROM" ]; then
+        mkdir "$scratch/$TO"  # a run from nothing (a refreshed reference: emptied first)
+    else
+        cp -a "$FROM" "$scratch/$TO"
+        # a checkout gives the run's files its own times, in no order: Snakemake's time trigger would
+        # read outputs older than their inputs, so they are touched in the order of the workflow
+        # first, until nothing is left to do (a touch can leave a job's inputs newer than its outputs)
+        plain=(--configfile examples/contenders.yaml --config "results_dir=$TO" $CONFIG)
+        for _ in 1 2 3 4 5; do
+            (cd "$scratch" && snakemake --cores 1 --touch "${plain[@]}" >/dev/null 2>&1)
+            if (cd "$scratch" && snakemake -n "${plain[@]}" 2>&1 | grep -q "Nothing to be done"); then
+                break
+            fi
+        done
+    fi
+    (cd "$scratch" && snakemake -n "${SNAKE[@]}" | grep -A20 "Job stats")
     tar -czf "$DIR/rerun/run.tgz" -C "$scratch" "$TO"
     du -sh "$DIR/rerun" ;;
 launch)
@@ -37,6 +54,7 @@ launch)
     [ -d /tmp/site/flash_attn ] || bash "$(dirname "$0")/h200_site.sh" "$DIR"
     rm -rf "$RUN" && mkdir "$RUN"
     tar -xzf "$DIR/rerun/code.tar.gz" -C "$RUN"
+    rm -rf "${RUN:?}/$TO"  # the folder as prepared replaces what the code's tree has there
     tar -xzf "$DIR/rerun/run.tgz" -C "$RUN"
     cd "$RUN"
     export PYTHONPATH=/tmp/site:/tmp/site/nvidia_cutlass_dsl/dsl_packages:$RUN/src MINIMODEL_GIT_COMMIT=$COMMIT
