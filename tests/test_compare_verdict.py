@@ -42,7 +42,7 @@ def test_a_disagreement_fails_the_run_only_when_the_config_asks(run, tmp_path):
     path.write_text(json.dumps(verdict))
     passed, said = compare.gate(path, fail=True)
     assert not passed and said.startswith(f"compare: disagree ({verdict['run']} against ")
-    assert "1 disagreements, the first: all of bytes_model" in said
+    assert "1 disagreement: all of bytes_model" in said
     assert "compare.fail_on_disagree: false in the config keeps its exit status 0" in said
     passed, said = compare.gate(path, fail=False)
     assert passed and said.endswith("compare.fail_on_disagree is false, so the run does not fail on it")
@@ -60,3 +60,17 @@ def test_a_disagreement_keeps_every_file(run, tmp_path):
     assert written["verdict"] == compare.DISAGREE
     assert {p.name for p in (tmp_path / "out").iterdir()} == {"comparison.csv", "verdict.json",
                                                              "comparison.png"}
+
+
+def test_the_failing_line_names_at_most_three_and_says_how_many(tmp_path):
+    """gate's line on a verdict.json of five disagreements: the count, the first three by name."""
+    rows = [{"part": "timing", "item": f"point {i}", "metric": "kernel/fa4", "reason": ""}
+            for i in range(5)]
+    path = tmp_path / "verdict.json"
+    path.write_text(json.dumps({"run": "a", "reference": "b", "verdict": compare.DISAGREE,
+                                "parts": {"timing": {compare.DISAGREE: 5, compare.AGREE: 9}},
+                                "disagreements": rows}))
+    passed, said = compare.gate(path, fail=True)
+    assert not passed
+    named = "; ".join(f"kernel/fa4, point {i}" for i in range(3))
+    assert f"5 disagreements, the first three: {named}." in said

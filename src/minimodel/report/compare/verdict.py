@@ -107,6 +107,7 @@ def gate(path: str | Path, fail: bool) -> tuple[bool, str]:
         return True, said + "; compare.fail_on_disagree is false, so the run does not fail on it"
     count = sum(n.get(DISAGREE, 0) for n in verdict["parts"].values())
     first = "; ".join(f"{d['metric']}, {d['item']}" for d in verdict["disagreements"][:3])
-    why = f"{count} disagreements, the first: {first}" if count else "no number could be compared"
+    named = f"{count} disagreement{'s' * (count != 1)}{', the first three' if count > 3 else ''}: {first}"
+    why = named if count else "no number could be compared"
     return False, (f"{said}; {why}. The run fails on it: compare.fail_on_disagree: false in the config "
                    "keeps its exit status 0")
