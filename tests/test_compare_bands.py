@@ -141,8 +141,7 @@ def test_the_docs_give_the_bands_the_committed_runs_give(changes):
               (bands.LARGE, bands.EVERY_PASS): "lab grid, N ≥ 1024, every pass",
               (bands.SMALL, bands.EVERY_PASS): "lab grid, N < 1024 (3–21 µs kernels), every pass"}
     assert set(labels) == set(bands.POINT_BANDS)
-    key = pd.Series([(*g, m) for g, m in zip(points["group"], points["metric"], strict=True)],
-                    index=points.index)
+    key = pd.Series(bands.ratio_keys(points), index=points.index)
     own = key.isin(list(bands.RATIO_BANDS))
     for group, label in labels.items():
         mean = np.abs(points.loc[points["group"].map(lambda g, group=group: g == group) & ~own, "lc"]).mean()

@@ -19,7 +19,8 @@ TO=${TO:-results/h200-rerun-2}
 FORCE=${FORCE-gpu_timing}
 CONFIG=${CONFIG:-}
 RUN=/tmp/run
-SNAKE=(--cores all --configfile examples/contenders.yaml --config "results_dir=$TO" $CONFIG)
+PLAIN=(--configfile examples/contenders.yaml --config "results_dir=$TO" $CONFIG)  # the run's configuration
+SNAKE=(--cores all "${PLAIN[@]}")
 [ -n "$FORCE" ] && SNAKE+=(--forcerun "$FORCE")
 case "${1:-}" in
 prepare)
@@ -38,10 +39,9 @@ prepare)
         # a checkout gives the run's files its own times, in no order: Snakemake's time trigger would
         # read outputs older than their inputs, so they are touched in the order of the workflow
         # first, until nothing is left to do (a touch can leave a job's inputs newer than its outputs)
-        plain=(--configfile examples/contenders.yaml --config "results_dir=$TO" $CONFIG)
         for _ in 1 2 3 4 5; do
-            (cd "$scratch" && snakemake --cores 1 --touch "${plain[@]}" >/dev/null 2>&1)
-            if (cd "$scratch" && snakemake -n "${plain[@]}" 2>&1 | grep -q "Nothing to be done"); then
+            (cd "$scratch" && snakemake --cores 1 --touch "${PLAIN[@]}" >/dev/null 2>&1)
+            if (cd "$scratch" && snakemake -n "${PLAIN[@]}" 2>&1 | grep -q "Nothing to be done"); then
                 break
             fi
         done

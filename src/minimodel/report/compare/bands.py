@@ -146,6 +146,11 @@ def changes(pairs: list[tuple[pd.DataFrame, pd.DataFrame]]) -> tuple[pd.DataFram
     return points, families[families["points"] >= 2].reset_index(drop=True)
 
 
+def ratio_keys(points: pd.DataFrame) -> list[tuple[str, str, str]]:
+    """Each of `changes`' points as `RATIO_BANDS` keys it: (group, pass, metric)."""
+    return [(*g, m) for g, m in zip(points["group"], points["metric"], strict=True)]
+
+
 def apart(points: pd.DataFrame) -> pd.DataFrame:
     """Each (group, metric) against the rest of its group (`changes`' points): the scales (mean |x|)
     of both, the one-sided p of the first being larger, Holm-adjusted over every test, and whether
@@ -158,9 +163,9 @@ def apart(points: pd.DataFrame) -> pd.DataFrame:
             own = (within["metric"] == m).to_numpy()
             if own.all():
                 continue
-            f = size[own].mean() / size[~own].mean()
-            tests.append({"group": g, "metric": m, "scale": size[own].mean(), "rest": size[~own].mean(),
-                          "p": float(scipy.stats.f.sf(f, 2 * own.sum(), 2 * (~own).sum()))})
+            scale, rest = size[own].mean(), size[~own].mean()
+            tests.append({"group": g, "metric": m, "scale": scale, "rest": rest,
+                          "p": float(scipy.stats.f.sf(scale / rest, 2 * own.sum(), 2 * (~own).sum()))})
     table = pd.DataFrame(tests, columns=["group", "metric", "scale", "rest", "p"])
     table["p"] = stats.holm(table["p"].to_numpy(float))
     table["apart"] = table["p"] <= SPLIT_LEVEL
@@ -172,8 +177,7 @@ def derive(pairs: list[tuple[pd.DataFrame, pd.DataFrame]]) -> tuple[dict, dict, 
     ratios `apart` from their group have a band of their own, and the group's is the rest's."""
     points, families = changes(pairs)
     split = {(*r.group, r.metric) for r in apart(points).itertuples() if r.apart}
-    own = np.array([(*g, m) in split for g, m in zip(points["group"], points["metric"], strict=True)],
-                   dtype=bool)
+    own = np.array([key in split for key in ratio_keys(points)], dtype=bool)
     groups = {g: laplace_band(x["lc"], RUN_RATIOS) for g, x in points[~own].groupby("group")}
     ratios_apart = {(*g, m): laplace_band(x["lc"], RUN_RATIOS)
                     for (g, m), x in points[own].groupby(["group", "metric"])}
