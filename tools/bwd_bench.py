@@ -20,10 +20,12 @@ Each configuration is first checked once per (d, causal) at (2, 4, 1000, d) fp16
 autograd (the forward's rule, `minimodel.gpu.kernel_check`); one that fails is said and not timed.
 Timed is the backward alone: the forward's O and LSE saved, one dO, `flash_attn_backward`
 (`backward_fn`), against SDPA's backward of the same inputs through autograd (`autograd.grad` of a
-saved graph). Medians of `triton.testing.do_bench` (eager) or of CUDA-graph replays (`--graph`,
-`graph_ms`), in ms; TFLOP/s under FlashAttention's convention, backward = 2.5 × the forward's 4·B·H·N²·d,
-halved when causal. The last lines give each configuration's geometric mean of SDPA flash's time
-over the kernel's (the target is >= 1.00). A development tool: the workflow never imports it.
+saved graph) and FA4's (`fa4_ms`, where `flash_attn.cute` imports). Medians of
+`triton.testing.do_bench` (eager) or of CUDA-graph replays (`--graph`, `graph_ms`), in ms; TFLOP/s
+under FlashAttention's convention, backward = 2.5 × the forward's 4·B·H·N²·d, halved when
+causal. The last lines give each configuration's geometric mean of SDPA flash's time over the
+kernel's (the target is >= 1.00); the csv has cuDNN's and FA4's too (`vs_cudnn`, `vs_fa4`). A
+development tool: the workflow never imports it.
 Like tools/kernel_report.py it does not import minimodel.entry: it times on a CUDA device, where
 Triton compiles, and `--report` compiles for sm_90 on a machine without one.
 """
@@ -104,6 +106,15 @@ def sdpa_backward(q, k, v, do, causal: bool, backend: str):
     return lambda: torch.autograd.grad(out, leaves, do, retain_graph=True)
 
 
+def fa4_backward(q, k, v, do, causal: bool):
+    """A call running FA4's backward (`flash_attn.cute`, the contenders' `fa4`) of a saved graph."""
+    from minimodel.contenders import builtin
+    from minimodel.floor.timers import autograd_call
+
+    leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+    return autograd_call(lambda *x: builtin.fa4(*x, causal=causal), leaves, do, contract.BACKWARD)
+
+
 def check(cfg: BwdConfig | None, d: int, causal: bool) -> tuple[bool, str]:
     """(passed, the errors against their tolerances); a configuration that cannot run here (more
     shared memory than the GPU has, say) does not pass, and the run goes on with the others."""
@@ -132,10 +143,12 @@ def run(args) -> list[dict]:
         flops = backward_flops(p.B, p.H, p.N, p.d, p.causal)
         base = {"d": p.d, "causal": p.causal, "N": p.N, "B": p.B, "H": p.H}
         sdpa_ms = {}
-        for backend in contract.SDPA_BACKENDS:
+        for backend in (*contract.SDPA_BACKENDS, "fa4"):
+            make = partial(fa4_backward if backend == "fa4" else partial(sdpa_backward, backend=backend),
+                           q, k, v, do, p.causal)
             try:
-                sdpa_ms[backend] = time_ms(partial(sdpa_backward, q, k, v, do, p.causal, backend))
-            except Exception as e:
+                sdpa_ms[backend] = time_ms(make)
+            except Exception as e:  # FA4 not installed, a backend refusing the case
                 print(f"{backend} at {base}: {str(e).splitlines()[0][:100]}", file=sys.stderr)
                 sdpa_ms[backend] = math.nan
         for cfg in dict.fromkeys([shipped, *configs]):
@@ -154,6 +167,8 @@ def run(args) -> list[dict]:
             row["tflops"] = flops / row["ms"] / 1e9
             row.update({f"{b}_ms": t for b, t in sdpa_ms.items()})
             row["vs_sdpa_flash"] = sdpa_ms[contract.SDPA_FLASH] / row["ms"]
+            row["vs_cudnn"] = sdpa_ms[contract.SDPA_CUDNN] / row["ms"]
+            row["vs_fa4"] = sdpa_ms["fa4"] / row["ms"]
             rows.append(row)
             print("  ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()),
                   flush=True)

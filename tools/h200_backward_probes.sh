@@ -1,28 +1,51 @@
 #!/bin/bash
-# The backward's checks and timings on the lent H200 in one call (notes/backward.md, "What the next
-# H200 block runs first"), after tools/h200_site.sh has put FA4's packages in /tmp/site; each step
-# under its own time limit, everything packed into $OUT/backward_probes.tgz.
-#     bash tools/h200_backward_probes.sh [COMMIT]
+# The backward's timings and Nsight Compute on the lent H200 (notes/backward.md), after
+# tools/h200_site.sh has put FA4's packages in /tmp/site. Detached, so that it outlives one call:
+#     bash tools/h200_backward_probes.sh start [COMMIT]   # starts the steps below in /tmp/probes
+#     bash tools/h200_backward_probes.sh wait [SECONDS]   # waits; once ended, packs into $OUT
+# The steps: tools/bwd_bench.py over FlashAttention's grid, each head dim with the ordered
+# (deterministic) and the unordered TMA path beside the shipped one, SDPA's backends and FA4; then
+# tools/bwd_ncu.py with the kernel's paths beside FA4's and cuDNN's.
 set -uo pipefail
-COMMIT=${1:-unknown}
-export PYTHONPATH=/tmp/site:/tmp/site/nvidia_cutlass_dsl/dsl_packages:$PWD/src:$PWD/tools PYTHONUNBUFFERED=1
-mkdir -p "$OUT/p/gluon" "$OUT/p/ncu"
-step() {
-    local limit=$1
-    shift
-    echo "== $* (limit $limit s)"
-    local start=$SECONDS
-    timeout "$limit" "$@"
-    echo "== exit $? after $((SECONDS - start)) s"
-}
-# the ordered (deterministic) and unordered TMA paths: 40 checks each, then timed beside cuDNN
-step 300 python3 tools/bwd_gluon_gpu.py --out "$OUT/p/gluon" --commit "$COMMIT" \
-    --path wsord64 --path wsord128 --path wstma64 --path wstma128
-# both against the shipped path over FlashAttention's grid's sequence lengths
-step 200 python3 tools/bwd_bench.py --graph --n 1024 --n 4096 --n 16384 \
-    --config 128,128,128,64,12,2,8,3,ORDERED --config 64,128,128,64,12,2,8,3,ORDERED \
-    --config 128,128,128,64,12,2,8,3,TMA --config 64,128,128,64,12,2,8,3,TMA --csv "$OUT/p/bench.csv"
-# Nsight Compute beside FA4 (and cuDNN, the shipped path, for the same run)
-step 240 python3 tools/bwd_ncu.py --out "$OUT/p/ncu" --ways ws ordered fa4 cudnn
-tar -czf "$OUT/backward_probes.tgz" -C "$OUT" p && rm -rf "$OUT/p"
-ls -la "$OUT"
+P=/tmp/probes
+case "${1:-}" in
+start)
+    rm -rf "$P" && mkdir -p "$P/ncu"
+    setsid nohup bash "$0" steps "${2:-unknown}" > "$P/log" 2>&1 < /dev/null &
+    echo $! > "$P/pid"
+    sleep 10
+    tail -3 "$P/log" ;;
+steps)
+    export PYTHONPATH=/tmp/site:/tmp/site/nvidia_cutlass_dsl/dsl_packages:$PWD/src:$PWD/tools
+    export PYTHONUNBUFFERED=1
+    echo "commit $2"
+    step() {
+        local limit=$1
+        shift
+        echo "== $* (limit $limit s)"
+        local start=$SECONDS
+        timeout "$limit" "$@"
+        echo "== exit $? after $((SECONDS - start)) s"
+    }
+    step 300 python3 tools/bwd_bench.py --graph --d 64 --config 128,128,128,64,12,2,8,3,ORDERED \
+        --config 128,128,128,64,12,2,8,3,TMA --csv "$P/bench64.csv"
+    step 300 python3 tools/bwd_bench.py --graph --d 128 --config 64,128,128,64,12,2,8,3,ORDERED \
+        --config 64,128,128,64,12,2,8,3,TMA --csv "$P/bench128.csv"
+    step 300 python3 tools/bwd_ncu.py --out "$P/ncu" --ways ws ordered tma fa4 cudnn
+    touch "$P/done" ;;
+wait)
+    limit=${2:-560}
+    waited=0
+    while [ ! -e "$P/done" ] && kill -0 "$(cat "$P/pid")" 2>/dev/null && [ "$waited" -lt "$limit" ]; do
+        sleep 5
+        waited=$((waited + 5))
+    done
+    tail -40 "$P/log"
+    if [ -e "$P/done" ] || ! kill -0 "$(cat "$P/pid")" 2>/dev/null; then
+        tar -czf "$OUT/backward_probes.tgz" -C /tmp probes
+        ls -la "$OUT"
+    fi ;;
+*)
+    sed -n '2,8p' "$0"
+    exit 2 ;;
+esac
