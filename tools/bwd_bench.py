@@ -43,6 +43,7 @@ from functools import partial
 import kernel_report
 import torch
 
+from minimodel.contenders import builtin
 from minimodel.floor import contract, timers
 from minimodel.floor.byte_model.forward import attention_flops
 from minimodel.gpu import grids
@@ -108,11 +109,9 @@ def sdpa_backward(q, k, v, do, causal: bool, backend: str):
 
 def fa4_backward(q, k, v, do, causal: bool):
     """A call running FA4's backward (`flash_attn.cute`, the contenders' `fa4`) of a saved graph."""
-    from minimodel.contenders import builtin
-    from minimodel.floor.timers import autograd_call
-
     leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
-    return autograd_call(lambda *x: builtin.fa4(*x, causal=causal), leaves, do, contract.BACKWARD)
+    return timers.autograd_call(lambda *x: builtin.fa4(*x, causal=causal), leaves, do,
+                                      contract.BACKWARD)
 
 
 def check(cfg: BwdConfig | None, d: int, causal: bool) -> tuple[bool, str]:
