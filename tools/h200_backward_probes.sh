@@ -3,6 +3,7 @@
 # tools/h200_site.sh has put FA4's packages in /tmp/site. Detached, so that it outlives one call:
 #     bash tools/h200_backward_probes.sh start [COMMIT]   # starts the steps below in /tmp/probes
 #     bash tools/h200_backward_probes.sh wait [SECONDS]   # waits; once ended, packs into $OUT
+#     bash tools/h200_backward_probes.sh pack             # packs what there is now (the steps go on)
 # The steps: tools/bwd_bench.py over FlashAttention's grid, each head dim with the ordered
 # (deterministic) and the unordered TMA path beside the shipped one, SDPA's backends and FA4; then
 # tools/bwd_ncu.py with the kernel's paths beside FA4's and cuDNN's.
@@ -45,7 +46,11 @@ wait)
         tar -czf "$OUT/backward_probes.tgz" -C /tmp probes
         ls -la "$OUT"
     fi ;;
+pack)
+    tail -20 "$P/log"
+    tar -czf "$OUT/backward_probes.tgz" -C /tmp probes
+    ls -la "$OUT" ;;
 *)
-    sed -n '2,8p' "$0"
+    sed -n '2,9p' "$0"
     exit 2 ;;
 esac
