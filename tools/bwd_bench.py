@@ -110,8 +110,12 @@ def sdpa_backward(q, k, v, do, causal: bool, backend: str):
 def fa4_backward(q, k, v, do, causal: bool):
     """A call running FA4's backward (`flash_attn.cute`, the contenders' `fa4`) of a saved graph."""
     leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
-    return timers.autograd_call(lambda *x: builtin.fa4(*x, causal=causal), leaves, do,
-                                      contract.BACKWARD)
+    return timers.autograd_call(lambda *x: builtin.fa4(*x, causal=causal), leaves, do, contract.BACKWARD)
+
+
+# what the kernel's backward is timed beside: each a maker of a call from (q, k, v, do, causal)
+BESIDE = {**{backend: partial(sdpa_backward, backend=backend) for backend in contract.SDPA_BACKENDS},
+          "fa4": fa4_backward}
 
 
 def check(cfg: BwdConfig | None, d: int, causal: bool) -> tuple[bool, str]:
@@ -141,15 +145,13 @@ def run(args) -> list[dict]:
         shipped = default_bwd_config(q, p.causal)
         flops = backward_flops(p.B, p.H, p.N, p.d, p.causal)
         base = {"d": p.d, "causal": p.causal, "N": p.N, "B": p.B, "H": p.H}
-        sdpa_ms = {}
-        for backend in (*contract.SDPA_BACKENDS, "fa4"):
-            make = partial(fa4_backward if backend == "fa4" else partial(sdpa_backward, backend=backend),
-                           q, k, v, do, p.causal)
+        beside_ms = {}
+        for name, make in BESIDE.items():
             try:
-                sdpa_ms[backend] = time_ms(make)
+                beside_ms[name] = time_ms(partial(make, q, k, v, do, p.causal))
             except Exception as e:  # FA4 not installed, a backend refusing the case
-                print(f"{backend} at {base}: {str(e).splitlines()[0][:100]}", file=sys.stderr)
-                sdpa_ms[backend] = math.nan
+                print(f"{name} at {base}: {str(e).splitlines()[0][:100]}", file=sys.stderr)
+                beside_ms[name] = math.nan
         for cfg in dict.fromkeys([shipped, *configs]):
             key = (cfg, p.d, p.causal)
             if key not in passed:
@@ -164,10 +166,10 @@ def run(args) -> list[dict]:
                 except Exception as e:
                     print(f"{cfg} at {base}: {type(e).__name__}: {str(e)[:100]}", file=sys.stderr)
             row["tflops"] = flops / row["ms"] / 1e9
-            row.update({f"{b}_ms": t for b, t in sdpa_ms.items()})
-            row["vs_sdpa_flash"] = sdpa_ms[contract.SDPA_FLASH] / row["ms"]
-            row["vs_cudnn"] = sdpa_ms[contract.SDPA_CUDNN] / row["ms"]
-            row["vs_fa4"] = sdpa_ms["fa4"] / row["ms"]
+            row.update({f"{b}_ms": t for b, t in beside_ms.items()})
+            row["vs_sdpa_flash"] = beside_ms[contract.SDPA_FLASH] / row["ms"]
+            row["vs_cudnn"] = beside_ms[contract.SDPA_CUDNN] / row["ms"]
+            row["vs_fa4"] = beside_ms["fa4"] / row["ms"]
             rows.append(row)
             print("  ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()),
                   flush=True)

@@ -32,22 +32,17 @@ steps)
         --config 128,128,128,64,12,2,8,3,TMA --csv "$P/bench64.csv"
     step 300 python3 tools/bwd_bench.py --graph --d 128 --config 64,128,128,64,12,2,8,3,ORDERED \
         --config 64,128,128,64,12,2,8,3,TMA --csv "$P/bench128.csv"
-    step 300 python3 tools/bwd_ncu.py --out "$P/ncu" --ways ws ordered tma fa4 cudnn
-    touch "$P/done" ;;
+    step 300 python3 tools/bwd_ncu.py --out "$P/ncu" --ways ws ordered tma fa4 cudnn ;;
 wait)
     limit=${2:-560}
     waited=0
-    while [ ! -e "$P/done" ] && kill -0 "$(cat "$P/pid")" 2>/dev/null && [ "$waited" -lt "$limit" ]; do
+    while kill -0 "$(cat "$P/pid")" 2>/dev/null && [ "$waited" -lt "$limit" ]; do
         sleep 5
         waited=$((waited + 5))
     done
-    tail -40 "$P/log"
-    if [ -e "$P/done" ] || ! kill -0 "$(cat "$P/pid")" 2>/dev/null; then
-        tar -czf "$OUT/backward_probes.tgz" -C /tmp probes
-        ls -la "$OUT"
-    fi ;;
+    kill -0 "$(cat "$P/pid")" 2>/dev/null && tail -40 "$P/log" || bash "$0" pack ;;
 pack)
-    tail -20 "$P/log"
+    tail -40 "$P/log"
     tar -czf "$OUT/backward_probes.tgz" -C /tmp probes
     ls -la "$OUT" ;;
 *)

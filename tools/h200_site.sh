@@ -1,8 +1,8 @@
 #!/bin/bash
 # On the lent H200, in the call (carrying DIR/c) after the two that stashed DIR/a's and DIR/b's parts
 # in /tmp/stash: every carried wheel and the CUDA 13 tree into SITE (default /tmp/site), then FA4,
-# snakemake and jsonschema imported from it, so that a run does not start without them. Put SITE and SITE/nvidia_cutlass_dsl/dsl_packages
-# on PYTHONPATH afterwards (notes/timing.md).
+# snakemake and jsonschema imported from it, so that a run does not start without them. Put SITE
+# and SITE/nvidia_cutlass_dsl/dsl_packages on PYTHONPATH afterwards (notes/timing.md).
 #     tools/h200_site.sh [DIR] [SITE]
 set -euo pipefail
 DIR=${1:-.whl}
