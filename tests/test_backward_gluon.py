@@ -1,5 +1,6 @@
 """The backward's Gluon dK/dV kernels for Hopper (`minimodel.kernel.gluon_backward`, one partition;
-`gluon_bwd_ws`, warp-specialized, with dQ by the tl pass or by atomics in the kernel): where the
+`gluon_bwd_ws`, warp-specialized, with dQ by the tl pass, the Gluon pass (`gluon_bwd_dqpass`) or
+in the kernel): where the
 policy lets them run, what they compile to for sm_90 (on any machine), and, on an H200, every sweep
 case with each path forced, against float64 under the project's rule (minimodel.gpu.kernel_check).
 
@@ -113,8 +114,28 @@ def test_the_policy_picks_the_warp_specialized_kernel_on_hopper_from_ws_min_n(d,
     the tl dQ pass, no atomics."""
     monkeypatch.setattr(bwd_config, "INTERPRETED", False)
     cfg = get_bwd_config(d, causal, "cuda", HOPPER, n=bwd_config.WS_MIN_N)
-    assert cfg == gluon_ws_config(d, causal) and cfg.kernel == "gluon-ws" and cfg.deterministic
+    gluon_dq = bwd_config.GLUON_DQ_STAGES[(d, causal)] is not None  # where it was timed faster
+    assert cfg == gluon_ws_config(d, causal, gluon_dq=gluon_dq) and cfg.deterministic
+    assert cfg.kernel == ("gluon-ws-gluon-dq" if gluon_dq else "gluon-ws")
     assert get_bwd_config(d, causal, "cuda", HOPPER, n=bwd_config.WS_MIN_N - 1).path == "tl"
+
+
+def test_the_gluon_dq_pass_is_deterministic_beside_a_gluon_dkdv_kernel_with_its_own_tiles():
+    assert bwd_config.GLUON_DQ_STAGES[(128, False)] and bwd_config.GLUON_DQ_STAGES[(64, False)] is None
+    cfg = gluon_ws_config(64, False, gluon_dq=True)
+    assert cfg.kernel == "gluon-ws-gluon-dq" and cfg.deterministic and cfg.num_stages_q == 4
+    assert (cfg.BLOCK_M2, cfg.BLOCK_N2, cfg.num_warps_q) == bwd_config.GLUON_DQ_TILES == (128, 64, 12)
+    with pytest.raises(ValueError, match="GLUON must be True and ATOMIC_DQ"):
+        replace(cfg, GLUON=False)
+    with pytest.raises(ValueError, match="GLUON must be True and ATOMIC_DQ"):
+        replace(cfg, ATOMIC_DQ=True, TMA_DQ=True)
+    with pytest.raises(ValueError, match=r"GLUON_DQ: \(BLOCK_M2, BLOCK_N2, num_warps_q\)"):
+        replace(cfg, BLOCK_N2=32)
+    with pytest.raises(ValueError, match="num_stages_q 2 to 4"):
+        replace(cfg, num_stages_q=5)
+    # where Gluon cannot run (here: no Hopper), the call runs the tl table's kernels, both passes
+    q = torch.zeros(1, 1, 8, 64, device=DEVICE)
+    assert not launch_bwd_config(q, q, q, False, cfg, q).GLUON_DQ
 
 
 @pytest.mark.parametrize("d", HEAD_DIMS)
@@ -259,7 +280,7 @@ def test_the_gluon_kernel_compiles_for_sm90_without_spilling_in_one_partition_th
 # shared memory; at d = 64 their 128 query rows, where Pᵀ and dSᵀ reach their GEMMs through shared
 # memory, `Config.SMEM_OPERANDS`, and the 64 rows they took before; in order, all four)
 WS_CASES = ("64,0,0", "64,1,1", "128,0,1", "128,1,0", "128,1,2", "64,1,2", "64,0,2,64",
-            "64,0,3", "64,1,3", "128,0,3", "128,1,3")
+            "64,0,3", "64,1,3", "128,0,3", "128,1,3", "64,1,4", "128,0,4", "128,1,4")
 
 
 def test_the_warp_specialized_kernel_compiles_for_sm90_without_spilling_and_splits_its_registers(tmp_path):
@@ -275,8 +296,16 @@ def test_the_warp_specialized_kernel_compiles_for_sm90_without_spilling_and_spli
     for case, row in zip(WS_CASES, rows, strict=True):
         d, causal, dq, *block_m = (int(x) for x in case.split(","))
         atomics, ordered = dq == 1, dq == 3
-        cfg = gluon_ws_config(d, bool(causal), atomic_dq=atomics, tma_dq=dq == 2, ordered_dq=ordered)
+        cfg = gluon_ws_config(d, bool(causal), atomic_dq=atomics, tma_dq=dq == 2, ordered_dq=ordered,
+                              gluon_dq=dq == 4)
         assert (row["d"], row["causal"]) == (d, bool(causal))
+        if dq == 4:  # the Gluon dQ pass: Q and dO of both consumers, K and V by TMA, no reductions
+            assert row["kernel"] == "_bwd_dq_hopper" and row["stages"] == cfg.num_stages_q
+            assert row["spill_stack_bytes"] == 0 and row["stl"] == row["ldl"] == 0
+            assert row["shared_bytes"] <= SHARED_MEMORY[HOPPER] and row["warps"] == cfg.num_warps_q
+            assert {24, 240} <= set(row["setmaxnreg"])
+            assert row["utmaldg"] == 6 and row["hgmma"] > 0 and row["redg"] == row["utmaredg"] == 0
+            continue
         assert (row["tma_dq"], row["ordered_dq"]) == (dq >= 2, ordered)
         assert (row["BLOCK_M1"], row["stages"]) == ((block_m or [cfg.BLOCK_M1])[0], cfg.num_stages_kv)
         assert row["spill_stack_bytes"] == 0 and row["stl"] == row["ldl"] == 0
@@ -325,6 +354,7 @@ FORCED = {"gluon": gluon_bwd_config, "gluon-ws": gluon_ws_config,
           "gluon-ws-atomic-dq": lambda d, causal: gluon_ws_config(d, causal, atomic_dq=True),
           "gluon-ws-tma-dq": lambda d, causal: gluon_ws_config(d, causal, tma_dq=True),
           "gluon-ws-ordered-dq": lambda d, causal: gluon_ws_config(d, causal, ordered_dq=True),
+          "gluon-ws-gluon-dq": lambda d, causal: gluon_ws_config(d, causal, gluon_dq=True),
           "tl": lambda d, causal: tl_bwd_config(d, causal, "cuda", HOPPER)}
 
 
@@ -356,7 +386,8 @@ def test_each_path_on_every_sweep_case_matches_float64(gen, path, n, d, causal, 
 
 @requires_hopper
 @pytest.mark.gpu
-@pytest.mark.parametrize("path", ["gluon", "gluon-ws", "gluon-ws-atomic-dq", "gluon-ws-tma-dq"])
+@pytest.mark.parametrize("path", ["gluon", "gluon-ws", "gluon-ws-atomic-dq", "gluon-ws-tma-dq",
+                                  "gluon-ws-gluon-dq"])
 @pytest.mark.parametrize("d", HEAD_DIMS)
 @pytest.mark.parametrize("causal", [False, True])
 def test_the_gluon_kernel_keeps_every_guarantee_on_the_gpu(gen, path, d, causal):
@@ -370,7 +401,8 @@ def test_the_gluon_kernel_keeps_every_guarantee_on_the_gpu(gen, path, d, causal)
 
 @requires_hopper
 @pytest.mark.gpu
-@pytest.mark.parametrize("path", ["gluon", "gluon-ws", "gluon-ws-atomic-dq", "gluon-ws-tma-dq"])
+@pytest.mark.parametrize("path", ["gluon", "gluon-ws", "gluon-ws-atomic-dq", "gluon-ws-tma-dq",
+                                  "gluon-ws-gluon-dq"])
 @pytest.mark.parametrize("causal", [False, True])
 def test_the_gluon_kernel_addresses_rows_past_2_31_elements(gen, path, causal):
     row_stride, N, d = 2**25 + 64, 130, 64
@@ -394,6 +426,7 @@ def test_the_gluon_path_is_deterministic_and_a_broadcast_do_runs_tl(gen):
     # dQ by atomics or unordered TMA reductions is not; by ordered ones it is, causal or not
     for cfg, causal in ((gluon_bwd_config(128, True), True), (gluon_ws_config(128, True), True),
                         (gluon_ws_config(128, True, ordered_dq=True), True),
+                        (gluon_ws_config(128, True, gluon_dq=True), True),
                         (gluon_ws_config(128, False, ordered_dq=True), False)):
         o, lse = flash_attn_forward(q, k, v, causal=causal, return_lse=True)
         assert launch_bwd_config(q, k, v, causal, cfg, do).kernel == cfg.kernel

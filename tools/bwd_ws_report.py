@@ -1,12 +1,13 @@
-"""The warp-specialized Gluon dK/dV kernel (`minimodel.kernel.gluon_bwd_ws`) compiled for sm_90 on a
-machine without a GPU: registers per partition, spills, shared memory, the instructions that say
-the schedule is there.
+"""The warp-specialized Gluon dK/dV kernel (`minimodel.kernel.gluon_bwd_ws`) and the Gluon dQ pass
+(`gluon_bwd_dqpass`) compiled for sm_90 on a machine without a GPU: registers per partition,
+spills, shared memory, the instructions that say the schedule is there.
 
     python tools/bwd_ws_report.py                          # each configuration the GPU run checks
     python tools/bwd_ws_report.py --d 128 --m 64 --stages 2 --causal --atomic
     python tools/bwd_ws_report.py --case 64,1,0 --case 128,0,2   # (d, causal, dQ) cases: dQ 0 the
                                                                  # tl pass, 1 atomics, 2 TMA reductions,
-                                                                 # 3 TMA reductions in order
+                                                                 # 3 TMA reductions in order,
+                                                                 # 4 the Gluon dQ pass (its launch)
     python tools/bwd_ws_report.py --json out.json          # also write the rows
 
 With warp specialization the cubin's register count is the launch's (65,536 / 384 threads,
@@ -28,11 +29,13 @@ import kernel_report
 import torch
 
 from minimodel.kernel.bwd_config import gluon_ws_config
+from minimodel.kernel.gluon_bwd_dqpass import CONSUMERS, dq_launch
 from minimodel.kernel.gluon_bwd_ws import dkdv_launch
 
 # (d, causal, dQ) of `gluon_ws_config`, dQ: 0 the tl pass, 1 atomics, 2 TMA reductions, 3 TMA
-# reductions in a fixed order: what tools/bwd_gluon_gpu.py checks and times
-DQ_PASS, DQ_ATOMIC, DQ_TMA, DQ_ORDERED = 0, 1, 2, 3
+# reductions in a fixed order: what tools/bwd_gluon_gpu.py checks and times; 4: the launch of the
+# Gluon dQ pass that runs after the dK/dV kernel (`gluon_dq`), reported instead of it
+DQ_PASS, DQ_ATOMIC, DQ_TMA, DQ_ORDERED, DQ_GLUON_PASS = 0, 1, 2, 3, 4
 DEFAULT = [(d, causal, dq) for d in (64, 128) for causal in (False, True)
            for dq in (DQ_PASS, DQ_ATOMIC, DQ_TMA, DQ_ORDERED)]
 # warpgroup MMAs, exp2, fp32 reductions to global memory (the atomics into dQ), mbarrier operations,
@@ -42,11 +45,17 @@ _TYPES = {torch.float16: "*fp16", torch.bfloat16: "*bf16", torch.float32: "*fp32
 
 
 def compile_ws(cfg, d: int, causal: bool, dtype=torch.float16, n: int = 4096, arch: int = 90):
-    """Triton's compiled kernel of `dkdv_launch` for `cfg` on a contiguous (1, 1, n, d) problem."""
+    """Triton's compiled kernel of `dkdv_launch` for `cfg` on a contiguous (1, 1, n, d) problem (with
+    cfg.GLUON_DQ, of the Gluon dQ pass's `dq_launch` instead)."""
     t = torch.empty(1, 1, n, d, dtype=dtype)
     rows = torch.empty(1, 1, n, dtype=torch.float32)
     dq = torch.empty(1, 1, n, d, dtype=torch.float32 if cfg.ATOMIC_DQ else dtype)
-    kernel, _, args, options = dkdv_launch(t, t, t, t, dq, t, t, rows, rows, 0.125, cfg, causal)
+    if cfg.GLUON_DQ:
+        kernel, _, args, options = dq_launch(t, t, t, t, dq, rows, rows, 0.125, causal,
+                                             block_m=cfg.BLOCK_M2 // CONSUMERS, block_n=cfg.BLOCK_N2,
+                                             stages=cfg.num_stages_q)
+    else:
+        kernel, _, args, options = dkdv_launch(t, t, t, t, dq, t, t, rows, rows, 0.125, cfg, causal)
     types = {k: (_TYPES[v.dtype] if isinstance(v, torch.Tensor) else kernel_report._as_types({k: v})[k])
              for k, v in args.items()}
     return kernel_report.compile_for(kernel, types, options, arch)
@@ -62,7 +71,8 @@ def report(cfg, d: int, causal: bool, dtype=torch.float16) -> dict:
                               re.finditer(r"/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", sass))
     maxnreg = sorted({int(x) for x in re.findall(r"setmaxnreg\.\w+\.sync\.aligned\.u32\s+(\d+)",
                                                  compiled.asm["ptx"])})
-    return {"d": d, "causal": causal, "BLOCK_M1": cfg.BLOCK_M1, "stages": cfg.num_stages_kv,
+    return {"d": d, "causal": causal, "kernel": compiled.metadata.name, "BLOCK_M1": cfg.BLOCK_M1,
+            "stages": cfg.num_stages_q if cfg.GLUON_DQ else cfg.num_stages_kv,
             "atomic_dq": cfg.ATOMIC_DQ, "tma_dq": cfg.TMA_DQ, "ordered_dq": cfg.ORDERED_DQ,
             "dtype": str(dtype).removeprefix("torch."),
             "registers": int(re.search(r"REG:(\d+)", usage).group(1)),
@@ -80,8 +90,8 @@ def main(argv=None) -> int:
     parser.add_argument("--atomic", action="store_true", help="dQ by atomic adds in the kernel")
     parser.add_argument("--tma-dq", action="store_true", help="dQ by TMA reductions in the kernel")
     parser.add_argument("--case", action="append",
-                        help="d,causal,dq[,BLOCK_M1] (dQ: 0 the tl pass, 1 atomics, 2 TMA reductions), "
-                             "instead of --d")
+                        help="d,causal,dq[,BLOCK_M1] (dQ: 0 the tl pass, 1 atomics, 2 TMA reductions, 3 "
+                             "in order, 4 the Gluon dQ pass's own launch), instead of --d")
     parser.add_argument("--bf16", action="store_true")
     parser.add_argument("--json", help="write the rows here")
     args = parser.parse_args(argv)
@@ -94,7 +104,7 @@ def main(argv=None) -> int:
     for d, causal, dq, block_m in cases:
         causal = bool(causal)
         cfg = gluon_ws_config(d, causal, atomic_dq=dq == DQ_ATOMIC, tma_dq=dq == DQ_TMA,
-                              ordered_dq=dq == DQ_ORDERED)
+                              ordered_dq=dq == DQ_ORDERED, gluon_dq=dq == DQ_GLUON_PASS)
         cfg = replace(cfg, BLOCK_M1=block_m or args.m or cfg.BLOCK_M1,
                       num_stages_kv=args.stages or cfg.num_stages_kv)
         try:

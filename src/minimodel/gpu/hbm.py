@@ -166,7 +166,7 @@ def _flash_config(row) -> tuple[int, int, dict]:
         block_m, block_n = cfg.BLOCK_M, cfg.BLOCK_N
     else:
         cfg, recorded = default_bwd_config(q, row["causal"]), ("BLOCK_M1", "BLOCK_N1", "BLOCK_M2", "BLOCK_N2",
-                                                               "ATOMIC_DQ", "TMA_DQ")
+                                                               "ATOMIC_DQ", "TMA_DQ", "GLUON_DQ")
         block_m, block_n = cfg.BLOCK_M1, cfg.BLOCK_N1
     return block_m, block_n, {f"cfg_{name}": getattr(cfg, name) for name in recorded}
 

@@ -14,6 +14,8 @@ same bit for bit from run to run:
 A configuration with ATOMIC_DQ (`BwdConfig`) drops launch 3 for FlashAttention-2's own choice:
 the dK/dV kernel adds each tile pair's dS K to a float32 dQ with atomic adds (P computed once;
 dQ's last bits then depend on the order of the adds). The default tables keep it off.
+On Hopper launch 2 is a Gluon kernel (`gluon_bwd_ws`) and, where it was measured faster, launch 3
+too (`gluon_bwd_dqpass`, `BwdConfig.GLUON_DQ`): the same three launches, no atomics.
 dQ and dK carry the softmax scale: dQ = scale · dS K, dK = scale · dSᵀ Q.
 
 LSE is the forward's: the natural-log log-sum-exp of each row of S, (B, H, N) float32
@@ -33,7 +35,7 @@ import torch
 import triton
 import triton.language as tl
 
-from minimodel.kernel import flash, gluon_backward, gluon_bwd_ws
+from minimodel.kernel import flash, gluon_backward, gluon_bwd_dqpass, gluon_bwd_ws
 from minimodel.kernel.bwd_config import BwdConfig as BwdConfig
 from minimodel.kernel.bwd_config import default_bwd_config as default_bwd_config
 from minimodel.kernel.bwd_config import get_bwd_config as get_bwd_config
@@ -266,7 +268,8 @@ def arguments(q, k, v, o, lse, do, dq, dk, dv, delta, scale: float, cfg: BwdConf
     dq: dQ in q's dtype, or with cfg.ATOMIC_DQ the zeroed float32 accumulator (then there is no
     dQ kernel: the dK/dV kernel adds to it). With cfg.GLUON the dK/dV launch is a Gluon kernel's
     (`gluon_bwd_ws.dkdv_launch` warp-specialized, else `gluon_backward.dkdv_launch`), between the
-    same preprocess and dQ launches."""
+    same preprocess and dQ launches; with cfg.GLUON_DQ the dQ launch is the Gluon pass's
+    (`gluon_bwd_dqpass.dq_launch`)."""
     B, H, N, d = q.shape
     H_kv = k.shape[1]
     qk_scale = scale * LOG2E
@@ -286,11 +289,17 @@ def arguments(q, k, v, o, lse, do, dq, dk, dv, delta, scale: float, cfg: BwdConf
     else:
         kv_launch = (_bwd_dkdv_kernel, _grid(N, B * H_kv, cfg.BLOCK_N1), dkdv,
                      dict(num_warps=cfg.num_warps_kv, num_stages=cfg.num_stages_kv))
+    if cfg.GLUON_DQ:
+        q_launch = gluon_bwd_dqpass.dq_launch(q, k, v, do, dq, lse, delta, scale, causal,
+                                              block_m=cfg.BLOCK_M2 // gluon_bwd_dqpass.CONSUMERS,
+                                              block_n=cfg.BLOCK_N2, stages=cfg.num_stages_q)
+    else:
+        q_launch = (_bwd_dq_kernel, _grid(N, B * H, cfg.BLOCK_M2), dqa,
+                    dict(num_warps=cfg.num_warps_q, num_stages=cfg.num_stages_q))
     launches = [
         (_bwd_preprocess, _grid(N, B * H, cfg.BLOCK_M2), pre, dict(num_warps=4, num_stages=1)),
         kv_launch,
-        (_bwd_dq_kernel, _grid(N, B * H, cfg.BLOCK_M2), dqa,
-         dict(num_warps=cfg.num_warps_q, num_stages=cfg.num_stages_q)),
+        q_launch,
     ]
     return launches[:2] if cfg.ATOMIC_DQ else launches
 

@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass, replace
 
 import torch
 
-from minimodel.kernel import gluon_backward, gluon_bwd_ws, hopper
+from minimodel.kernel import gluon_backward, gluon_bwd_dqpass, gluon_bwd_ws, hopper
 from minimodel.kernel.config import HOPPER, device_arch
 from minimodel.kernel.inputs import INTERPRETED
 
@@ -40,6 +40,10 @@ class BwdConfig:
     (`gluon_bwd_order`, FlashAttention-3's deterministic mode): deterministic. It runs only where
     every key block of one head fits on the GPU at once (`ordered_dq_fits`); elsewhere the call
     runs the warp-specialized kernel with the tl dQ pass (`launch_bwd_config`).
+    GLUON_DQ (with GLUON, without ATOMIC_DQ): the dQ pass is the Gluon one (`gluon_bwd_dqpass`),
+    warp-specialized: BLOCK_M2 = 128 query rows per program (two MMA warpgroups of 64), BLOCK_N2 =
+    64 keys per step, num_stages_q K/V buffers (2 to 4), num_warps_q its 12 warps; deterministic,
+    as the tl pass. Hopper only, where the Gluon dK/dV kernel runs.
     """
 
     BLOCK_M1: int
@@ -54,6 +58,7 @@ class BwdConfig:
     GLUON: bool = False
     TMA_DQ: bool = False
     ORDERED_DQ: bool = False
+    GLUON_DQ: bool = False
 
     def __post_init__(self):
         blocks = (self.BLOCK_M1, self.BLOCK_N1, self.BLOCK_M2, self.BLOCK_N2)
@@ -68,8 +73,20 @@ class BwdConfig:
                              f"GLUON = {self.GLUON}, num_warps_kv = {self.num_warps_kv}")
         if self.ORDERED_DQ and not self.TMA_DQ:
             raise ValueError("ORDERED_DQ orders TMA_DQ's reductions: TMA_DQ must be True")
+        if self.GLUON_DQ and (self.ATOMIC_DQ or not self.GLUON):
+            raise ValueError("GLUON_DQ is the Gluon dQ pass beside a Gluon dK/dV kernel: GLUON must be True "
+                             f"and ATOMIC_DQ (no dQ pass) False, got GLUON = {self.GLUON}, ATOMIC_DQ = "
+                             f"{self.ATOMIC_DQ}")
         if self.GLUON:
             self._check_gluon()
+        if self.GLUON_DQ:
+            self._check_gluon_dq()
+
+    def _check_gluon_dq(self):
+        tiles = (self.BLOCK_M2, self.BLOCK_N2, self.num_warps_q)
+        if tiles != GLUON_DQ_TILES or not 2 <= self.num_stages_q <= 4:
+            raise ValueError(f"GLUON_DQ: (BLOCK_M2, BLOCK_N2, num_warps_q) is {GLUON_DQ_TILES} and "
+                             f"num_stages_q 2 to 4, got {tiles} and {self.num_stages_q}")
 
     def _check_gluon(self):
         if self.warp_specialized:
@@ -99,15 +116,16 @@ class BwdConfig:
 
     @property
     def kernel(self) -> str:
-        """The dK/dV kernel in words: tl, gluon (one partition), gluon-ws, gluon-ws-atomic-dq,
-        gluon-ws-tma-dq or gluon-ws-ordered-dq."""
+        """The gradient kernels in words: tl, gluon (one partition), gluon-ws, gluon-ws-atomic-dq,
+        gluon-ws-tma-dq or gluon-ws-ordered-dq; "-gluon-dq" added where the dQ pass is the
+        Gluon one (`GLUON_DQ`)."""
         if not self.warp_specialized:
-            return self.path
+            return self.path + ("-gluon-dq" if self.GLUON_DQ else "")
         if self.ATOMIC_DQ:
             if self.ORDERED_DQ:
                 return "gluon-ws-ordered-dq"
             return "gluon-ws-tma-dq" if self.TMA_DQ else "gluon-ws-atomic-dq"
-        return "gluon-ws"
+        return "gluon-ws-gluon-dq" if self.GLUON_DQ else "gluon-ws"
 
     @property
     def deterministic(self) -> bool:
@@ -179,12 +197,25 @@ GLUON_WS_TILES = {(64, False): (128, 2), (64, True): (128, 2), (128, False): (64
 GLUON_WS_ATOMIC_TILES = {**GLUON_WS_TILES, (64, False): (64, 2), (64, True): (64, 2)}
 
 
+# The Gluon dQ pass (`gluon_bwd_dqpass`) beside the warp-specialized dK/dV kernel on Hopper, per
+# (head dim, causal): its K/V stages, or None where the tl pass stays. 128 query rows per program, 64
+# keys per step (`GLUON_DQ_TILES`); compiled for sm_90 without a spill. On the H200
+# (tools/dq_pass_probe.py, FlashAttention's grid, the dQ launch alone, CUDA-graph medians; every
+# check against float64 passed, the same bits on every call; notes/backward.md) it ran 1.46-1.62x
+# the tl pass's speed at d = 128 and 1.33-1.49x at d = 64 causal with 4 stages; at d = 64 not causal
+# 0.95-1.02x, so the tl pass stays there.
+GLUON_DQ_TILES = (gluon_bwd_dqpass.CONSUMERS * gluon_bwd_dqpass.ROWS, gluon_bwd_dqpass.KEYS,
+                  gluon_bwd_dqpass.WARPS)
+GLUON_DQ_STAGES = {(64, False): None, (64, True): 4, (128, False): 4, (128, True): 4}
+
+
 def gluon_ws_config(head_dim: int, causal: bool, atomic_dq: bool = False, tma_dq: bool = False,
-                    ordered_dq: bool = False) -> BwdConfig:
+                    ordered_dq: bool = False, gluon_dq: bool = False) -> BwdConfig:
     """The warp-specialized Gluon kernel's configuration at a head dim it is built for (64, 128):
     with atomic_dq its dQ is added in the kernel by fp32 atomics, with tma_dq by TMA reductions
     (either: not deterministic), with ordered_dq by TMA reductions in a fixed order
-    (deterministic), else the tl dQ pass of the Hopper table runs after it."""
+    (deterministic), else a dQ pass runs after it: the Gluon one with gluon_dq (its stages from
+    `GLUON_DQ_STAGES`, 4 where that keeps the tl pass), else the tl one of the Hopper table."""
     if head_dim not in gluon_backward.HEAD_DIMS:
         raise ValueError(f"the Gluon backward is built for head dims {gluon_backward.HEAD_DIMS}, "
                          f"got {head_dim}")
@@ -192,9 +223,14 @@ def gluon_ws_config(head_dim: int, causal: bool, atomic_dq: bool = False, tma_dq
     in_kernel = bool(atomic_dq or tma_dq)
     tiles = GLUON_WS_ATOMIC_TILES if atomic_dq and not tma_dq else GLUON_WS_TILES  # TMA: ws's tiles
     rows, stages = tiles[(head_dim, bool(causal))]
-    return replace(HOPPER_CONFIGS[(head_dim, bool(causal))], BLOCK_M1=rows, BLOCK_N1=128,
-                   num_warps_kv=gluon_bwd_ws.WARPS, num_stages_kv=stages, ATOMIC_DQ=in_kernel,
-                   TMA_DQ=tma_dq, ORDERED_DQ=bool(ordered_dq), GLUON=True)
+    cfg = replace(HOPPER_CONFIGS[(head_dim, bool(causal))], BLOCK_M1=rows, BLOCK_N1=128,
+                  num_warps_kv=gluon_bwd_ws.WARPS, num_stages_kv=stages, ATOMIC_DQ=in_kernel,
+                  TMA_DQ=tma_dq, ORDERED_DQ=bool(ordered_dq), GLUON=True)
+    if not gluon_dq:
+        return cfg
+    m2, n2, warps = GLUON_DQ_TILES
+    return replace(cfg, BLOCK_M2=m2, BLOCK_N2=n2, num_warps_q=warps,
+                   num_stages_q=GLUON_DQ_STAGES[(head_dim, bool(causal))] or 4, GLUON_DQ=True)
 
 
 def tl_bwd_config(head_dim: int, causal: bool, device_type: str, arch: int = HOPPER) -> BwdConfig:
@@ -217,13 +253,15 @@ def get_bwd_config(head_dim: int, causal: bool, device_type: str, arch: int = HO
     """The configuration `flash_attn_backward` takes when none is given (arch: compute
     capability as major·10 + minor; n: the sequence length, None for the tl table): on Hopper,
     compiled, at the head dims it is built for and N >= WS_MIN_N, the warp-specialized Gluon
-    kernel, its dQ by the tl dQ pass (deterministic) or, with deterministic False, by TMA
-    reductions in the kernel (faster; dQ's last bits vary between calls); the tl kernels' table
-    everywhere else, deterministic either way (the one-partition Gluon kernel is
-    `gluon_bwd_config`, asked for explicitly)."""
+    kernel, its dQ by a dQ pass (deterministic: the Gluon one where `GLUON_DQ_STAGES` has
+    stages, else the tl one) or, with deterministic False, by TMA reductions in the kernel
+    (faster; dQ's last bits vary between calls); the tl kernels' table everywhere else,
+    deterministic either way (the one-partition Gluon kernel is `gluon_bwd_config`, asked for
+    explicitly)."""
     if (device_type == "cuda" and arch == HOPPER and not INTERPRETED and head_dim in gluon_backward.HEAD_DIMS
             and n is not None and n >= WS_MIN_N):
-        return gluon_ws_config(head_dim, causal, tma_dq=not deterministic)
+        gluon_dq = deterministic and GLUON_DQ_STAGES[(head_dim, bool(causal))] is not None
+        return gluon_ws_config(head_dim, causal, tma_dq=not deterministic, gluon_dq=gluon_dq)
     return tl_bwd_config(head_dim, causal, device_type, arch)
 
 

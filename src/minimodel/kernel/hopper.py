@@ -102,6 +102,20 @@ def _load(src: Inputs, ch: Channels, tile: QueryTile, T: Tiles):
 
 
 @gluon.jit
+def query_program(N, H, T: Tiles):
+    """(query tile, batch·head, batch, head) of this program: one per (tile of BLOCK_Q rows,
+    batch·head), all on the grid's x axis, the tile fastest; causal, the last query tiles, with
+    the most keys to visit, first."""
+    num_m = gl.cdiv(N, T.BLOCK_Q)
+    pid = gl.program_id(0)
+    pid_m = pid % num_m
+    if T.IS_CAUSAL:
+        pid_m = num_m - 1 - pid_m
+    pid_bh = pid // num_m
+    return pid_m, pid_bh, pid_bh // H, pid_bh % H
+
+
+@gluon.jit
 def _mask(s, j, full, rows, N, BLOCK_N: gl.constexpr, IS_CAUSAL: gl.constexpr):
     """−∞ where a key is past N or (causal) after the query; only tiles from `full` on pay."""
     if j >= full:
@@ -216,14 +230,7 @@ def _flash_fwd_hopper(q_desc, k_desc, v_desc, o_desc, lse_ptr, qk_scale, H, N, G
     the producer (`_load`, the default partition) and CONSUMERS consumers (`_consume`), connected
     by `Channels`."""
     T = Tiles(BLOCK_M, BLOCK_N, HEAD_DIM, CONSUMERS, STAGES, IS_CAUSAL, PINGPONG, STORE_LSE, q_desc.dtype)
-    num_m = gl.cdiv(N, T.BLOCK_Q)
-    pid = gl.program_id(0)
-    pid_m = pid % num_m
-    if IS_CAUSAL:  # the last query tiles have the most keys to visit: start them first
-        pid_m = num_m - 1 - pid_m
-    pid_bh = pid // num_m
-    b = pid_bh // H
-    h = pid_bh % H
+    pid_m, pid_bh, b, h = query_program(N, H, T)
     src = Inputs(q_desc, k_desc, v_desc, h // GROUP)  # grouped-query attention: GROUP heads share K, V
     tile = QueryTile(o_desc, lse_ptr, b, h, pid_m, pid_bh, N, qk_scale)
     ch = Channels.create(T)

@@ -1,0 +1,223 @@
+"""The backward's dQ pass for Hopper (sm_90) in Gluon, warp-specialized as the forward (`hopper`):
+what the tl `backward._bwd_dq_kernel` computes, bit-for-bit deterministic like it (no atomics),
+with the tensor cores' asynchronous GEMMs and a producer warpgroup that keeps K and V coming.
+
+One program per (query tile of 2·BLOCK_M rows, batch, query head); the partitions:
+- `_load` (the default partition, few registers): Q and dO of both consumers once, then K and V of
+  every key tile the tile sees through TMA into a ring of STAGES stages (`hopper_state.Channels`,
+  with dO's buffers beside Q's);
+- `_consume` twice (two warpgroups with most of the registers), consumer w owning query rows
+  [w·BLOCK_M, (w + 1)·BLOCK_M) of the tile: dQ in registers for the whole loop.
+Step j, key tile j:
+    S = Q Kⱼᵀ,  dP = dO Vⱼᵀ,  P = exp2(S·scale·log2 e − LSE·log2 e),  dS = P ∘ (dP − D),
+    dQ += dS Kⱼ        (dS from registers, as the forward's P).
+The GEMMs of step j are issued before dQ's GEMM of step j − 1, which runs under step j's
+exponentials; so Kⱼ's stage is released a step after Vⱼ's. The end: dQ · scale, in Q's dtype,
+leaves through TMA from the consumer's Q buffer.
+
+Rows past N: Q, dO, K, V read as zeros (4-D descriptors bounded per head); LSE and D load as 0
+there. Keys past N and, causal, keys after the query get P = 0 (only the tiles from `full` on
+build the mask); query rows past N are never stored. `BwdConfig.GLUON_DQ` picks it
+(`backward.arguments`); tools/dq_pass_probe.py checks and times it beside the tl pass. Gluon has
+no interpreter: this runs compiled on sm_90 only, or compiles for sm_90 on a CPU.
+"""
+
+# no `from __future__ import annotations`: an aggregate checks its fields against their annotations
+
+import torch
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
+    mbarrier,
+    tma,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
+from triton.language.core import _aggregate as aggregate
+
+from minimodel.kernel.gluon_backward import HEAD_DIMS
+from minimodel.kernel.hopper import _descriptor, _kv_tiles, _phase, _stage, query_program
+from minimodel.kernel.hopper_state import Channels, Tiles
+from minimodel.kernel.launch import LOG2E, grid
+
+_LOG2E = gl.constexpr(LOG2E)
+CONSUMERS = 2  # MMA warpgroups, ROWS query rows each
+ROWS = 64  # query rows per consumer: the M of one warpgroup MMA
+KEYS = 64  # keys per step (128 at d = 64 ran 0.62-0.99x the tl pass's speed on the H200)
+WARPS = 4 * (CONSUMERS + 1)  # the producer's warpgroup and the consumers'
+CONSUMER_REGS = 240  # registers per consumer thread: 2·128·240 + 128·24 (the producer's) <= 65,536
+
+
+@aggregate
+class QueryRows:
+    """One program's work: the query tile pid_m of one (batch, head), its row statistics (LSE,
+    natural log, and D = rowsum(dO ∘ O), float32 (B, H, N)) and where dQ goes."""
+
+    dq_desc: tma.tensor_descriptor
+    lse: gl.tensor
+    delta: gl.tensor
+    b: gl.tensor
+    h: gl.tensor
+    pid_m: gl.tensor
+    pid_bh: gl.tensor
+    N: gl.tensor
+    qk_scale: gl.tensor  # sm_scale · log2 e
+    sm_scale: gl.tensor
+
+    @gluon.constexpr_function
+    def __init__(self, dq_desc, lse, delta, b, h, pid_m, pid_bh, N, qk_scale, sm_scale):
+        self.dq_desc = dq_desc
+        self.lse = lse
+        self.delta = delta
+        self.b = b
+        self.h = h
+        self.pid_m = pid_m
+        self.pid_bh = pid_bh
+        self.N = N
+        self.qk_scale = qk_scale
+        self.sm_scale = sm_scale
+
+
+@gluon.jit
+def _load(q_desc, do_desc, k_desc, v_desc, h_kv, ch: Channels, do_buf, tile: QueryRows, T: Tiles):
+    """Producer: Q and dO of each consumer's rows once (both on q_ready), then K and V of each key
+    tile into stage j % STAGES once both consumers released it (K a step after V)."""
+    mbarrier.expect(ch.q_ready, 2 * T.CONSUMERS * q_desc.block_type.nbytes)
+    for c in gl.static_range(T.CONSUMERS):
+        row0 = tile.pid_m * T.BLOCK_Q + c * T.BLOCK_M
+        tma.async_copy_global_to_shared(q_desc, [tile.b, tile.h, row0, 0], ch.q_ready, ch.q.index(c))
+        tma.async_copy_global_to_shared(do_desc, [tile.b, tile.h, row0, 0], ch.q_ready, do_buf.index(c))
+    _, total = _kv_tiles(tile.pid_m, tile.N, T.BLOCK_Q, T.BLOCK_N, T.IS_CAUSAL)
+    for j in range(total):
+        s = _stage(j, T.STAGES)
+        free = _phase(j, T.STAGES) ^ 1  # on the first pass the fresh barriers count as released
+        mbarrier.wait(ch.v_empty.index(s), free)
+        mbarrier.expect(ch.v_ready.index(s), v_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(v_desc, [tile.b, h_kv, j * T.BLOCK_N, 0], ch.v_ready.index(s),
+                                        ch.v.index(s))
+        mbarrier.wait(ch.k_empty.index(s), free)
+        mbarrier.expect(ch.k_ready.index(s), k_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(k_desc, [tile.b, h_kv, j * T.BLOCK_N, 0], ch.k_ready.index(s),
+                                        ch.k.index(s))
+
+
+@gluon.jit
+def _probabilities(s, lse, j, full, rows, N, T: Tiles):
+    """P of key tile j from S·qk_scale and LSE·log2 e: 0 where a key is past N or (causal) after
+    the query; only tiles from `full` on build the mask."""
+    p = gl.exp2(s - gl.expand_dims(lse, 1))
+    if j >= full:
+        keys = j * T.BLOCK_N + gl.arange(0, T.BLOCK_N, layout=gl.SliceLayout(0, T.s_layout))
+        cols = gl.expand_dims(keys, 0)
+        valid = cols < N
+        if T.IS_CAUSAL:
+            valid = valid & (gl.expand_dims(rows, 1) >= cols)
+        p = gl.where(valid, p, 0.0)
+    return p
+
+
+@gluon.jit
+def _scores(ch: Channels, q, do, j, T: Tiles):
+    """Issue S = Q Kⱼᵀ and dP = dO Vⱼᵀ (asynchronous), once Kⱼ and Vⱼ have landed."""
+    st = _stage(j, T.STAGES)
+    zeros = gl.zeros([T.BLOCK_M, T.BLOCK_N], gl.float32, T.s_layout)
+    mbarrier.wait(ch.k_ready.index(st), _phase(j, T.STAGES))
+    s = warpgroup_mma(q, ch.k.index(st).permute((1, 0)), zeros, use_acc=False, is_async=True)
+    mbarrier.wait(ch.v_ready.index(st), _phase(j, T.STAGES))
+    dp = warpgroup_mma(do, ch.v.index(st).permute((1, 0)), zeros, use_acc=False, is_async=True)
+    return s, dp
+
+
+@gluon.jit
+def _consume(ch: Channels, do_buf, tile: QueryRows, WG: gl.constexpr, T: Tiles):
+    """Consumer WG: dQ of rows [WG·BLOCK_M, (WG + 1)·BLOCK_M) of the query tile."""
+    full, total = _kv_tiles(tile.pid_m, tile.N, T.BLOCK_Q, T.BLOCK_N, T.IS_CAUSAL)
+    row0 = tile.pid_m * T.BLOCK_Q + WG * T.BLOCK_M
+    rows = row0 + gl.arange(0, T.BLOCK_M, layout=gl.SliceLayout(1, T.s_layout))
+    base = tile.pid_bh.to(gl.int64) * tile.N  # 64-bit: B·H·N may pass 2³¹
+    inside = rows < tile.N
+    # LSE in base 2, with S's scale folded into the exponent's argument: S·qk_scale − LSE·log2 e
+    lse = gl.load(tile.lse + base + rows, mask=inside, other=0.0) * _LOG2E
+    delta = gl.expand_dims(gl.load(tile.delta + base + rows, mask=inside, other=0.0), 1)
+    q = ch.q.index(WG)
+    do = do_buf.index(WG)
+    mbarrier.wait(ch.q_ready, 0)
+
+    # step 0: dS of the first key tile, whose dQ GEMM step 1 issues
+    s, dp = _scores(ch, q, do, 0, T)
+    s = warpgroup_mma_wait(1, deps=[s])
+    p = _probabilities(s * tile.qk_scale, lse, 0, full, rows, tile.N, T)
+    dp = warpgroup_mma_wait(0, deps=[dp])
+    mbarrier.arrive(ch.v_empty.index(0), count=1)
+    ds16 = gl.convert_layout((p * (dp - delta)).to(T.dtype), T.p_layout)
+    dq = gl.zeros([T.BLOCK_M, T.HEAD_DIM], gl.float32, T.o_layout)
+
+    for j in range(1, total):
+        prev = _stage(j - 1, T.STAGES)
+        s, dp = _scores(ch, q, do, j, T)
+        dq = warpgroup_mma(ds16, ch.k.index(prev), dq, is_async=True)  # runs under the exponentials
+        s = warpgroup_mma_wait(2, deps=[s])
+        p = _probabilities(s * tile.qk_scale, lse, j, full, rows, tile.N, T)
+        dp = warpgroup_mma_wait(1, deps=[dp])
+        mbarrier.arrive(ch.v_empty.index(_stage(j, T.STAGES)), count=1)
+        ds = (p * (dp - delta)).to(T.dtype)
+        dq, ds16 = warpgroup_mma_wait(0, deps=[dq, ds16])
+        mbarrier.arrive(ch.k_empty.index(prev), count=1)
+        ds16 = gl.convert_layout(ds, T.p_layout)
+
+    last = _stage(total - 1, T.STAGES)
+    dq = warpgroup_mma(ds16, ch.k.index(last), dq, is_async=True)
+    dq, ds16 = warpgroup_mma_wait(0, deps=[dq, ds16])
+    mbarrier.arrive(ch.k_empty.index(last), count=1)
+
+    # dQ leaves through TMA from this consumer's Q buffer, free since its last S GEMM completed;
+    # the 4-D descriptor drops rows past N
+    q.store((dq * tile.sm_scale).to(T.dtype))
+    fence_async_shared()
+    tma.async_copy_shared_to_global(tile.dq_desc, [tile.b, tile.h, row0, 0], q)
+    tma.store_wait(0)
+
+
+@gluon.jit(do_not_specialize=["H", "N", "GROUP"])
+def _bwd_dq_hopper(q_desc, k_desc, v_desc, do_desc, dq_desc, lse, delta, qk_scale, sm_scale, H, N, GROUP,
+                   HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                   STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, CONSUMER_REGS: gl.constexpr):
+    """One program per (query tile of 2·BLOCK_M rows, batch·head) on the grid's x axis: the
+    producer (`_load`) and two consumers (`_consume`)."""
+    T = Tiles(BLOCK_M, BLOCK_N, HEAD_DIM, 2, STAGES, IS_CAUSAL, False, False, q_desc.dtype)
+    pid_m, pid_bh, b, h = query_program(N, H, T)
+    tile = QueryRows(dq_desc, lse, delta, b, h, pid_m, pid_bh, N, qk_scale, sm_scale)
+    ch = Channels.create(T)
+    do_buf = gl.allocate_shared_memory(T.dtype, [T.CONSUMERS, T.BLOCK_M, T.HEAD_DIM], T.q_smem)
+    gl.warp_specialize([
+        (_load, (q_desc, do_desc, k_desc, v_desc, h // GROUP, ch, do_buf, tile, T)),
+        (_consume, (ch, do_buf, tile, 0, T)),
+        (_consume, (ch, do_buf, tile, 1, T)),
+    ], [4, 4], [CONSUMER_REGS, CONSUMER_REGS])
+
+
+def dq_launch(q, k, v, do, dq, lse, delta, scale: float, causal: bool, block_m: int = ROWS,
+              block_n: int = KEYS, stages: int = 4, consumer_regs: int = CONSUMER_REGS):
+    """(kernel, grid, arguments, launch options) of the dQ pass: dq (q's shape and dtype,
+    contiguous) gets scale · dS K. q, k, v, do must be readable by TMA (`hopper.supports`); lse
+    (natural log) and delta float32 (B, H, N), contiguous. block_m: query rows per consumer (the
+    program has two), block_n: keys per step, stages: K/V buffers."""
+    B, H, N, d = q.shape
+    if d not in HEAD_DIMS:
+        raise ValueError(f"the Gluon dQ pass is built for head dims {HEAD_DIMS}, got {d}")
+    args = dict(q_desc=_descriptor(q, block_m), k_desc=_descriptor(k, block_n),
+                v_desc=_descriptor(v, block_n), do_desc=_descriptor(do, block_m),
+                dq_desc=_descriptor(dq, block_m), lse=lse, delta=delta,
+                qk_scale=scale * LOG2E, sm_scale=scale, H=H, N=N, GROUP=H // k.shape[1], HEAD_DIM=d,
+                BLOCK_M=block_m, BLOCK_N=block_n, STAGES=stages, IS_CAUSAL=bool(causal),
+                CONSUMER_REGS=consumer_regs)
+    return _bwd_dq_hopper, grid(N, B * H, CONSUMERS * block_m), args, {"num_warps": 4}
+
+
+def dq_pass(q, k, v, do, lse, delta, scale: float, causal: bool, **tiles) -> torch.Tensor:
+    """dQ by the Gluon pass (`dq_launch`), in q's dtype."""
+    dq = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    kernel, launch_grid, args, options = dq_launch(q, k, v, do, dq, lse, delta, scale, causal, **tiles)
+    kernel[launch_grid](**args, **options)
+    return dq

@@ -1,0 +1,142 @@
+"""The Gluon dQ pass (`minimodel.kernel.gluon_bwd_dqpass`) beside the tl one on a CUDA device: each
+checked against float64, then both timed alone on the same inputs, interleaved.
+
+    python tools/dq_pass_probe.py                      # the checks, then FlashAttention's grid
+    python tools/dq_pass_probe.py --n 4096 --d 128 --csv dq.csv
+    python tools/dq_pass_probe.py --tiles 64,128,2      # BLOCK_N, STAGES of the Gluon pass (+ more)
+
+Checks: fp16 and bf16, d = 64 and 128, causal and not, ragged N (1000, 77), grouped-query heads;
+dQ of each pass against torch autograd in float64 with the project's rule
+(`correctness_rule.grad_errors`, dQ's columns), and the Gluon pass run twice (the same bits).
+Timed: the dQ launch alone (O, LSE and D made once), CUDA-graph medians, `samples` rounds that
+alternate the two passes; `tl_over_gluon` is the tl pass's time over the Gluon pass's (above 1:
+the Gluon pass is faster), and `backward_ms` the whole default backward for scale. A development
+tool: the workflow never imports it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import statistics
+import sys
+
+import torch
+
+import minimodel.entry  # noqa: F401 (first: compiled or interpreted is decided on import)
+from minimodel.floor import correctness_rule, timers
+from minimodel.gpu import grids
+from minimodel.kernel import flash
+from minimodel.kernel.backward import arguments, default_bwd_config, flash_attn_backward
+from minimodel.kernel.gluon_bwd_dqpass import dq_launch
+
+CHECKS = [(B, H, H_kv, N, d, causal, dtype)
+          for B, H, H_kv, N in ((2, 4, 4, 1000), (1, 4, 2, 77), (1, 2, 2, 1024))
+          for d in (64, 128) for causal in (False, True) for dtype in (torch.float16, torch.bfloat16)]
+
+
+def inputs(B, H, H_kv, N, d, dtype, seed: int):
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    q = torch.randn(B, H, N, d, generator=g).to("cuda", dtype)
+    k, v = (torch.randn(B, H_kv, N, d, generator=g).to("cuda", dtype) for _ in range(2))
+    do = torch.randn(B, H, N, d, generator=g).to("cuda", dtype)
+    return q, k, v, do
+
+
+def passes(q, k, v, do, causal: bool, tiles: dict):
+    """{name: call returning dQ} of the tl pass and the Gluon pass on these inputs, O, LSE and D
+    made once; and the whole default backward."""
+    scale = q.shape[-1] ** -0.5
+    o, lse = flash.flash_attn_forward(q, k, v, causal=causal, return_lse=True)
+    delta = (do.float() * o.float()).sum(-1).contiguous()
+    cfg = default_bwd_config(q, causal)
+    dq_tl = torch.empty_like(q)
+    dq_gl = torch.empty_like(q)
+    kernel, grid, args, options = arguments(q, k, v, o, lse.contiguous(), do, dq_tl, torch.empty_like(k),
+                                            torch.empty_like(v), delta, scale, cfg, causal)[-1]
+    gl_kernel, gl_grid, gl_args, gl_options = dq_launch(q, k, v, do, dq_gl, lse.contiguous(), delta, scale,
+                                                        causal, **tiles)
+
+    def tl_pass():
+        kernel[grid](**args, **options)
+        return dq_tl
+
+    def gluon_pass():
+        gl_kernel[gl_grid](**gl_args, **gl_options)
+        return dq_gl
+
+    return {"tl": tl_pass, "gluon": gluon_pass,
+            "backward": lambda: flash_attn_backward(q, k, v, o, lse, do, causal)[0]}
+
+
+def check(tiles: dict) -> int:
+    """Each CHECKS case: both passes against float64 (dQ), the Gluon pass twice; returns failures."""
+    failed = 0
+    for i, (B, H, H_kv, N, d, causal, dtype) in enumerate(CHECKS):
+        q, k, v, do = inputs(B, H, H_kv, N, d, dtype, 1000 + i)
+        calls = passes(q, k, v, do, causal, tiles)
+        exact = correctness_rule.reference_grads(q, k, v, do, causal, upcast=True)[0]
+        lowp = correctness_rule.reference_grads(q, k, v, do, causal)[0]
+        tol = correctness_rule.tolerance(correctness_rule._error(lowp, exact))
+        line = []
+        for name in ("tl", "gluon"):
+            got = calls[name]().clone()
+            err = correctness_rule._error(got, exact)
+            ok = err <= tol and not torch.isnan(got).any()
+            failed += not ok
+            line.append(f"{name} {err:.2e} {'pass' if ok else 'FAIL'}")
+        again = torch.equal(calls["gluon"]().clone(), calls["gluon"]().clone())
+        failed += not again
+        print(f"check {(B, H, H_kv, N, d)} causal={causal} {str(dtype)[6:]}: tolerance {tol:.2e}, "
+              f"{', '.join(line)}, gluon the same bits twice: {again}", flush=True)
+    return failed
+
+
+def time_points(points, samples: int, rep_ms: float, tiles: dict, out: list) -> None:
+    for p in points:
+        q, k, v, do = inputs(p.B, p.H, p.H, p.N, p.d, torch.float16, 7)
+        calls = passes(q, k, v, do, p.causal, tiles)
+        taken = {name: [] for name in calls}
+        for _ in range(samples):
+            for name, call in calls.items():
+                taken[name].append(timers.graph_ms(lambda call=call: call, rep_ms))
+        ms = {name: statistics.median(t) for name, t in taken.items()}
+        row = {"B": p.B, "H": p.H, "N": p.N, "d": p.d, "causal": p.causal, **tiles,
+               "tl_ms": ms["tl"], "gluon_ms": ms["gluon"], "backward_ms": ms["backward"],
+               "tl_over_gluon": ms["tl"] / ms["gluon"]}
+        out.append(row)
+        print(" ".join(f"{key}={val:.4g}" if isinstance(val, float) else f"{key}={val}"
+                       for key, val in row.items()), flush=True)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, action="append", help="only these N")
+    parser.add_argument("--d", type=int, action="append", help="only these head dims")
+    parser.add_argument("--tiles", default="64,3", help="BLOCK_N,STAGES of the Gluon pass")
+    parser.add_argument("--samples", type=int, default=5)
+    parser.add_argument("--rep-ms", type=float, default=50.0)
+    parser.add_argument("--no-check", action="store_true")
+    parser.add_argument("--csv")
+    a = parser.parse_args(argv)
+    block_n, stages = (int(x) for x in a.tiles.split(","))
+    tiles = {"block_n": block_n, "stages": stages}
+    failed = 0 if a.no_check else check(tiles)
+    points = [p for p in grids.flashattention_grid(grids.default_timing_config())
+              if (not a.n or p.N in a.n) and (not a.d or p.d in a.d)]
+    rows: list = []
+    time_points(points, a.samples, a.rep_ms, tiles, rows)
+    if a.csv and rows:
+        with open(a.csv, "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows)
+    if rows:
+        ratios = [r["tl_over_gluon"] for r in rows]
+        print(f"tl over gluon: geometric mean {statistics.geometric_mean(ratios):.3f}, "
+              f"{min(ratios):.3f}-{max(ratios):.3f} over {len(rows)} points; {failed} checks failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
