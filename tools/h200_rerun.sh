@@ -1,23 +1,25 @@
 #!/bin/bash
 # A rerun of the committed H200 reference with the reference's own code, in three steps (notes/timing.md,
-# "Rerun 2"): `prepare` here, then on the lent H200 `launch` in the call that carries DIR/c and DIR/rerun
+# "The stage in the refresh of the reference"): `prepare` here, then on the lent H200 `launch` in the call that carries DIR/c and DIR/rerun
 # (after the two that stashed DIR/a and DIR/b, `tools/h200_wheels.sh`), then `wait` in as many calls as
 # it takes.
 #     tools/h200_rerun.sh prepare [DIR]                 # here: the code at COMMIT, the run to copy
 #     tools/h200_rerun.sh launch [DIR]                  # H200: install, unpack, start Snakemake detached
 #     tools/h200_rerun.sh wait [SECONDS]                # H200: wait; once it has ended, pack into $OUT
-# COMMIT (default bc0ebbe, the code the c8af775 reference hashes), FROM (default
-# results/reruns/h200-rerun-1, a committed run whose other stages are kept; empty: a run from
-# nothing), TO (default results/h200-rerun-2), FORCE (default gpu_timing: the stage run again; empty:
-# none) and CONFIG (more `--config` items) may be set in the environment. The refresh of the
-# reference, the whole workflow at the committed HEAD (about 21 minutes on the H200):
+# COMMIT (default 0667873: the code the committed reference hashes, 1800db6's, with that reference in
+# its tree, which the run's `compare` reads), FROM (default empty: a run from nothing; else a committed
+# run whose other stages are kept), TO (default results/h200-rerun-3), FORCE (default empty: no stage
+# forced; gpu_timing runs the timing stage again in a copy of FROM) and CONFIG (more `--config` items)
+# may be set in the environment. The timing stage again in a copy of rerun 3, once committed:
+#     FROM=results/reruns/h200-rerun-3 TO=results/h200-rerun-4 FORCE=gpu_timing tools/h200_rerun.sh prepare
+# The refresh of the reference, the whole workflow at the committed HEAD (about 20 minutes on the H200):
 #     COMMIT=$(git rev-parse HEAD) FROM= FORCE= TO=results/reference/nvidia-h200 \
 #         CONFIG=overwrite_reference=True tools/h200_rerun.sh prepare        # and the same for launch
 set -euo pipefail
-COMMIT=${COMMIT:-bc0ebbe538544272202247bba933357d89ea3f0c}
-FROM=${FROM-results/reruns/h200-rerun-1}
-TO=${TO:-results/h200-rerun-2}
-FORCE=${FORCE-gpu_timing}
+COMMIT=${COMMIT:-066787365e00cbdbc737f28656696859494cdc0e}
+FROM=${FROM-}
+TO=${TO:-results/h200-rerun-3}
+FORCE=${FORCE-}
 CONFIG=${CONFIG:-}
 RUN=/tmp/run
 PLAIN=(--configfile examples/contenders.yaml --config "results_dir=$TO" $CONFIG)  # the run's configuration
