@@ -29,7 +29,7 @@ import kernel_report
 import torch
 
 from minimodel.kernel.bwd_config import gluon_ws_config
-from minimodel.kernel.gluon_bwd_dqpass import CONSUMERS, dq_launch
+from minimodel.kernel.gluon_bwd_dqpass import config_launch
 from minimodel.kernel.gluon_bwd_ws import dkdv_launch
 
 # (d, causal, dQ) of `gluon_ws_config`, dQ: 0 the tl pass, 1 atomics, 2 TMA reductions, 3 TMA
@@ -46,14 +46,12 @@ _TYPES = {torch.float16: "*fp16", torch.bfloat16: "*bf16", torch.float32: "*fp32
 
 def compile_ws(cfg, d: int, causal: bool, dtype=torch.float16, n: int = 4096, arch: int = 90):
     """Triton's compiled kernel of `dkdv_launch` for `cfg` on a contiguous (1, 1, n, d) problem (with
-    cfg.GLUON_DQ, of the Gluon dQ pass's `dq_launch` instead)."""
+    cfg.GLUON_DQ, of the Gluon dQ pass's launch instead)."""
     t = torch.empty(1, 1, n, d, dtype=dtype)
     rows = torch.empty(1, 1, n, dtype=torch.float32)
     dq = torch.empty(1, 1, n, d, dtype=torch.float32 if cfg.ATOMIC_DQ else dtype)
     if cfg.GLUON_DQ:
-        kernel, _, args, options = dq_launch(t, t, t, t, dq, rows, rows, 0.125, causal,
-                                             block_m=cfg.BLOCK_M2 // CONSUMERS, block_n=cfg.BLOCK_N2,
-                                             stages=cfg.num_stages_q)
+        kernel, _, args, options = config_launch(t, t, t, t, dq, rows, rows, 0.125, cfg, causal)
     else:
         kernel, _, args, options = dkdv_launch(t, t, t, t, dq, t, t, rows, rows, 0.125, cfg, causal)
     types = {k: (_TYPES[v.dtype] if isinstance(v, torch.Tensor) else kernel_report._as_types({k: v})[k])

@@ -13,9 +13,8 @@ same bit for bit from run to run:
    key tile, or atomics: it recomputes P once more, and writes dQ once.)
 A configuration with ATOMIC_DQ (`BwdConfig`) drops launch 3 for FlashAttention-2's own choice:
 the dK/dV kernel adds each tile pair's dS K to a float32 dQ with atomic adds (P computed once;
-dQ's last bits then depend on the order of the adds). The default tables keep it off.
-On Hopper launch 2 is a Gluon kernel (`gluon_bwd_ws`) and, where it was measured faster, launch 3
-too (`gluon_bwd_dqpass`, `BwdConfig.GLUON_DQ`): the same three launches, no atomics.
+dQ's last bits then depend on the order of the adds). The default tables keep it off. On
+Hopper launches 2 and 3 may be Gluon kernels (`gluon_bwd_ws`; `gluon_bwd_dqpass`, `GLUON_DQ`).
 dQ and dK carry the softmax scale: dQ = scale · dS K, dK = scale · dSᵀ Q.
 
 LSE is the forward's: the natural-log log-sum-exp of each row of S, (B, H, N) float32
@@ -266,13 +265,10 @@ def arguments(q, k, v, o, lse, do, dq, dk, dv, delta, scale: float, cfg: BwdConf
     """[(kernel, grid, arguments, launch options)] of the launches, in order: what
     `flash_attn_backward` runs, and what a compile for a GPU without one specializes on.
     dq: dQ in q's dtype, or with cfg.ATOMIC_DQ the zeroed float32 accumulator (then there is no
-    dQ kernel: the dK/dV kernel adds to it). With cfg.GLUON the dK/dV launch is a Gluon kernel's
-    (`gluon_bwd_ws.dkdv_launch` warp-specialized, else `gluon_backward.dkdv_launch`), between the
-    same preprocess and dQ launches; with cfg.GLUON_DQ the dQ launch is the Gluon pass's
-    (`gluon_bwd_dqpass.dq_launch`)."""
+    dQ kernel: the dK/dV kernel adds to it). cfg.GLUON: the dK/dV launch is a Gluon kernel's
+    (`gluon_bwd_ws` warp-specialized, else `gluon_backward`); cfg.GLUON_DQ: the dQ launch too."""
     B, H, N, d = q.shape
-    H_kv = k.shape[1]
-    qk_scale = scale * LOG2E
+    H_kv, qk_scale = k.shape[1], scale * LOG2E
     pre = dict(O=o, DO=do, Delta=delta, **_strides("o", o), **_strides("do", do), H=H, N=N,
                HEAD_DIM=d, BLOCK_M=cfg.BLOCK_M2)
     common = dict(qk_scale=qk_scale, sm_scale=scale, **_strides("q", q), **_strides("k", k),
@@ -290,17 +286,12 @@ def arguments(q, k, v, o, lse, do, dq, dk, dv, delta, scale: float, cfg: BwdConf
         kv_launch = (_bwd_dkdv_kernel, _grid(N, B * H_kv, cfg.BLOCK_N1), dkdv,
                      dict(num_warps=cfg.num_warps_kv, num_stages=cfg.num_stages_kv))
     if cfg.GLUON_DQ:
-        q_launch = gluon_bwd_dqpass.dq_launch(q, k, v, do, dq, lse, delta, scale, causal,
-                                              block_m=cfg.BLOCK_M2 // gluon_bwd_dqpass.CONSUMERS,
-                                              block_n=cfg.BLOCK_N2, stages=cfg.num_stages_q)
+        q_launch = gluon_bwd_dqpass.config_launch(q, k, v, do, dq, lse, delta, scale, cfg, causal)
     else:
         q_launch = (_bwd_dq_kernel, _grid(N, B * H, cfg.BLOCK_M2), dqa,
                     dict(num_warps=cfg.num_warps_q, num_stages=cfg.num_stages_q))
-    launches = [
-        (_bwd_preprocess, _grid(N, B * H, cfg.BLOCK_M2), pre, dict(num_warps=4, num_stages=1)),
-        kv_launch,
-        q_launch,
-    ]
+    launches = [(_bwd_preprocess, _grid(N, B * H, cfg.BLOCK_M2), pre, dict(num_warps=4, num_stages=1)),
+                kv_launch, q_launch]
     return launches[:2] if cfg.ATOMIC_DQ else launches
 
 

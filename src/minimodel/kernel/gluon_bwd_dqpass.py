@@ -24,7 +24,6 @@ no interpreter: this runs compiled on sm_90 only, or compiles for sm_90 on a CPU
 
 # no `from __future__ import annotations`: an aggregate checks its fields against their annotations
 
-import torch
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
@@ -215,9 +214,9 @@ def dq_launch(q, k, v, do, dq, lse, delta, scale: float, causal: bool, block_m: 
     return _bwd_dq_hopper, grid(N, B * H, CONSUMERS * block_m), args, {"num_warps": 4}
 
 
-def dq_pass(q, k, v, do, lse, delta, scale: float, causal: bool, **tiles) -> torch.Tensor:
-    """dQ by the Gluon pass (`dq_launch`), in q's dtype."""
-    dq = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-    kernel, launch_grid, args, options = dq_launch(q, k, v, do, dq, lse, delta, scale, causal, **tiles)
-    kernel[launch_grid](**args, **options)
-    return dq
+def config_launch(q, k, v, do, dq, lse, delta, scale: float, cfg, causal: bool):
+    """`dq_launch` with the tiles of `cfg` (a `BwdConfig` with GLUON_DQ): BLOCK_M2 query rows per
+    program, BLOCK_N2 keys per step, num_stages_q stages."""
+    return dq_launch(q, k, v, do, dq, lse, delta, scale, causal, block_m=cfg.BLOCK_M2 // CONSUMERS,
+                     block_n=cfg.BLOCK_N2, stages=cfg.num_stages_q)
+
