@@ -3,7 +3,7 @@ checked against float64, then both timed alone on the same inputs, interleaved.
 
     python tools/dq_pass_probe.py                      # the checks, then FlashAttention's grid
     python tools/dq_pass_probe.py --n 4096 --d 128 --csv dq.csv
-    python tools/dq_pass_probe.py --tiles 64,128,2      # BLOCK_N, STAGES of the Gluon pass (+ more)
+    python tools/dq_pass_probe.py --tiles 128,3 --pingpong   # keys a step, stages; turns on the GEMMs
 
 Checks: fp16 and bf16, d = 64 and 128, causal and not, ragged N (1000, 77), grouped-query heads;
 dQ of each pass against torch autograd in float64 with the project's rule
@@ -113,14 +113,15 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, action="append", help="only these N")
     parser.add_argument("--d", type=int, action="append", help="only these head dims")
-    parser.add_argument("--tiles", default="64,3", help="BLOCK_N,STAGES of the Gluon pass")
+    parser.add_argument("--tiles", default="64,4", help="BLOCK_N,STAGES of the Gluon pass")
+    parser.add_argument("--pingpong", action="store_true", help="the consumers take turns issuing GEMMs")
     parser.add_argument("--samples", type=int, default=5)
     parser.add_argument("--rep-ms", type=float, default=50.0)
     parser.add_argument("--no-check", action="store_true")
     parser.add_argument("--csv")
     a = parser.parse_args(argv)
     block_n, stages = (int(x) for x in a.tiles.split(","))
-    tiles = {"block_n": block_n, "stages": stages}
+    tiles = {"block_n": block_n, "stages": stages, "pingpong": a.pingpong}
     failed = 0 if a.no_check else check(tiles)
     points = [p for p in grids.flashattention_grid(grids.default_timing_config())
               if (not a.n or p.N in a.n) and (not a.d or p.d in a.d)]

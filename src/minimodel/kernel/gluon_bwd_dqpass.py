@@ -36,7 +36,15 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 from triton.language.core import _aggregate as aggregate
 
 from minimodel.kernel.gluon_backward import HEAD_DIMS
-from minimodel.kernel.hopper import _descriptor, _kv_tiles, _phase, _stage, query_program
+from minimodel.kernel.hopper import (
+    _descriptor,
+    _kv_tiles,
+    _pass_turn,
+    _phase,
+    _stage,
+    _wait_turn,
+    query_program,
+)
 from minimodel.kernel.hopper_state import Channels, Tiles
 from minimodel.kernel.launch import LOG2E, grid
 
@@ -117,13 +125,16 @@ def _probabilities(s, lse, j, full, rows, N, T: Tiles):
 
 
 @gluon.jit
-def _scores(ch: Channels, q, do, j, T: Tiles):
-    """Issue S = Q Kⱼᵀ and dP = dO Vⱼᵀ (asynchronous), once Kⱼ and Vⱼ have landed."""
+def _scores(ch: Channels, q, do, j, WG: gl.constexpr, T: Tiles):
+    """Issue S = Q Kⱼᵀ and dP = dO Vⱼᵀ (asynchronous) once Kⱼ and Vⱼ have landed and, with
+    PINGPONG, once the other consumer has issued its GEMMs of the step (the caller hands the turn
+    on after its own)."""
     st = _stage(j, T.STAGES)
     zeros = gl.zeros([T.BLOCK_M, T.BLOCK_N], gl.float32, T.s_layout)
     mbarrier.wait(ch.k_ready.index(st), _phase(j, T.STAGES))
-    s = warpgroup_mma(q, ch.k.index(st).permute((1, 0)), zeros, use_acc=False, is_async=True)
     mbarrier.wait(ch.v_ready.index(st), _phase(j, T.STAGES))
+    _wait_turn(ch.turns, j, WG, T.PINGPONG)
+    s = warpgroup_mma(q, ch.k.index(st).permute((1, 0)), zeros, use_acc=False, is_async=True)
     dp = warpgroup_mma(do, ch.v.index(st).permute((1, 0)), zeros, use_acc=False, is_async=True)
     return s, dp
 
@@ -144,7 +155,8 @@ def _consume(ch: Channels, do_buf, tile: QueryRows, WG: gl.constexpr, T: Tiles):
     mbarrier.wait(ch.q_ready, 0)
 
     # step 0: dS of the first key tile, whose dQ GEMM step 1 issues
-    s, dp = _scores(ch, q, do, 0, T)
+    s, dp = _scores(ch, q, do, 0, WG, T)
+    _pass_turn(ch.turns, WG, T.CONSUMERS, T.PINGPONG)
     s = warpgroup_mma_wait(1, deps=[s])
     p = _probabilities(s * tile.qk_scale, lse, 0, full, rows, tile.N, T)
     dp = warpgroup_mma_wait(0, deps=[dp])
@@ -154,8 +166,9 @@ def _consume(ch: Channels, do_buf, tile: QueryRows, WG: gl.constexpr, T: Tiles):
 
     for j in range(1, total):
         prev = _stage(j - 1, T.STAGES)
-        s, dp = _scores(ch, q, do, j, T)
+        s, dp = _scores(ch, q, do, j, WG, T)
         dq = warpgroup_mma(ds16, ch.k.index(prev), dq, is_async=True)  # runs under the exponentials
+        _pass_turn(ch.turns, WG, T.CONSUMERS, T.PINGPONG)
         s = warpgroup_mma_wait(2, deps=[s])
         p = _probabilities(s * tile.qk_scale, lse, j, full, rows, tile.N, T)
         dp = warpgroup_mma_wait(1, deps=[dp])
@@ -181,10 +194,11 @@ def _consume(ch: Channels, do_buf, tile: QueryRows, WG: gl.constexpr, T: Tiles):
 @gluon.jit(do_not_specialize=["H", "N", "GROUP"])
 def _bwd_dq_hopper(q_desc, k_desc, v_desc, do_desc, dq_desc, lse, delta, qk_scale, sm_scale, H, N, GROUP,
                    HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-                   STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, CONSUMER_REGS: gl.constexpr):
+                   STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, PINGPONG: gl.constexpr,
+                   CONSUMER_REGS: gl.constexpr):
     """One program per (query tile of 2·BLOCK_M rows, batch·head) on the grid's x axis: the
     producer (`_load`) and two consumers (`_consume`)."""
-    T = Tiles(BLOCK_M, BLOCK_N, HEAD_DIM, 2, STAGES, IS_CAUSAL, False, False, q_desc.dtype)
+    T = Tiles(BLOCK_M, BLOCK_N, HEAD_DIM, 2, STAGES, IS_CAUSAL, PINGPONG, False, q_desc.dtype)
     pid_m, pid_bh, b, h = query_program(N, H, T)
     tile = QueryRows(dq_desc, lse, delta, b, h, pid_m, pid_bh, N, qk_scale, sm_scale)
     ch = Channels.create(T)
@@ -197,11 +211,13 @@ def _bwd_dq_hopper(q_desc, k_desc, v_desc, do_desc, dq_desc, lse, delta, qk_scal
 
 
 def dq_launch(q, k, v, do, dq, lse, delta, scale: float, causal: bool, block_m: int = ROWS,
-              block_n: int = KEYS, stages: int = 4, consumer_regs: int = CONSUMER_REGS):
+              block_n: int = KEYS, stages: int = 4, pingpong: bool = False,
+              consumer_regs: int = CONSUMER_REGS):
     """(kernel, grid, arguments, launch options) of the dQ pass: dq (q's shape and dtype,
     contiguous) gets scale · dS K. q, k, v, do must be readable by TMA (`hopper.supports`); lse
     (natural log) and delta float32 (B, H, N), contiguous. block_m: query rows per consumer (the
-    program has two), block_n: keys per step, stages: K/V buffers."""
+    program has two), block_n: keys per step, stages: K/V buffers, pingpong: the consumers take
+    turns issuing their GEMMs (the forward's PINGPONG; not timed yet, off)."""
     B, H, N, d = q.shape
     if d not in HEAD_DIMS:
         raise ValueError(f"the Gluon dQ pass is built for head dims {HEAD_DIMS}, got {d}")
@@ -210,7 +226,7 @@ def dq_launch(q, k, v, do, dq, lse, delta, scale: float, causal: bool, block_m: 
                 dq_desc=_descriptor(dq, block_m), lse=lse, delta=delta,
                 qk_scale=scale * LOG2E, sm_scale=scale, H=H, N=N, GROUP=H // k.shape[1], HEAD_DIM=d,
                 BLOCK_M=block_m, BLOCK_N=block_n, STAGES=stages, IS_CAUSAL=bool(causal),
-                CONSUMER_REGS=consumer_regs)
+                PINGPONG=bool(pingpong), CONSUMER_REGS=consumer_regs)
     return _bwd_dq_hopper, grid(N, B * H, CONSUMERS * block_m), args, {"num_warps": 4}
 
 
