@@ -33,7 +33,6 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma,
     warpgroup_mma_wait,
 )
-from triton.language.core import _aggregate as aggregate
 
 from minimodel.kernel.gluon_backward import HEAD_DIMS
 from minimodel.kernel.hopper import (
@@ -45,7 +44,7 @@ from minimodel.kernel.hopper import (
     _wait_turn,
     query_program,
 )
-from minimodel.kernel.hopper_state import Channels, Tiles
+from minimodel.kernel.hopper_state import Channels, QueryTile, Tiles
 from minimodel.kernel.launch import LOG2E, grid
 
 _LOG2E = gl.constexpr(LOG2E)
@@ -56,38 +55,8 @@ WARPS = 4 * (CONSUMERS + 1)  # the producer's warpgroup and the consumers'
 CONSUMER_REGS = 240  # registers per consumer thread: 2·128·240 + 128·24 (the producer's) <= 65,536
 
 
-@aggregate
-class QueryRows:
-    """One program's work: the query tile pid_m of one (batch, head), its row statistics (LSE,
-    natural log, and D = rowsum(dO ∘ O), float32 (B, H, N)) and where dQ goes."""
-
-    dq_desc: tma.tensor_descriptor
-    lse: gl.tensor
-    delta: gl.tensor
-    b: gl.tensor
-    h: gl.tensor
-    pid_m: gl.tensor
-    pid_bh: gl.tensor
-    N: gl.tensor
-    qk_scale: gl.tensor  # sm_scale · log2 e
-    sm_scale: gl.tensor
-
-    @gluon.constexpr_function
-    def __init__(self, dq_desc, lse, delta, b, h, pid_m, pid_bh, N, qk_scale, sm_scale):
-        self.dq_desc = dq_desc
-        self.lse = lse
-        self.delta = delta
-        self.b = b
-        self.h = h
-        self.pid_m = pid_m
-        self.pid_bh = pid_bh
-        self.N = N
-        self.qk_scale = qk_scale
-        self.sm_scale = sm_scale
-
-
 @gluon.jit
-def _load(q_desc, do_desc, k_desc, v_desc, h_kv, ch: Channels, do_buf, tile: QueryRows, T: Tiles):
+def _load(q_desc, do_desc, k_desc, v_desc, h_kv, ch: Channels, do_buf, tile: QueryTile, T: Tiles):
     """Producer: Q and dO of each consumer's rows once (both on q_ready), then K and V of each key
     tile into stage j % STAGES once both consumers released it (K a step after V)."""
     mbarrier.expect(ch.q_ready, 2 * T.CONSUMERS * q_desc.block_type.nbytes)
@@ -140,16 +109,18 @@ def _scores(ch: Channels, q, do, j, WG: gl.constexpr, T: Tiles):
 
 
 @gluon.jit
-def _consume(ch: Channels, do_buf, tile: QueryRows, WG: gl.constexpr, T: Tiles):
-    """Consumer WG: dQ of rows [WG·BLOCK_M, (WG + 1)·BLOCK_M) of the query tile."""
+def _consume(ch: Channels, do_buf, tile: QueryTile, delta_ptr, sm_scale, WG: gl.constexpr, T: Tiles):
+    """Consumer WG: dQ of rows [WG·BLOCK_M, (WG + 1)·BLOCK_M) of the query tile. `tile`: the
+    forward's, its output dQ's descriptor, its LSE the forward's (natural log); delta_ptr: D =
+    rowsum(dO ∘ O), float32 (B, H, N)."""
     full, total = _kv_tiles(tile.pid_m, tile.N, T.BLOCK_Q, T.BLOCK_N, T.IS_CAUSAL)
     row0 = tile.pid_m * T.BLOCK_Q + WG * T.BLOCK_M
     rows = row0 + gl.arange(0, T.BLOCK_M, layout=gl.SliceLayout(1, T.s_layout))
     base = tile.pid_bh.to(gl.int64) * tile.N  # 64-bit: B·H·N may pass 2³¹
     inside = rows < tile.N
     # LSE in base 2, with S's scale folded into the exponent's argument: S·qk_scale − LSE·log2 e
-    lse = gl.load(tile.lse + base + rows, mask=inside, other=0.0) * _LOG2E
-    delta = gl.expand_dims(gl.load(tile.delta + base + rows, mask=inside, other=0.0), 1)
+    lse = gl.load(tile.lse_ptr + base + rows, mask=inside, other=0.0) * _LOG2E
+    delta = gl.expand_dims(gl.load(delta_ptr + base + rows, mask=inside, other=0.0), 1)
     q = ch.q.index(WG)
     do = do_buf.index(WG)
     mbarrier.wait(ch.q_ready, 0)
@@ -185,9 +156,9 @@ def _consume(ch: Channels, do_buf, tile: QueryRows, WG: gl.constexpr, T: Tiles):
 
     # dQ leaves through TMA from this consumer's Q buffer, free since its last S GEMM completed;
     # the 4-D descriptor drops rows past N
-    q.store((dq * tile.sm_scale).to(T.dtype))
+    q.store((dq * sm_scale).to(T.dtype))
     fence_async_shared()
-    tma.async_copy_shared_to_global(tile.dq_desc, [tile.b, tile.h, row0, 0], q)
+    tma.async_copy_shared_to_global(tile.o_desc, [tile.b, tile.h, row0, 0], q)
     tma.store_wait(0)
 
 
@@ -200,13 +171,13 @@ def _bwd_dq_hopper(q_desc, k_desc, v_desc, do_desc, dq_desc, lse, delta, qk_scal
     producer (`_load`) and two consumers (`_consume`)."""
     T = Tiles(BLOCK_M, BLOCK_N, HEAD_DIM, 2, STAGES, IS_CAUSAL, PINGPONG, False, q_desc.dtype)
     pid_m, pid_bh, b, h = query_program(N, H, T)
-    tile = QueryRows(dq_desc, lse, delta, b, h, pid_m, pid_bh, N, qk_scale, sm_scale)
+    tile = QueryTile(dq_desc, lse, b, h, pid_m, pid_bh, N, qk_scale)  # the forward's, dQ its output
     ch = Channels.create(T)
     do_buf = gl.allocate_shared_memory(T.dtype, [T.CONSUMERS, T.BLOCK_M, T.HEAD_DIM], T.q_smem)
     gl.warp_specialize([
         (_load, (q_desc, do_desc, k_desc, v_desc, h // GROUP, ch, do_buf, tile, T)),
-        (_consume, (ch, do_buf, tile, 0, T)),
-        (_consume, (ch, do_buf, tile, 1, T)),
+        (_consume, (ch, do_buf, tile, delta, sm_scale, 0, T)),
+        (_consume, (ch, do_buf, tile, delta, sm_scale, 1, T)),
     ], [4, 4], [CONSUMER_REGS, CONSUMER_REGS])
 
 
