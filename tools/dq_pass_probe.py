@@ -10,7 +10,8 @@ dQ of each pass against torch autograd in float64 with the project's rule
 (`correctness_rule.grad_errors`, dQ's columns), and the Gluon pass run twice (the same bits).
 Timed: the dQ launch alone (O, LSE and D made once), CUDA-graph medians, `samples` rounds that
 alternate the two passes; `tl_over_gluon` is the tl pass's time over the Gluon pass's (above 1:
-the Gluon pass is faster), and `backward_ms` the whole default backward for scale. A development
+the Gluon pass is faster), and `backward_ms` the whole default backward for scale (which runs the
+Gluon pass itself where the policy picks it, `bwd_config.GLUON_DQ_STAGES`). A development
 tool: the workflow never imports it.
 """
 
@@ -27,7 +28,8 @@ import minimodel.entry  # noqa: F401 (first: compiled or interpreted is decided 
 from minimodel.floor import correctness_rule, timers
 from minimodel.gpu import grids
 from minimodel.kernel import flash
-from minimodel.kernel.backward import arguments, default_bwd_config, flash_attn_backward
+from minimodel.kernel.backward import arguments, flash_attn_backward
+from minimodel.kernel.bwd_config import tl_bwd_config
 from minimodel.kernel.gluon_bwd_dqpass import dq_launch
 
 CHECKS = [(B, H, H_kv, N, d, causal, dtype)
@@ -44,18 +46,22 @@ def inputs(B, H, H_kv, N, d, dtype, seed: int):
 
 
 def passes(q, k, v, do, causal: bool, tiles: dict):
-    """{name: call returning dQ} of the tl pass and the Gluon pass on these inputs, O, LSE and D
-    made once; and the whole default backward."""
+    """{name: call returning dQ} of the tl pass (the Hopper table's tiles) and the Gluon pass on
+    these inputs, O, LSE and D (by the backward's own preprocess) made once; and the whole default
+    backward."""
     scale = q.shape[-1] ** -0.5
     o, lse = flash.flash_attn_forward(q, k, v, causal=causal, return_lse=True)
-    delta = (do.float() * o.float()).sum(-1).contiguous()
-    cfg = default_bwd_config(q, causal)
-    dq_tl = torch.empty_like(q)
-    dq_gl = torch.empty_like(q)
-    kernel, grid, args, options = arguments(q, k, v, o, lse.contiguous(), do, dq_tl, torch.empty_like(k),
-                                            torch.empty_like(v), delta, scale, cfg, causal)[-1]
-    gl_kernel, gl_grid, gl_args, gl_options = dq_launch(q, k, v, do, dq_gl, lse.contiguous(), delta, scale,
-                                                        causal, **tiles)
+    lse = lse.contiguous()
+    delta = torch.empty(lse.shape, dtype=torch.float32, device=q.device)
+    dq_tl, dq_gl = torch.empty_like(q), torch.empty_like(q)
+    tl = tl_bwd_config(q.shape[-1], causal, "cuda")  # the tl dQ pass, whatever the default runs
+    launches = arguments(q, k, v, o, lse, do, dq_tl, torch.empty_like(k), torch.empty_like(v), delta, scale,
+                         tl, causal)
+    kernel, grid, args, options = launches[0]
+    kernel[grid](**args, **options)  # the preprocess: D = rowsum(dO ∘ O)
+    kernel, grid, args, options = launches[-1]
+    gl_kernel, gl_grid, gl_args, gl_options = dq_launch(q, k, v, do, dq_gl, lse, delta, scale, causal,
+                                                        **tiles)
 
     def tl_pass():
         kernel[grid](**args, **options)

@@ -1,8 +1,8 @@
 #!/bin/bash
-# A rerun of the committed H200 reference with the reference's own code, in three steps (notes/timing.md,
-# "The stage in the refresh of the reference"): `prepare` here, then on the lent H200 `launch` in the call that carries DIR/c and DIR/rerun
-# (after the two that stashed DIR/a and DIR/b, `tools/h200_wheels.sh`), then `wait` in as many calls as
-# it takes.
+# A rerun of the committed H200 reference with the reference's own code, in three steps
+# (notes/timing.md, "The stage in the refresh of the reference"): `prepare` here, then on the lent
+# H200 `launch` in the call that carries DIR/c and DIR/rerun (after the two that stashed DIR/a and
+# DIR/b, `tools/h200_wheels.sh`), then `wait` in as many calls as it takes.
 #     tools/h200_rerun.sh prepare [DIR]                 # here: the code at COMMIT, the run to copy
 #     tools/h200_rerun.sh launch [DIR]                  # H200: install, unpack, start Snakemake detached
 #     tools/h200_rerun.sh wait [SECONDS]                # H200: wait; once it has ended, pack into $OUT
@@ -78,6 +78,6 @@ wait)
         head -40 "$RUN/$TO/compare/verdict.json"
     fi ;;
 *)
-    sed -n '2,12p' "$0"
+    sed -n '2,17p' "$0"
     exit 2 ;;
 esac
