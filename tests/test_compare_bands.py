@@ -5,9 +5,10 @@ columns in tests/data:
   and the run before it (`git show 33adea8:...`), every pass;
 - the reference of c8af775 (`git show 20686fb:...`) and the timing stage's run of 89ec4a1
   (notes/tuning/timing_w40_h200.csv), the forward alone.
-The two reruns of the c8af775 reference (the code of bc0ebbe, 2026-12-02, committed whole in
-results/reruns: the full workflow, then its timing stage again) are held out: runs these bands
-judge, not runs they were set from."""
+The committed reruns (results/reruns, each whole) are held out: runs these bands judge, not runs
+they were set from. Two are of the c8af775 reference (the code of bc0ebbe, 2026-12-02: the full
+workflow, then its timing stage again), one of the 1800db6 reference (its timing.csv here as
+timing_1800db6.csv; the code of 0667873, 2026-12-02, the full workflow from nothing)."""
 
 from pathlib import Path
 
@@ -154,18 +155,21 @@ def test_the_docs_give_the_bands_the_committed_runs_give(changes):
     assert f"| a family's geometric mean | {mean * 100:.2f} % | {bands.FAMILY_BAND * 100:.1f} % |" in text
 
 
-@pytest.mark.parametrize("rerun", ["h200-rerun-1", "h200-rerun-2"])
-def test_the_reruns_held_out_lie_within_every_band(rerun):
-    """The reference of c8af775 and each rerun (every pass, 10 samples a row), judged by the bands
-    the two pairs above give: every ratio and family of the rerun lies within its band. Their mean
-    change per group (docs/reproducing.md) is not asserted: the lab grid's is above the pairs'
-    pooled one (N >= 1024: 0.96 % against 0.70 % in the first), as one run's can be. The second
-    rerun's kernel/flex forward + backward at (2, 4, 64, 64) causal moved 24.0 %: beyond the 23.5 %
-    the small-N group had before flex had a band of its own, within its 99 %."""
-    reference = timing("c8af775")
+@pytest.mark.parametrize(("rerun", "against", "timed"), [("h200-rerun-1", "c8af775", 444),
+                                                          ("h200-rerun-2", "c8af775", 444),
+                                                          ("h200-rerun-3", "1800db6", 445)])
+def test_the_reruns_held_out_lie_within_every_band(rerun, against, timed):
+    """The reference a rerun was made against and the rerun (every pass, 10 samples a row), judged
+    by the bands the two pairs above give: every ratio and family of the rerun lies within its
+    band. Their mean change per group (docs/reproducing.md) is not asserted: the lab grid's is
+    above the pairs' pooled one (N >= 1024: 0.96 % against 0.70 % in the first), as one run's can
+    be. The second rerun's kernel/flex forward + backward at (2, 4, 64, 64) causal moved 24.0 %:
+    beyond the 23.5 % the small-N group had before flex had a band of its own, within its 99 %.
+    The third is the first these bands judged before the fact (its own compare said agree)."""
+    reference = timing(against)
     run = pd.read_csv(RERUNS / rerun / "gpu" / "timing" / "timing.csv")[reference.columns]
     points, families = bands.changes([(reference, run)])
-    assert len(points) == 444 and len(families) == 48
+    assert len(points) == timed and len(families) == 48
     band = bands.point_band(points["grid"], points["N"], points["direction"], points["metric"])
     assert (np.abs(points["lc"]) < np.log1p(band)).all()
     assert (np.abs(families["lc"]) < np.log1p(bands.FAMILY_BAND)).all()
