@@ -7,19 +7,20 @@
 #     tools/h200_rerun.sh launch [DIR]                  # H200: install, unpack, start Snakemake detached
 #     tools/h200_rerun.sh wait [SECONDS]                # H200: wait; once it has ended, pack into $OUT
 # COMMIT (default 0667873: the code the committed reference hashes, 1800db6's, with that reference in
-# its tree, which the run's `compare` reads), FROM (default empty: a run from nothing; else a committed
-# run whose other stages are kept), TO (default results/h200-rerun-3), FORCE (default empty: no stage
-# forced; gpu_timing runs the timing stage again in a copy of FROM) and CONFIG (more `--config` items)
-# may be set in the environment. The timing stage again in a copy of rerun 3, once committed:
-#     FROM=results/reruns/h200-rerun-3 TO=results/h200-rerun-4 FORCE=gpu_timing tools/h200_rerun.sh prepare
+# its tree, which the run's `compare` reads), FROM (a committed run whose other stages are kept; empty:
+# a run from nothing), TO, FORCE (a stage run again in the copy of FROM; empty: none) and CONFIG (more
+# `--config` items) may be set in the environment. The defaults are rerun 4: the timing stage again
+# in a copy of rerun 3 (FROM=results/reruns/h200-rerun-3 TO=results/h200-rerun-4 FORCE=gpu_timing).
+# Rerun 3, the whole workflow from nothing (committed in results/reruns/h200-rerun-3):
+#     FROM= FORCE= TO=results/h200-rerun-3 tools/h200_rerun.sh prepare   # and the same for launch
 # The refresh of the reference, the whole workflow at the committed HEAD (about 20 minutes on the H200):
 #     COMMIT=$(git rev-parse HEAD) FROM= FORCE= TO=results/reference/nvidia-h200 \
 #         CONFIG=overwrite_reference=True tools/h200_rerun.sh prepare        # and the same for launch
 set -euo pipefail
 COMMIT=${COMMIT:-066787365e00cbdbc737f28656696859494cdc0e}
-FROM=${FROM-}
-TO=${TO:-results/h200-rerun-3}
-FORCE=${FORCE-}
+FROM=${FROM-results/reruns/h200-rerun-3}
+TO=${TO:-results/h200-rerun-4}
+FORCE=${FORCE-gpu_timing}
 CONFIG=${CONFIG:-}
 RUN=/tmp/run
 PLAIN=(--configfile examples/contenders.yaml --config "results_dir=$TO" $CONFIG)  # the run's configuration
