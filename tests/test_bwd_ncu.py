@@ -1,6 +1,7 @@
 """tools/bwd_ncu.py, Nsight Compute beside the other backwards: what it profiles, without a GPU."""
 
 import bwd_ncu
+import pytest
 
 from minimodel.gpu import ncu
 
@@ -16,7 +17,23 @@ def test_it_profiles_what_runs_between_profiler_start_and_stop_not_an_nvtx_range
 
 
 def test_the_calls_come_point_by_point_causal_and_not_each_way_in_order():
-    calls = bwd_ncu.order(["ws", "ordered", "cudnn"])
+    _, calls = bwd_ncu.parse(["--ways", "ws", "ordered", "cudnn"])
     assert len(calls) == len(bwd_ncu.POINTS) * 2 * 3
     assert calls[:3] == [(way, bwd_ncu.POINTS[0], False) for way in ("ws", "ordered", "cudnn")]
     assert calls[-1] == ("cudnn", bwd_ncu.POINTS[-1], True)
+
+
+def test_the_child_makes_the_calls_the_parent_asked_for():
+    # the parent names the calls by counting the child's markers: both must read the same list
+    for argv in (["--ways", "ordered", "tma", "--point", "1,32,16384,64", "--point", "16,32,1024,64",
+                  "--causal"], ["--ways", "ws", "--not-causal"], ["--ways", "fa4"]):
+        args, calls = bwd_ncu.parse(argv)
+        assert bwd_ncu.parse(bwd_ncu.child_args(args))[1] == calls
+    _, calls = bwd_ncu.parse(["--ways", "ordered", "--point", "1,32,16384,64", "--causal"])
+    assert calls == [("ordered", (1, 32, 16384, 64), True)]
+
+
+def test_a_malformed_point_is_refused_naming_it(capsys):
+    with pytest.raises(SystemExit):
+        bwd_ncu.parse(["--point", "1,32,16384"])
+    assert "'1,32,16384': expected B,H,N,d" in capsys.readouterr().err

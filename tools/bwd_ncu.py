@@ -2,6 +2,8 @@
 cuDNN's, at the issue's two points, one backward call each (issue 39's evidence).
 
     PYTHONPATH=src:tools python3 tools/bwd_ncu.py --out DIR [--ways ws tma ordered fa4 cudnn]
+    PYTHONPATH=src:tools python3 tools/bwd_ncu.py --out DIR --ways ordered tma \
+        --point 1,32,16384,64 --point 16,32,1024,64 --causal     # other points, one mask
 
 The parent asks ncu which metrics this GPU has (`--query-metrics`) and keeps those it wants that
 are there (`WANTED` by name; `STALLS`, every "issue stalled" ratio), then profiles a child
@@ -70,14 +72,30 @@ def calls(way: str, B: int, H: int, N: int, d: int, causal: bool):
     return autograd_call(lambda *x: fn(*x, causal=causal), leaves, do, "backward")
 
 
-def order(ways: list[str]) -> list[tuple]:
+def order(ways: list[str], points: list[tuple], masks: list[bool]) -> list[tuple]:
     """(way, point, causal) of each profiled call, in the child's order."""
-    return [(way, point, causal) for point in POINTS for causal in (False, True) for way in ways]
+    return [(way, point, causal) for point in points for causal in masks for way in ways]
 
 
-def child(ways: list[str]) -> None:
+def point(spec: str) -> tuple:
+    """`B,H,N,d` of a --point."""
+    try:
+        B, H, N, d = (int(x) for x in spec.split(","))
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"{spec!r}: expected B,H,N,d, four integers ({e})") from e
+    return B, H, N, d
+
+
+def child_args(args) -> list[str]:
+    """The child's command line: the same calls, in the same order."""
+    points = [a for p in args.point or [] for a in ("--point", ",".join(map(str, p)))]
+    masks = ["--causal"] if args.causal else ["--not-causal"] if args.not_causal else []
+    return ["--child", "--ways", *args.ways, *points, *masks]
+
+
+def child(calls_of: list[tuple]) -> None:
     marker = torch.zeros(1, device="cuda", dtype=torch.int32)
-    for way, (B, H, N, d), causal in order(ways):
+    for way, (B, H, N, d), causal in calls_of:
         call = calls(way, B, H, N, d, causal)
         call()
         torch.cuda.synchronize()
@@ -100,15 +118,27 @@ def metrics(ncu: str) -> list[str]:
     return found + stalls
 
 
-def main(argv=None) -> int:
+def parse(argv=None):
+    """(the options, the calls they ask for in the child's order)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path)
     parser.add_argument("--ways", nargs="+", default=["ws", "tma", "ordered", "fa4", "cudnn"],
                         choices=["ws", "tma", "ordered", "fa4", "cudnn"])
+    parser.add_argument("--point", type=point, action="append",
+                        help="B,H,N,d (repeatable; default the issue's two points at N = 4096)")
+    masks = parser.add_mutually_exclusive_group()
+    masks.add_argument("--causal", action="store_true", help="only the causal calls")
+    masks.add_argument("--not-causal", action="store_true", help="only the calls without the mask")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    return args, order(args.ways, args.point or POINTS,
+                       [True] if args.causal else [False] if args.not_causal else [False, True])
+
+
+def main(argv=None) -> int:
+    args, calls_of = parse(argv)
     if args.child:
-        child(args.ways)
+        child(calls_of)
         return 0
     ncu = ncu_tool.find_ncu()
     if ncu is None:
@@ -116,7 +146,7 @@ def main(argv=None) -> int:
         return 2
     args.out.mkdir(parents=True, exist_ok=True)
     cmd = [ncu, *PROFILED_OPTIONS, "--metrics", ",".join(metrics(ncu)), "--csv", "--page", "details",
-           "--print-units", "base", sys.executable, __file__, "--child", "--ways", *args.ways]
+           "--print-units", "base", sys.executable, __file__, *child_args(args)]
     done = subprocess.run(cmd, capture_output=True, text=True)
     (args.out / "ncu.log").write_text(done.stderr[-20000:])
     start = done.stdout.find('"ID"')
@@ -130,7 +160,6 @@ def main(argv=None) -> int:
     wide["ID"] = wide["ID"].astype(int)
     wide = wide.sort_values("ID")
     is_marker = wide["Kernel Name"].str.startswith(ncu_tool.MARKER)
-    calls_of = order(args.ways)
     if is_marker.sum() != len(calls_of):
         print(f"ncu profiled {is_marker.sum()} marked calls, the child made {len(calls_of)}", file=sys.stderr)
         return 1

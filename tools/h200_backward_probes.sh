@@ -4,9 +4,10 @@
 #     bash tools/h200_backward_probes.sh start [COMMIT]   # starts the steps below in /tmp/probes
 #     bash tools/h200_backward_probes.sh wait [SECONDS]   # waits; once ended, packs into $OUT
 #     bash tools/h200_backward_probes.sh pack             # packs what there is now (the steps go on)
-# The steps: tools/bwd_bench.py over FlashAttention's grid, each head dim with the ordered
-# (deterministic) and the unordered TMA path beside the shipped one, SDPA's backends and FA4; then
-# tools/bwd_ncu.py with the kernel's paths beside FA4's and cuDNN's.
+# The steps (notes/backward.md, "The Gluon dQ pass on the H200"): why the ordered (deterministic)
+# in-kernel dQ falls behind with N when causal: tools/bwd_ncu.py with the ordered, the unordered TMA
+# and the shipped path, causal, at N = 16384 (0.54x the shipped path) and N = 1024 (0.96x), each
+# head dim; stall reasons side by side.
 set -uo pipefail
 P=/tmp/probes
 case "${1:-}" in
@@ -28,11 +29,8 @@ steps)
         timeout "$limit" "$@"
         echo "== exit $? after $((SECONDS - start)) s"
     }
-    step 300 python3 tools/bwd_bench.py --graph --d 64 --config 128,128,128,64,12,2,8,3,ORDERED \
-        --config 128,128,128,64,12,2,8,3,TMA --csv "$P/bench64.csv"
-    step 300 python3 tools/bwd_bench.py --graph --d 128 --config 64,128,128,64,12,2,8,3,ORDERED \
-        --config 64,128,128,64,12,2,8,3,TMA --csv "$P/bench128.csv"
-    step 300 python3 tools/bwd_ncu.py --out "$P/ncu" --ways ws ordered tma fa4 cudnn ;;
+    step 500 python3 tools/bwd_ncu.py --out "$P/ncu" --ways ordered tma ws --causal \
+        --point 1,32,16384,64 --point 16,32,1024,64 --point 1,16,16384,128 --point 16,16,1024,128 ;;
 wait)
     limit=${2:-560}
     waited=0
