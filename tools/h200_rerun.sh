@@ -2,8 +2,11 @@
 # A rerun of the committed H200 reference with the reference's own code, in three steps
 # (notes/timing.md, "The stage in the refresh of the reference"): `prepare` here, then on the lent
 # H200 `launch` in the call that carries DIR/c and DIR/rerun (after the two that stashed DIR/a and
-# DIR/b, `tools/h200_wheels.sh`), then `wait` in as many calls as it takes.
+# DIR/b, `tools/h200_wheels.sh`), then `wait` in as many calls as it takes. A call carries at most
+# 64 MiB with the working tree (19 MB since rerun 3): where DIR/c, DIR/rerun and the tree pass it,
+# the call that stashes DIR/b carries DIR/rerun too and runs `stash`, and `launch` finds it there.
 #     tools/h200_rerun.sh prepare [DIR]                 # here: the code at COMMIT, the run to copy
+#     tools/h200_rerun.sh stash [DIR]                   # H200: DIR/rerun into /tmp/stash/rerun
 #     tools/h200_rerun.sh launch [DIR]                  # H200: install, unpack, start Snakemake detached
 #     tools/h200_rerun.sh wait [SECONDS]                # H200: wait; once it has ended, pack into $OUT
 # COMMIT (default 0667873: the code the committed reference hashes, 1800db6's, with that reference in
@@ -53,13 +56,20 @@ prepare)
     (cd "$scratch" && snakemake -n "${SNAKE[@]}" | grep -A20 "Job stats")
     tar -czf "$DIR/rerun/run.tgz" -C "$scratch" "$TO"
     du -sh "$DIR/rerun" ;;
+stash)
+    DIR=${2:-.whl}
+    mkdir -p /tmp/stash/rerun
+    cp "$DIR"/rerun/code.tar.gz "$DIR"/rerun/run.tgz /tmp/stash/rerun/
+    ls -la /tmp/stash/rerun ;;
 launch)
     DIR=${2:-.whl}
     [ -d /tmp/site/flash_attn ] || bash "$(dirname "$0")/h200_site.sh" "$DIR"
+    prepared=$DIR/rerun
+    [ -f "$prepared/code.tar.gz" ] || prepared=/tmp/stash/rerun  # stashed by an earlier call
     rm -rf "$RUN" && mkdir "$RUN"
-    tar -xzf "$DIR/rerun/code.tar.gz" -C "$RUN"
+    tar -xzf "$prepared/code.tar.gz" -C "$RUN"
     rm -rf "${RUN:?}/$TO"  # the folder as prepared replaces what the code's tree has there
-    tar -xzf "$DIR/rerun/run.tgz" -C "$RUN"
+    tar -xzf "$prepared/run.tgz" -C "$RUN"
     cd "$RUN"
     export PYTHONPATH=/tmp/site:/tmp/site/nvidia_cutlass_dsl/dsl_packages:$RUN/src MINIMODEL_GIT_COMMIT=$COMMIT
     export PYTHONUNBUFFERED=1
@@ -79,6 +89,6 @@ wait)
         head -40 "$RUN/$TO/compare/verdict.json"
     fi ;;
 *)
-    sed -n '2,17p' "$0"
+    sed -n '2,21p' "$0"
     exit 2 ;;
 esac
