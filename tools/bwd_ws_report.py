@@ -7,7 +7,8 @@ spills, shared memory, the instructions that say the schedule is there.
     python tools/bwd_ws_report.py --case 64,1,0 --case 128,0,2   # (d, causal, dQ) cases: dQ 0 the
                                                                  # tl pass, 1 atomics, 2 TMA reductions,
                                                                  # 3 TMA reductions in order,
-                                                                 # 4 the Gluon dQ pass (its launch)
+                                                                 # 4 the Gluon dQ pass (its launch),
+                                                                 # 5 the same with 3 consumers
     python tools/bwd_ws_report.py --json out.json          # also write the rows
 
 With warp specialization the cubin's register count is the launch's (65,536 / 384 threads,
@@ -29,13 +30,14 @@ import kernel_report
 import torch
 
 from minimodel.kernel.bwd_config import gluon_ws_config
-from minimodel.kernel.gluon_bwd_dqpass import config_launch
+from minimodel.kernel.gluon_bwd_dqpass import CONSUMERS, config_launch, dq_launch
 from minimodel.kernel.gluon_bwd_ws import dkdv_launch
 
 # (d, causal, dQ) of `gluon_ws_config`, dQ: 0 the tl pass, 1 atomics, 2 TMA reductions, 3 TMA
 # reductions in a fixed order: what tools/bwd_gluon_gpu.py checks and times; 4: the launch of the
-# Gluon dQ pass that runs after the dK/dV kernel (`gluon_dq`), reported instead of it
-DQ_PASS, DQ_ATOMIC, DQ_TMA, DQ_ORDERED, DQ_GLUON_PASS = 0, 1, 2, 3, 4
+# Gluon dQ pass that runs after the dK/dV kernel (`gluon_dq`), reported instead of it; 5: that pass
+# with three consumer warpgroups (`dq_launch(consumers=3)`; the policy's has two)
+DQ_PASS, DQ_ATOMIC, DQ_TMA, DQ_ORDERED, DQ_GLUON_PASS, DQ_GLUON_PASS_3 = 0, 1, 2, 3, 4, 5
 DEFAULT = [(d, causal, dq) for d in (64, 128) for causal in (False, True)
            for dq in (DQ_PASS, DQ_ATOMIC, DQ_TMA, DQ_ORDERED)]
 # warpgroup MMAs, exp2, fp32 reductions to global memory (the atomics into dQ), mbarrier operations,
@@ -44,13 +46,17 @@ OPCODES = ("HGMMA", "MUFU", "REDG", "SYNCS", "BAR", "STL", "LDL", "UTMALDG", "UT
 _TYPES = {torch.float16: "*fp16", torch.bfloat16: "*bf16", torch.float32: "*fp32", torch.int32: "*i32"}
 
 
-def compile_ws(cfg, d: int, causal: bool, dtype=torch.float16, n: int = 4096, arch: int = 90):
+def compile_ws(cfg, d: int, causal: bool, dtype=torch.float16, n: int = 4096, arch: int = 90,
+               consumers: int = CONSUMERS):
     """Triton's compiled kernel of `dkdv_launch` for `cfg` on a contiguous (1, 1, n, d) problem (with
-    cfg.GLUON_DQ, of the Gluon dQ pass's launch instead)."""
+    cfg.GLUON_DQ, of the Gluon dQ pass's launch instead, with `consumers` MMA warpgroups)."""
     t = torch.empty(1, 1, n, d, dtype=dtype)
     rows = torch.empty(1, 1, n, dtype=torch.float32)
     dq = torch.empty(1, 1, n, d, dtype=torch.float32 if cfg.ATOMIC_DQ else dtype)
-    if cfg.GLUON_DQ:
+    if cfg.GLUON_DQ and consumers != CONSUMERS:
+        kernel, _, args, options = dq_launch(t, t, t, t, dq, rows, rows, 0.125, causal, block_n=cfg.BLOCK_N2,
+                                             stages=cfg.num_stages_q, consumers=consumers)
+    elif cfg.GLUON_DQ:
         kernel, _, args, options = config_launch(t, t, t, t, dq, rows, rows, 0.125, cfg, causal)
     else:
         kernel, _, args, options = dkdv_launch(t, t, t, t, dq, t, t, rows, rows, 0.125, cfg, causal)
@@ -59,9 +65,9 @@ def compile_ws(cfg, d: int, causal: bool, dtype=torch.float16, n: int = 4096, ar
     return kernel_report.compile_for(kernel, types, options, arch)
 
 
-def report(cfg, d: int, causal: bool, dtype=torch.float16) -> dict:
+def report(cfg, d: int, causal: bool, dtype=torch.float16, consumers: int = CONSUMERS) -> dict:
     """Registers (the launch's, and each partition's after setmaxnreg), spill bytes, shared bytes, counts."""
-    compiled = compile_ws(cfg, d, causal, dtype)
+    compiled = compile_ws(cfg, d, causal, dtype, consumers=consumers)
     cubin = compiled.asm["cubin"]
     usage = kernel_report._cuobjdump(cubin, "--dump-resource-usage")
     sass = kernel_report._cuobjdump(cubin, "--dump-sass")
@@ -72,7 +78,7 @@ def report(cfg, d: int, causal: bool, dtype=torch.float16) -> dict:
     return {"d": d, "causal": causal, "kernel": compiled.metadata.name, "BLOCK_M1": cfg.BLOCK_M1,
             "stages": cfg.num_stages_q if cfg.GLUON_DQ else cfg.num_stages_kv,
             "atomic_dq": cfg.ATOMIC_DQ, "tma_dq": cfg.TMA_DQ, "ordered_dq": cfg.ORDERED_DQ,
-            "dtype": str(dtype).removeprefix("torch."),
+            "dtype": str(dtype).removeprefix("torch."), "consumers": consumers if cfg.GLUON_DQ else CONSUMERS,
             "registers": int(re.search(r"REG:(\d+)", usage).group(1)),
             "setmaxnreg": maxnreg, "spill_stack_bytes": int(re.search(r"STACK:(\d+)", usage).group(1)),
             "shared_bytes": int(compiled.metadata.shared), "warps": compiled.metadata.num_warps,
@@ -89,7 +95,8 @@ def main(argv=None) -> int:
     parser.add_argument("--tma-dq", action="store_true", help="dQ by TMA reductions in the kernel")
     parser.add_argument("--case", action="append",
                         help="d,causal,dq[,BLOCK_M1] (dQ: 0 the tl pass, 1 atomics, 2 TMA reductions, 3 "
-                             "in order, 4 the Gluon dQ pass's own launch), instead of --d")
+                             "in order, 4 the Gluon dQ pass's own launch, 5 it with 3 consumers), "
+                             "instead of --d")
     parser.add_argument("--bf16", action="store_true")
     parser.add_argument("--json", help="write the rows here")
     args = parser.parse_args(argv)
@@ -102,11 +109,12 @@ def main(argv=None) -> int:
     for d, causal, dq, block_m in cases:
         causal = bool(causal)
         cfg = gluon_ws_config(d, causal, atomic_dq=dq == DQ_ATOMIC, tma_dq=dq == DQ_TMA,
-                              ordered_dq=dq == DQ_ORDERED, gluon_dq=dq == DQ_GLUON_PASS)
+                              ordered_dq=dq == DQ_ORDERED, gluon_dq=dq in (DQ_GLUON_PASS, DQ_GLUON_PASS_3))
         cfg = replace(cfg, BLOCK_M1=block_m or args.m or cfg.BLOCK_M1,
                       num_stages_kv=args.stages or cfg.num_stages_kv)
         try:
-            row = report(cfg, d, causal, torch.bfloat16 if args.bf16 else torch.float16)
+            row = report(cfg, d, causal, torch.bfloat16 if args.bf16 else torch.float16,
+                         consumers=3 if dq == DQ_GLUON_PASS_3 else CONSUMERS)
         except Exception as err:  # a configuration Triton cannot lower: said, and the next one goes on
             row = {"d": d, "causal": causal, "BLOCK_M1": cfg.BLOCK_M1, "atomic_dq": cfg.ATOMIC_DQ,
                    "tma_dq": cfg.TMA_DQ, "ordered_dq": cfg.ORDERED_DQ,

@@ -2,12 +2,13 @@
 what the tl `backward._bwd_dq_kernel` computes, bit-for-bit deterministic like it (no atomics),
 with the tensor cores' asynchronous GEMMs and a producer warpgroup that keeps K and V coming.
 
-One program per (query tile of 2·BLOCK_M rows, batch, query head); the partitions:
+One program per (query tile of CONSUMERS·BLOCK_M rows, batch, query head); the partitions:
 - `_load` (the default partition, few registers): Q and dO of both consumers once, then K and V of
   every key tile the tile sees through TMA into a ring of STAGES stages (`hopper_state.Channels`,
   with dO's buffers beside Q's);
-- `_consume` twice (two warpgroups with most of the registers), consumer w owning query rows
-  [w·BLOCK_M, (w + 1)·BLOCK_M) of the tile: dQ in registers for the whole loop.
+- `_consume` CONSUMERS times (two warpgroups with most of the registers, or three, as the
+  forward can), consumer w owning query rows [w·BLOCK_M, (w + 1)·BLOCK_M) of the tile: dQ in
+  registers for the whole loop.
 Step j, key tile j:
     S = Q Kⱼᵀ,  dP = dO Vⱼᵀ,  P = exp2(S·scale·log2 e − LSE·log2 e),  dS = P ∘ (dP − D),
     dQ += dS Kⱼ        (dS from registers, as the forward's P).
@@ -36,6 +37,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 
 from minimodel.kernel.gluon_backward import HEAD_DIMS
 from minimodel.kernel.hopper import (
+    CONSUMER_REGS,
     _descriptor,
     _kv_tiles,
     _pass_turn,
@@ -48,11 +50,10 @@ from minimodel.kernel.hopper_state import Channels, QueryTile, Tiles
 from minimodel.kernel.launch import LOG2E, grid
 
 _LOG2E = gl.constexpr(LOG2E)
-CONSUMERS = 2  # MMA warpgroups, ROWS query rows each
-ROWS = 64  # query rows per consumer: the M of one warpgroup MMA
+CONSUMERS = 2  # MMA warpgroups, ROWS query rows each (the policy's; 3 may be asked for)
+ROWS = 64  # query rows per consumer: the M of one warpgroup MMA (128 spills 96-144 bytes at d = 64)
 KEYS = 64  # keys per step (128 at d = 64 ran 0.62-0.99x the tl pass's speed on the H200)
 WARPS = 4 * (CONSUMERS + 1)  # the producer's warpgroup and the consumers'
-CONSUMER_REGS = 240  # registers per consumer thread: 2·128·240 + 128·24 (the producer's) <= 65,536
 
 
 @gluon.jit
@@ -165,40 +166,47 @@ def _consume(ch: Channels, do_buf, tile: QueryTile, delta_ptr, sm_scale, WG: gl.
 @gluon.jit(do_not_specialize=["H", "N", "GROUP"])
 def _bwd_dq_hopper(q_desc, k_desc, v_desc, do_desc, dq_desc, lse, delta, qk_scale, sm_scale, H, N, GROUP,
                    HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-                   STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, PINGPONG: gl.constexpr,
-                   CONSUMER_REGS: gl.constexpr):
-    """One program per (query tile of 2·BLOCK_M rows, batch·head) on the grid's x axis: the
-    producer (`_load`) and two consumers (`_consume`)."""
-    T = Tiles(BLOCK_M, BLOCK_N, HEAD_DIM, 2, STAGES, IS_CAUSAL, PINGPONG, False, q_desc.dtype)
+                   CONSUMERS: gl.constexpr, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr,
+                   PINGPONG: gl.constexpr, CONSUMER_REGS: gl.constexpr):
+    """One program per (query tile of CONSUMERS·BLOCK_M rows, batch·head) on the grid's x axis:
+    the producer (`_load`) and CONSUMERS consumers (`_consume`)."""
+    T = Tiles(BLOCK_M, BLOCK_N, HEAD_DIM, CONSUMERS, STAGES, IS_CAUSAL, PINGPONG, False, q_desc.dtype)
     pid_m, pid_bh, b, h = query_program(N, H, T)
     tile = QueryTile(dq_desc, lse, b, h, pid_m, pid_bh, N, qk_scale)  # the forward's, dQ its output
     ch = Channels.create(T)
     do_buf = gl.allocate_shared_memory(T.dtype, [T.CONSUMERS, T.BLOCK_M, T.HEAD_DIM], T.q_smem)
+    gl.static_assert((CONSUMERS == 2) | (CONSUMERS == 3), "the pass has two or three consumer warpgroups")
+    # every consumer's entry is written out (a partition's WG must be a constexpr), cut to CONSUMERS
     gl.warp_specialize([
         (_load, (q_desc, do_desc, k_desc, v_desc, h // GROUP, ch, do_buf, tile, T)),
         (_consume, (ch, do_buf, tile, delta, sm_scale, 0, T)),
         (_consume, (ch, do_buf, tile, delta, sm_scale, 1, T)),
-    ], [4, 4], [CONSUMER_REGS, CONSUMER_REGS])
+        (_consume, (ch, do_buf, tile, delta, sm_scale, 2, T)),
+    ][:CONSUMERS + 1], [4] * CONSUMERS, [CONSUMER_REGS] * CONSUMERS)
 
 
 def dq_launch(q, k, v, do, dq, lse, delta, scale: float, causal: bool, block_m: int = ROWS,
               block_n: int = KEYS, stages: int = 4, pingpong: bool = False,
-              consumer_regs: int = CONSUMER_REGS):
+              consumers: int = CONSUMERS):
     """(kernel, grid, arguments, launch options) of the dQ pass: dq (q's shape and dtype,
     contiguous) gets scale · dS K. q, k, v, do must be readable by TMA (`hopper.supports`); lse
-    (natural log) and delta float32 (B, H, N), contiguous. block_m: query rows per consumer (the
-    program has two), block_n: keys per step, stages: K/V buffers, pingpong: the consumers take
-    turns issuing their GEMMs (the forward's PINGPONG; not timed yet, off)."""
+    (natural log) and delta float32 (B, H, N), contiguous. block_m: query rows per consumer,
+    block_n: keys per step, stages: K/V buffers, pingpong: the consumers take turns issuing their
+    GEMMs (the forward's PINGPONG; no faster on the H200, off), consumers: MMA warpgroups, 2 or 3
+    (each then with `hopper.CONSUMER_REGS` registers)."""
     B, H, N, d = q.shape
     if d not in HEAD_DIMS:
         raise ValueError(f"the Gluon dQ pass is built for head dims {HEAD_DIMS}, got {d}")
+    if consumers not in CONSUMER_REGS:
+        raise ValueError(f"the Gluon dQ pass has {sorted(CONSUMER_REGS)} consumer warpgroups, "
+                         f"got {consumers}")
     args = dict(q_desc=_descriptor(q, block_m), k_desc=_descriptor(k, block_n),
                 v_desc=_descriptor(v, block_n), do_desc=_descriptor(do, block_m),
                 dq_desc=_descriptor(dq, block_m), lse=lse, delta=delta,
                 qk_scale=scale * LOG2E, sm_scale=scale, H=H, N=N, GROUP=H // k.shape[1], HEAD_DIM=d,
-                BLOCK_M=block_m, BLOCK_N=block_n, STAGES=stages, IS_CAUSAL=bool(causal),
-                PINGPONG=bool(pingpong), CONSUMER_REGS=consumer_regs)
-    return _bwd_dq_hopper, grid(N, B * H, CONSUMERS * block_m), args, {"num_warps": 4}
+                BLOCK_M=block_m, BLOCK_N=block_n, CONSUMERS=consumers, STAGES=stages,
+                IS_CAUSAL=bool(causal), PINGPONG=bool(pingpong), CONSUMER_REGS=CONSUMER_REGS[consumers])
+    return _bwd_dq_hopper, grid(N, B * H, consumers * block_m), args, {"num_warps": 4}
 
 
 def config_launch(q, k, v, do, dq, lse, delta, scale: float, cfg, causal: bool):
