@@ -4,10 +4,11 @@
 #     bash tools/h200_backward_probes.sh start [COMMIT]   # starts the steps below in /tmp/probes
 #     bash tools/h200_backward_probes.sh wait [SECONDS]   # waits; once ended, packs into $OUT
 #     bash tools/h200_backward_probes.sh pack             # packs what there is now (the steps go on)
-# The steps (notes/backward.md, "The Gluon dQ pass on the H200"): why the ordered (deterministic)
-# in-kernel dQ falls behind with N when causal: tools/bwd_ncu.py with the ordered, the unordered TMA
-# and the shipped path, causal, at N = 16384 (0.54x the shipped path) and N = 1024 (0.96x), each
-# head dim; stall reasons side by side.
+# The steps (notes/backward.md, "The Gluon dQ pass on the H200"): the dQ pass with three consumers
+# beside two and the tl pass at d = 64 (tools/dq_pass_probe.py: the float64 checks, then timed side
+# by side); then why the ordered (deterministic) in-kernel dQ falls behind with N when causal:
+# tools/bwd_ncu.py with the ordered, the unordered TMA and the shipped path, causal, at N = 16384
+# (0.54x the shipped path) and N = 1024 (0.96x), each head dim; stall reasons side by side.
 set -uo pipefail
 P=/tmp/probes
 case "${1:-}" in
@@ -29,6 +30,8 @@ steps)
         timeout "$limit" "$@"
         echo "== exit $? after $((SECONDS - start)) s"
     }
+    step 240 python3 tools/dq_pass_probe.py --d 64 --tiles 64,4 --tiles 64,4,3 --samples 3 --rep-ms 30 \
+        --csv "$P/dq_pass_consumers.csv"
     step 500 python3 tools/bwd_ncu.py --out "$P/ncu" --ways ordered tma ws --causal \
         --point 1,32,16384,64 --point 16,32,1024,64 --point 1,16,16384,128 --point 16,16,1024,128 ;;
 wait)
