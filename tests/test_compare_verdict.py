@@ -74,3 +74,28 @@ def test_the_failing_line_names_at_most_three_and_says_how_many(tmp_path):
     assert not passed
     named = "; ".join(f"kernel/fa4, point {i}" for i in range(3))
     assert f"5 disagreements, the first three: {named}." in said
+
+
+def test_a_disagreement_of_other_code_says_so_and_names_the_reference_commit(run, tmp_path):
+    # a user who reruns a later commit against the reference sees why numbers may move: the code
+    _, verdict = disagreeing(run, 1)
+    assert verdict["code_that_differs"] == [] and verdicts.code_note(verdict) is None
+    made = verdict["commits"]["reference"]
+    assert len(made) == 1 and len(made[0]) == 40 and verdict["commits"]["run"] == made  # a copy
+    m = json.loads((run / "symbolic/manifest.json").read_text())
+    next(e for e in m["inputs"] if e["path"] == "src/minimodel/symbolic.py")["sha256"] = "0" * 64
+    (run / "symbolic/manifest.json").write_text(json.dumps(m))
+    vouch(run / "symbolic/manifest.json")
+    _, verdict = disagreeing(run, 1)
+    assert verdict["code_that_differs"] == ["src/minimodel/symbolic.py"]
+    note = verdicts.code_note(verdict)
+    assert note.startswith("the run's code differs from the reference's in 1 file "
+                           "(src/minimodel/symbolic.py)")
+    assert f"made by commit {made[0][:7]}" in note
+    assert f"  {note}" in compare.summary_text(verdict).splitlines()
+    path = tmp_path / "verdict.json"
+    path.write_text(json.dumps(verdict))
+    passed, said = compare.gate(path, fail=True)
+    assert not passed and note in said
+    # agreement needs no explanation, whatever code made it
+    assert verdicts.code_note({**verdict, "verdict": compare.AGREE}) is None

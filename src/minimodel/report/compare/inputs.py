@@ -13,6 +13,7 @@ from minimodel.report.compare.rows import DIFFERS, row
 NAME = "inputs"
 READS = contract.COMPARED_MANIFESTS
 TOLERANCES: dict[str, float] = {}  # nothing is judged
+CODE = "code"  # the metric of a row that names a module or script whose hash differs
 ENVIRONMENT_KEYS = ("python", "torch", "triton", "numpy", "snakemake", "packages_sha256", "device", "cpu")
 GPU_KEYS = ("name", "capability", "driver", "cuda_runtime", "cudnn")
 
@@ -30,7 +31,7 @@ def compare(run: Path, ref: Path) -> list[dict]:
             if code[0].get(path) != code[1].get(path):
                 state = ("changed" if path in code[0] and path in code[1]
                          else "only in the run" if path in code[0] else "only in the reference")
-                rows.append(row(NAME, rule, "code", path, state, verdict=DIFFERS))
+                rows.append(row(NAME, rule, CODE, path, state, verdict=DIFFERS))
         if ma.get("params") != mb.get("params"):
             rows.append(row(NAME, rule, "params", json.dumps(ma.get("params"))[:300],
                             json.dumps(mb.get("params"))[:300], verdict=DIFFERS))
@@ -43,9 +44,15 @@ def compare(run: Path, ref: Path) -> list[dict]:
     return rows
 
 
+def commits(folder: Path) -> list[str]:
+    """The commits a run's manifests say made it (one, unless its rules ran at different commits)."""
+    return sorted({m["git"]["commit"] for m in runs.manifests(folder).values()
+                   if (m.get("git") or {}).get("commit")})
+
+
 def line(r: dict) -> str:
     """One row of this part as verdict.json's inputs_that_differ says it."""
-    if r["metric"] == "code":
+    if r["metric"] == CODE:
         return f"{r['item']}: {r['run']} ({r['reference']})"
     if r["metric"] == "params":
         return f"{r['item']}: parameters"

@@ -52,9 +52,24 @@ def compare_runs(run: str | Path, reference: str | Path = REFERENCE) -> tuple[pd
                            table[table["verdict"] == NOT_COMPARABLE].groupby("part")},
         "disagreements": disagree[["part", "item", "metric", "reason"]].to_dict("records")[:50],
         "inputs_that_differ": [inputs.line(r) for r in table[informed].to_dict("records")],
+        "code_that_differs": sorted(set(table.loc[informed & (table["metric"] == inputs.CODE), "run"])),
+        "commits": {"run": inputs.commits(run), "reference": inputs.commits(reference)},
         "tolerances": EXACT | {k: v for part in PARTS for k, v in part.TOLERANCES.items()},
     }
     return table, verdict
+
+
+def code_note(verdict: dict) -> str | None:
+    """Where a run that disagrees ran other code than the reference: that a disagreement may be the
+    code's, and which commit made the reference (None where the code is the same, or it agrees)."""
+    files = verdict.get("code_that_differs") or []
+    if verdict["verdict"] != DISAGREE or not files:
+        return None
+    made = ", ".join(c[:7] for c in verdict.get("commits", {}).get("reference") or []) or "unrecorded"
+    named = ", ".join(files[:3]) + (f" and {len(files) - 3} more" if len(files) > 3 else "")
+    return (f"the run's code differs from the reference's in {len(files)} file{'s' * (len(files) != 1)} "
+            f"({named}): a disagreement can be that change, not the machine. The reference was made by "
+            f"commit {made}; docs/reproducing.md says how to run its code")
 
 
 def summary_text(verdict: dict) -> str:
@@ -82,6 +97,8 @@ def summary_text(verdict: dict) -> str:
         lines += [f"  {part} not comparable: {r}" for r in reasons[:3]]
         if len(reasons) > 3:
             lines.append(f"  {part} not comparable: and {len(reasons) - 3} more reasons")
+    if note := code_note(verdict):
+        lines.append(f"  {note}")
     shown = verdict["disagreements"][:SHOWN]
     lines += [f"  DISAGREE {d['part']}: {d['metric']}, {d['item']}: {shorter(d['reason'])}" for d in shown]
     more = sum(n.get(DISAGREE, 0) for n in verdict["parts"].values()) - len(shown)
@@ -109,5 +126,6 @@ def gate(path: str | Path, fail: bool) -> tuple[bool, str]:
     first = "; ".join(f"{d['metric']}, {d['item']}" for d in verdict["disagreements"][:3])
     named = f"{count} disagreement{'s' * (count != 1)}{', the first three' if count > 3 else ''}: {first}"
     why = named if count else "no number could be compared"
-    return False, (f"{said}; {why}. The run fails on it: compare.fail_on_disagree: false in the config "
-                   "keeps its exit status 0")
+    note = code_note(verdict)
+    return False, (f"{said}; {why}. {note + '. ' if note else ''}The run fails on it: "
+                   "compare.fail_on_disagree: false in the config keeps its exit status 0")
