@@ -94,14 +94,14 @@ def test_atomic_dq_accumulation_gives_the_same_gradients(gen, causal):
 @pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")  # the rows past N, on purpose
 @pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
 @pytest.mark.parametrize("atomic", [False, True])
-def test_rows_whose_every_score_is_very_negative_leave_no_nan(gen, atomic):
+def test_rows_whose_every_score_is_very_negative_leave_no_nan(fixed_gen, atomic):
     # every q·k ≈ -200 after scaling, so LSE ≈ -196: a zero key row past N (ragged tile) has
     # p = exp(0 - LSE), past float32's range; it must not reach a stored gradient
     d, N = 32, 100
     u = torch.ones(d) / d**0.5
-    q = (33.6 * u + 0.1 * torch.randn(1, 1, N, d, generator=gen)).half().to(DEVICE)
-    k = (-33.6 * u + 0.1 * torch.randn(1, 1, N, d, generator=gen)).half().to(DEVICE)
-    v, do = half(1, 1, N, d, gen=gen), half(1, 1, N, d, gen=gen)
+    q = (33.6 * u + 0.1 * torch.randn(1, 1, N, d, generator=fixed_gen)).half().to(DEVICE)
+    k = (-33.6 * u + 0.1 * torch.randn(1, 1, N, d, generator=fixed_gen)).half().to(DEVICE)
+    v, do = half(1, 1, N, d, gen=fixed_gen), half(1, 1, N, d, gen=fixed_gen)
     o, lse = flash_attn_forward(q, k, v, causal=False, return_lse=True)
     assert lse.max().item() < -150
     got = flash_attn_backward(q, k, v, o, lse, do, False, config=BwdConfig(32, 64, 64, 32, ATOMIC_DQ=atomic))
@@ -126,8 +126,8 @@ def test_gradients_are_deterministic(gen):
 
 
 @pytest.mark.parametrize("sm_scale", [None, 0.5])
-def test_attention_is_differentiable_through_autograd(gen, sm_scale):
-    q, k, v = (half(1, 2, 40, 32, gen=gen).requires_grad_() for _ in range(3))
+def test_attention_is_differentiable_through_autograd(fixed_gen, sm_scale):
+    q, k, v = (half(1, 2, 40, 32, gen=fixed_gen).requires_grad_() for _ in range(3))
     v.requires_grad_(False)  # a gradient only where one is asked for
     out = attention(q, k, v, causal=True, sm_scale=sm_scale)
     torch.testing.assert_close(out.double(), reference_attn(q, k, v, causal=True, sm_scale=sm_scale,
@@ -182,9 +182,9 @@ def test_double_backward_is_refused(gen):
         dq.sum().backward()
 
 
-def test_backward_fn_runs_the_backward_of_saved_outputs(gen):
-    q, k, v = (half(1, 1, 50, 32, gen=gen) for _ in range(3))
-    do = half(1, 1, 50, 32, gen=gen)
+def test_backward_fn_runs_the_backward_of_saved_outputs(fixed_gen):
+    q, k, v = (half(1, 1, 50, 32, gen=fixed_gen) for _ in range(3))
+    do = half(1, 1, 50, 32, gen=fixed_gen)
     dq, dk, dv = backward_fn(q, k, v, causal=True, do=do)()
     exact = reference_grads(q, k, v, do, causal=True, upcast=True)
     for got, e in zip((dq, dk, dv), exact, strict=True):
@@ -204,9 +204,9 @@ def far_apart_rows(N, d, row_stride, gen, count=4):
 
 
 @pytest.mark.parametrize("causal", [False, True])
-def test_rows_past_2_31_elements_are_addressed_in_64_bits(gen, causal):
+def test_rows_past_2_31_elements_are_addressed_in_64_bits(fixed_gen, causal):
     # rows 2²⁵ + 64 elements apart: row 64 starts past 2³¹ and the last row at ~4.3e9
-    q, k, v, do = far_apart_rows(130, 64, 2**25 + 64, gen)
+    q, k, v, do = far_apart_rows(130, 64, 2**25 + 64, fixed_gen)
     assert 129 * q.stride(2) > 2**32
     o, lse = flash_attn_forward(q, k, v, causal=causal, return_lse=True)
     got = flash_attn_backward(q, k, v, o, lse, do, causal, config=BwdConfig(64, 64, 64, 64))
@@ -318,8 +318,8 @@ def test_the_default_forward_kernel_saves_what_the_backward_needs_on_the_gpu(gen
 @requires_gpu
 @pytest.mark.gpu
 @pytest.mark.parametrize("causal", [False, True])
-def test_agrees_with_sdpa_backward_on_the_gpu(gen, causal):
-    q, k, v, do = (torch.randn(2, 8, 2048, 128, generator=gen).half().cuda() for _ in range(4))
+def test_agrees_with_sdpa_backward_on_the_gpu(fixed_gen, causal):
+    q, k, v, do = (torch.randn(2, 8, 2048, 128, generator=fixed_gen).half().cuda() for _ in range(4))
     leaves = [t.clone().requires_grad_() for t in (q, k, v)]
     torch.nn.functional.scaled_dot_product_attention(*leaves, is_causal=causal).backward(do)
     o, lse = flash_attn_forward(q, k, v, causal=causal, return_lse=True)
@@ -337,13 +337,13 @@ def test_batch_heads_past_65535_on_the_gpu(gen):
 @requires_gpu
 @pytest.mark.gpu
 @pytest.mark.parametrize("causal", [False, True])
-def test_heads_past_2_31_elements_on_the_gpu(gen, causal):
+def test_heads_past_2_31_elements_on_the_gpu(fixed_gen, causal):
     # (1, 2560, 8192, 128) contiguous: head h starts at h·2²⁰ elements, past 2³¹ from h = 2048;
     # the last heads of every input, output and gradient lie there (about 50 GB in all)
     B, H, N, d = 1, 2560, 8192, 128
     q, k, v, do = (torch.empty(B, H, N, d, dtype=torch.float16, device="cuda") for _ in range(4))
     for t in (q, k, v, do):
-        t.normal_(generator=torch.Generator(device="cuda").manual_seed(int(gen.seed() % 2**31)))
+        t.normal_(generator=torch.Generator(device="cuda").manual_seed(int(fixed_gen.initial_seed() % 2**31)))
     assert (H - 2) * N * d > 2**31
     o, lse = flash_attn_forward(q, k, v, causal=causal, return_lse=True)
     got = flash_attn_backward(q, k, v, o, lse, do, causal)

@@ -407,12 +407,12 @@ def test_the_gluon_kernel_keeps_every_guarantee_on_the_gpu(gen, path, d, causal)
 @pytest.mark.parametrize("path", ["gluon", "gluon-ws", "gluon-ws-atomic-dq", "gluon-ws-tma-dq",
                                   "gluon-ws-gluon-dq"])
 @pytest.mark.parametrize("causal", [False, True])
-def test_the_gluon_kernel_addresses_rows_past_2_31_elements(gen, path, causal):
+def test_the_gluon_kernel_addresses_rows_past_2_31_elements(fixed_gen, path, causal):
     row_stride, N, d = 2**25 + 64, 130, 64
     base = torch.empty(row_stride * (N - 1) + 4 * d, dtype=torch.float16, device="cuda")
     q, k, v, do = (base.as_strided((1, 1, N, d), (0, 0, row_stride, 1), j * d) for j in range(4))
     for t in (q, k, v, do):
-        t.copy_(torch.randn(1, 1, N, d, generator=gen).half())
+        t.copy_(torch.randn(1, 1, N, d, generator=fixed_gen).half())
     cfg = forced(path, d, causal)
     assert launch_bwd_config(q, k, v, causal, cfg, do).kernel == path
     o, lse = flash_attn_forward(q, k, v, causal=causal, return_lse=True)
@@ -442,8 +442,8 @@ def test_the_gluon_path_is_deterministic_and_a_broadcast_do_runs_tl(gen):
 @requires_hopper
 @pytest.mark.gpu
 @pytest.mark.parametrize("d", HEAD_DIMS)
-def test_attention_not_deterministic_adds_dq_by_tma_reductions_and_matches_float64(gen, d):
-    q, k, v, do = (torch.randn(2, 4, 1024, d, generator=gen).half().cuda() for _ in range(4))
+def test_attention_not_deterministic_adds_dq_by_tma_reductions_and_matches_float64(fixed_gen, d):
+    q, k, v, do = (torch.randn(2, 4, 1024, d, generator=fixed_gen).half().cuda() for _ in range(4))
     assert bwd_config.default_bwd_config(q, True, deterministic=False).kernel == "gluon-ws-tma-dq"
     leaves = [t.clone().requires_grad_() for t in (q, k, v)]
     got = torch.autograd.grad(attention(*leaves, causal=True, deterministic=False), leaves, do)
