@@ -160,8 +160,8 @@ def main(argv=None) -> int:
             writer.writeheader()
             writer.writerows(rows)
     if rows:
-        for tiles in variants:
-            ratios = [r["tl_over_gluon"] for r in rows if all(r[key] == val for key, val in tiles.items())]
+        for i, tiles in enumerate(variants):  # rows come point by point, a row per variant in order
+            ratios = [r["tl_over_gluon"] for r in rows[i::len(variants)]]
             print(f"tl over gluon {_name(tiles)}{' pingpong' if a.pingpong else ''}: geometric mean "
                   f"{statistics.geometric_mean(ratios):.3f}, {min(ratios):.3f}-{max(ratios):.3f} over "
                   f"{len(ratios)} points; {failed} checks failed")
