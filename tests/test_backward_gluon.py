@@ -113,18 +113,34 @@ def test_the_policy_picks_the_warp_specialized_kernel_on_hopper_from_ws_min_n(d,
     """Timed faster than the tl kernels on the H200 at N = 4096 (notes/backward.md); deterministic:
     the tl dQ pass, no atomics."""
     monkeypatch.setattr(bwd_config, "INTERPRETED", False)
-    cfg = get_bwd_config(d, causal, "cuda", HOPPER, n=bwd_config.WS_MIN_N)
-    gluon_dq = bwd_config.GLUON_DQ_STAGES[(d, causal)] is not None  # where it was timed faster
-    assert cfg == gluon_ws_config(d, causal, gluon_dq=gluon_dq) and cfg.deterministic
-    assert cfg.kernel == ("gluon-ws-gluon-dq" if gluon_dq else "gluon-ws")
+    min_n = bwd_config.GLUON_DQ_PASS[(d, causal)].min_n  # the Gluon dQ pass from here on: timed faster
+    for n in sorted({bwd_config.WS_MIN_N, max(min_n - 1, bwd_config.WS_MIN_N), min_n, 16384}):
+        cfg = get_bwd_config(d, causal, "cuda", HOPPER, n=n)
+        assert cfg == gluon_ws_config(d, causal, gluon_dq=n >= min_n) and cfg.deterministic
+        assert cfg.kernel == ("gluon-ws-gluon-dq" if n >= min_n else "gluon-ws")
     assert get_bwd_config(d, causal, "cuda", HOPPER, n=bwd_config.WS_MIN_N - 1).path == "tl"
 
 
-def test_the_gluon_dq_pass_is_deterministic_beside_a_gluon_dkdv_kernel_with_its_own_tiles():
-    assert bwd_config.GLUON_DQ_STAGES[(128, False)] and bwd_config.GLUON_DQ_STAGES[(64, False)] is None
-    cfg = gluon_ws_config(64, False, gluon_dq=True)
+def test_the_dq_pass_policy_is_the_one_timed():
+    """notes/backward.md: two consumers and 4 stages from WS_MIN_N on, except d = 64 not causal: three
+    consumers from N = 4096 (0.87x the tl pass at N = 1024, 1.01x at 2048, 1.03-1.09x above)."""
+    two = bwd_config.DqPass(4, 2, bwd_config.WS_MIN_N)
+    assert bwd_config.GLUON_DQ_PASS == {(64, False): bwd_config.DqPass(4, 3, 4096), (64, True): two,
+                                        (128, False): two, (128, True): two}
+    assert bwd_config.GLUON_DQ_TILES == {2: (128, 64, 12), 3: (192, 64, 16)}
+
+
+@pytest.mark.parametrize(("d", "causal", "tiles"), [(64, False, (192, 64, 16)), (64, True, (128, 64, 12)),
+                                                    (128, False, (128, 64, 12))])
+def test_the_gluon_dq_pass_is_deterministic_beside_a_gluon_dkdv_kernel_with_its_own_tiles(d, causal, tiles):
+    cfg = gluon_ws_config(d, causal, gluon_dq=True)
     assert cfg.kernel == "gluon-ws-gluon-dq" and cfg.deterministic and cfg.num_stages_q == 4
-    assert (cfg.BLOCK_M2, cfg.BLOCK_N2, cfg.num_warps_q) == bwd_config.GLUON_DQ_TILES == (128, 64, 12)
+    assert (cfg.BLOCK_M2, cfg.BLOCK_N2, cfg.num_warps_q) == tiles
+    # the preprocess, a tl kernel, takes a power of two: 128 rows beside three consumers' 192
+    assert cfg.preprocess_rows == 128
+    if tiles[0] == 192:  # three consumers' rows are the Gluon pass's alone
+        with pytest.raises(ValueError, match="tile sizes must be powers of two"):
+            replace(cfg, GLUON_DQ=False)
     with pytest.raises(ValueError, match="GLUON must be True and ATOMIC_DQ"):
         replace(cfg, GLUON=False)
     with pytest.raises(ValueError, match="GLUON must be True and ATOMIC_DQ"):
@@ -280,7 +296,7 @@ def test_the_gluon_kernel_compiles_for_sm90_without_spilling_in_one_partition_th
 # shared memory; at d = 64 their 128 query rows, where Pᵀ and dSᵀ reach their GEMMs through shared
 # memory, `Config.SMEM_OPERANDS`, and the 64 rows they took before; in order, all four)
 WS_CASES = ("64,0,0", "64,1,1", "128,0,1", "128,1,0", "128,1,2", "64,1,2", "64,0,2,64",
-            "64,0,3", "64,1,3", "128,0,3", "128,1,3", "64,1,4", "128,0,4", "128,1,4", "64,0,5")
+            "64,0,3", "64,1,3", "128,0,3", "128,1,3", "64,1,4", "128,0,4", "128,1,4", "64,0,4", "64,1,5")
 
 
 def test_the_warp_specialized_kernel_compiles_for_sm90_without_spilling_and_splits_its_registers(tmp_path):
@@ -300,8 +316,10 @@ def test_the_warp_specialized_kernel_compiles_for_sm90_without_spilling_and_spli
                               gluon_dq=dq >= 4)
         assert (row["d"], row["causal"]) == (d, bool(causal))
         if dq >= 4:  # the Gluon dQ pass: Q and dO of each consumer, K and V by TMA, no reductions;
-            # 5: three consumers at 160 registers (the producer's warpgroup keeps 32), as the forward
-            consumers, regs = (2, {24, 240}) if dq == 4 else (3, {32, 160})
+            # with three consumers (5, and the policy's at d = 64 not causal) at 160 registers (the
+            # producer's warpgroup keeps 32), as the forward
+            consumers = 3 if dq == 5 else bwd_config.GLUON_DQ_PASS[(d, bool(causal))].consumers
+            regs = {24, 240} if consumers == 2 else {32, 160}
             assert row["kernel"] == "_bwd_dq_hopper" and row["stages"] == cfg.num_stages_q
             assert row["consumers"] == consumers and row["warps"] == 4 * (consumers + 1)
             assert row["spill_stack_bytes"] == 0 and row["stl"] == row["ldl"] == 0

@@ -29,14 +29,14 @@ import compiled_entry  # noqa: F401 (first: Triton's compiler, whatever the devi
 import kernel_report
 import torch
 
-from minimodel.kernel.bwd_config import gluon_ws_config
-from minimodel.kernel.gluon_bwd_dqpass import CONSUMERS, config_launch, dq_launch
+from minimodel.kernel.bwd_config import GLUON_DQ_TILES, gluon_ws_config
+from minimodel.kernel.gluon_bwd_dqpass import config_launch
 from minimodel.kernel.gluon_bwd_ws import dkdv_launch
 
 # (d, causal, dQ) of `gluon_ws_config`, dQ: 0 the tl pass, 1 atomics, 2 TMA reductions, 3 TMA
 # reductions in a fixed order: what tools/bwd_gluon_gpu.py checks and times; 4: the launch of the
-# Gluon dQ pass that runs after the dK/dV kernel (`gluon_dq`), reported instead of it; 5: that pass
-# with three consumer warpgroups (`dq_launch(consumers=3)`; the policy's has two)
+# Gluon dQ pass that runs after the dK/dV kernel (`gluon_dq`, its consumers the policy's,
+# `bwd_config.GLUON_DQ_PASS`), reported instead of it; 5: that pass with three consumer warpgroups
 DQ_PASS, DQ_ATOMIC, DQ_TMA, DQ_ORDERED, DQ_GLUON_PASS, DQ_GLUON_PASS_3 = 0, 1, 2, 3, 4, 5
 DEFAULT = [(d, causal, dq) for d in (64, 128) for causal in (False, True)
            for dq in (DQ_PASS, DQ_ATOMIC, DQ_TMA, DQ_ORDERED)]
@@ -46,17 +46,13 @@ OPCODES = ("HGMMA", "MUFU", "REDG", "SYNCS", "BAR", "STL", "LDL", "UTMALDG", "UT
 _TYPES = {torch.float16: "*fp16", torch.bfloat16: "*bf16", torch.float32: "*fp32", torch.int32: "*i32"}
 
 
-def compile_ws(cfg, d: int, causal: bool, dtype=torch.float16, n: int = 4096, arch: int = 90,
-               consumers: int = CONSUMERS):
+def compile_ws(cfg, d: int, causal: bool, dtype=torch.float16, n: int = 4096, arch: int = 90):
     """Triton's compiled kernel of `dkdv_launch` for `cfg` on a contiguous (1, 1, n, d) problem (with
-    cfg.GLUON_DQ, of the Gluon dQ pass's launch instead, with `consumers` MMA warpgroups)."""
+    cfg.GLUON_DQ, of the Gluon dQ pass's launch instead)."""
     t = torch.empty(1, 1, n, d, dtype=dtype)
     rows = torch.empty(1, 1, n, dtype=torch.float32)
     dq = torch.empty(1, 1, n, d, dtype=torch.float32 if cfg.ATOMIC_DQ else dtype)
-    if cfg.GLUON_DQ and consumers != CONSUMERS:
-        kernel, _, args, options = dq_launch(t, t, t, t, dq, rows, rows, 0.125, causal, block_n=cfg.BLOCK_N2,
-                                             stages=cfg.num_stages_q, consumers=consumers)
-    elif cfg.GLUON_DQ:
+    if cfg.GLUON_DQ:
         kernel, _, args, options = config_launch(t, t, t, t, dq, rows, rows, 0.125, cfg, causal)
     else:
         kernel, _, args, options = dkdv_launch(t, t, t, t, dq, t, t, rows, rows, 0.125, cfg, causal)
@@ -65,9 +61,9 @@ def compile_ws(cfg, d: int, causal: bool, dtype=torch.float16, n: int = 4096, ar
     return kernel_report.compile_for(kernel, types, options, arch)
 
 
-def report(cfg, d: int, causal: bool, dtype=torch.float16, consumers: int = CONSUMERS) -> dict:
+def report(cfg, d: int, causal: bool, dtype=torch.float16) -> dict:
     """Registers (the launch's, and each partition's after setmaxnreg), spill bytes, shared bytes, counts."""
-    compiled = compile_ws(cfg, d, causal, dtype, consumers=consumers)
+    compiled = compile_ws(cfg, d, causal, dtype)
     cubin = compiled.asm["cubin"]
     usage = kernel_report._cuobjdump(cubin, "--dump-resource-usage")
     sass = kernel_report._cuobjdump(cubin, "--dump-sass")
@@ -78,7 +74,8 @@ def report(cfg, d: int, causal: bool, dtype=torch.float16, consumers: int = CONS
     return {"d": d, "causal": causal, "kernel": compiled.metadata.name, "BLOCK_M1": cfg.BLOCK_M1,
             "stages": cfg.num_stages_q if cfg.GLUON_DQ else cfg.num_stages_kv,
             "atomic_dq": cfg.ATOMIC_DQ, "tma_dq": cfg.TMA_DQ, "ordered_dq": cfg.ORDERED_DQ,
-            "dtype": str(dtype).removeprefix("torch."), "consumers": consumers if cfg.GLUON_DQ else CONSUMERS,
+            "dtype": str(dtype).removeprefix("torch."),
+            "consumers": cfg.num_warps_q // 4 - 1 if cfg.GLUON_DQ else 2,  # MMA warpgroups
             "registers": int(re.search(r"REG:(\d+)", usage).group(1)),
             "setmaxnreg": maxnreg, "spill_stack_bytes": int(re.search(r"STACK:(\d+)", usage).group(1)),
             "shared_bytes": int(compiled.metadata.shared), "warps": compiled.metadata.num_warps,
@@ -112,9 +109,11 @@ def main(argv=None) -> int:
                               ordered_dq=dq == DQ_ORDERED, gluon_dq=dq in (DQ_GLUON_PASS, DQ_GLUON_PASS_3))
         cfg = replace(cfg, BLOCK_M1=block_m or args.m or cfg.BLOCK_M1,
                       num_stages_kv=args.stages or cfg.num_stages_kv)
+        if dq == DQ_GLUON_PASS_3:
+            m2, n2, warps = GLUON_DQ_TILES[3]
+            cfg = replace(cfg, BLOCK_M2=m2, BLOCK_N2=n2, num_warps_q=warps)
         try:
-            row = report(cfg, d, causal, torch.bfloat16 if args.bf16 else torch.float16,
-                         consumers=3 if dq == DQ_GLUON_PASS_3 else CONSUMERS)
+            row = report(cfg, d, causal, torch.bfloat16 if args.bf16 else torch.float16)
         except Exception as err:  # a configuration Triton cannot lower: said, and the next one goes on
             row = {"d": d, "causal": causal, "BLOCK_M1": cfg.BLOCK_M1, "atomic_dq": cfg.ATOMIC_DQ,
                    "tma_dq": cfg.TMA_DQ, "ordered_dq": cfg.ORDERED_DQ,

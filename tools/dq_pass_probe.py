@@ -14,7 +14,7 @@ Timed: the dQ launch alone (O, LSE and D made once), CUDA-graph medians, `sample
 alternate the passes (the tl one and each `--tiles` of the Gluon one), a row per point and Gluon
 pass; `tl_over_gluon` is the tl pass's time over that Gluon pass's (above 1: the Gluon pass is
 faster), and `backward_ms` the whole default backward for scale (which runs the
-Gluon pass itself where the policy picks it, `bwd_config.GLUON_DQ_STAGES`). A development
+Gluon pass itself where the policy picks it, `bwd_config.GLUON_DQ_PASS`). A development
 tool: the workflow never imports it.
 """
 

@@ -4,11 +4,10 @@
 #     bash tools/h200_backward_probes.sh start [COMMIT]   # starts the steps below in /tmp/probes
 #     bash tools/h200_backward_probes.sh wait [SECONDS]   # waits; once ended, packs into $OUT
 #     bash tools/h200_backward_probes.sh pack             # packs what there is now (the steps go on)
-# The steps (notes/backward.md, "The Gluon dQ pass on the H200"): the dQ pass with three consumers
-# beside two and the tl pass at d = 64 (tools/dq_pass_probe.py: the float64 checks, then timed side
-# by side); then why the ordered (deterministic) in-kernel dQ falls behind with N when causal:
-# tools/bwd_ncu.py with the ordered, the unordered TMA and the shipped path, causal, at N = 16384
-# (0.54x the shipped path) and N = 1024 (0.96x), each head dim; stall reasons side by side.
+# The steps (notes/backward.md, "Three consumers in the policy"): the GPU tests of the Gluon dQ
+# pass (three consumers at d = 64 not causal); the whole backward at d = 64 not causal, the policy
+# beside the one before it (the tl pass there), cuDNN and FA4; then FlashAttention's grid at both
+# head dims with the unordered TMA path (`deterministic=False`) beside the default, cuDNN and FA4.
 set -uo pipefail
 P=/tmp/probes
 case "${1:-}" in
@@ -30,10 +29,14 @@ steps)
         timeout "$limit" "$@"
         echo "== exit $? after $((SECONDS - start)) s"
     }
-    step 240 python3 tools/dq_pass_probe.py --d 64 --tiles 64,4 --tiles 64,4,3 --samples 3 --rep-ms 30 \
-        --csv "$P/dq_pass_consumers.csv"
-    step 500 python3 tools/bwd_ncu.py --out "$P/ncu" --ways ordered tma ws --causal \
-        --point 1,32,16384,64 --point 16,32,1024,64 --point 1,16,16384,128 --point 16,16,1024,128 ;;
+    step 240 python3 -m pytest -p no:cacheprovider -q -m gpu tests/test_backward_gluon.py \
+        -k "gluon-ws-gluon-dq or gluon_path_is_det"
+    step 200 python3 tools/bwd_bench.py --graph --d 64 --causal false \
+        --config 128,128,128,64,12,2,8,3,GLUON --csv "$P/bwd_bench_d64_consumers.csv"
+    step 240 python3 tools/bwd_bench.py --graph --d 64 --config 128,128,128,64,12,2,8,3,TMA \
+        --csv "$P/bwd_bench_d64_tma.csv"
+    step 240 python3 tools/bwd_bench.py --graph --d 128 --config 64,128,128,64,12,2,8,3,TMA \
+        --csv "$P/bwd_bench_d128_tma.csv" ;;
 wait)
     limit=${2:-560}
     waited=0

@@ -270,7 +270,7 @@ def arguments(q, k, v, o, lse, do, dq, dk, dv, delta, scale: float, cfg: BwdConf
     B, H, N, d = q.shape
     H_kv, qk_scale = k.shape[1], scale * LOG2E
     pre = dict(O=o, DO=do, Delta=delta, **_strides("o", o), **_strides("do", do), H=H, N=N,
-               HEAD_DIM=d, BLOCK_M=cfg.BLOCK_M2)
+               HEAD_DIM=d, BLOCK_M=cfg.preprocess_rows)
     common = dict(qk_scale=qk_scale, sm_scale=scale, **_strides("q", q), **_strides("k", k),
                   **_strides("v", v), **_strides("do", do), HEAD_DIM=d, IS_CAUSAL=bool(causal))
     dkdv = dict(Q=q, K=k, V=v, DO=do, DK=dk, DV=dv, DQ=dq, LSE=lse, Delta=delta, **common,
@@ -290,7 +290,7 @@ def arguments(q, k, v, o, lse, do, dq, dk, dv, delta, scale: float, cfg: BwdConf
     else:
         q_launch = (_bwd_dq_kernel, _grid(N, B * H, cfg.BLOCK_M2), dqa,
                     dict(num_warps=cfg.num_warps_q, num_stages=cfg.num_stages_q))
-    launches = [(_bwd_preprocess, _grid(N, B * H, cfg.BLOCK_M2), pre, dict(num_warps=4, num_stages=1)),
+    launches = [(_bwd_preprocess, _grid(N, B * H, cfg.preprocess_rows), pre, dict(num_warps=4, num_stages=1)),
                 kv_launch, q_launch]
     return launches[:2] if cfg.ATOMIC_DQ else launches
 

@@ -5,6 +5,7 @@ one per head dim, causality, architecture and sequence length, and what a call r
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
+from typing import NamedTuple
 
 import torch
 
@@ -41,9 +42,10 @@ class BwdConfig:
     every key block of one head fits on the GPU at once (`ordered_dq_fits`); elsewhere the call
     runs the warp-specialized kernel with the tl dQ pass (`launch_bwd_config`).
     GLUON_DQ (with GLUON, without ATOMIC_DQ): the dQ pass is the Gluon one (`gluon_bwd_dqpass`),
-    warp-specialized: BLOCK_M2 = 128 query rows per program (two MMA warpgroups of 64), BLOCK_N2 =
-    64 keys per step, num_stages_q K/V buffers (2 to 4), num_warps_q its 12 warps; deterministic,
-    as the tl pass. Hopper only, where the Gluon dK/dV kernel runs.
+    warp-specialized: BLOCK_M2 = 128 or 192 query rows per program (two or three MMA warpgroups of
+    64), BLOCK_N2 = 64 keys per step, num_stages_q K/V buffers (2 to 4), num_warps_q its 12 or 16
+    warps (`GLUON_DQ_TILES`); deterministic, as the tl pass. Hopper only, where the Gluon dK/dV
+    kernel runs.
     """
 
     BLOCK_M1: int
@@ -61,8 +63,8 @@ class BwdConfig:
     GLUON_DQ: bool = False
 
     def __post_init__(self):
-        blocks = (self.BLOCK_M1, self.BLOCK_N1, self.BLOCK_M2, self.BLOCK_N2)
-        if any(b < 16 or b & (b - 1) for b in blocks):
+        blocks = (self.BLOCK_M1, self.BLOCK_N1, self.BLOCK_N2) + (() if self.GLUON_DQ else (self.BLOCK_M2,))
+        if any(b < 16 or b & (b - 1) for b in blocks):  # the Gluon dQ pass's BLOCK_M2: `_check_gluon_dq`
             raise ValueError(f"tile sizes must be powers of two >= 16 (tl.dot's minimum), got {blocks}")
         if self.BLOCK_N1 % self.BLOCK_M1 or self.BLOCK_M2 % self.BLOCK_N2:
             raise ValueError(f"BLOCK_N1 ({self.BLOCK_N1}) must be a multiple of BLOCK_M1 ({self.BLOCK_M1}) "
@@ -84,8 +86,9 @@ class BwdConfig:
 
     def _check_gluon_dq(self):
         tiles = (self.BLOCK_M2, self.BLOCK_N2, self.num_warps_q)
-        if tiles != GLUON_DQ_TILES or not 2 <= self.num_stages_q <= 4:
-            raise ValueError(f"GLUON_DQ: (BLOCK_M2, BLOCK_N2, num_warps_q) is {GLUON_DQ_TILES} and "
+        if tiles not in GLUON_DQ_TILES.values() or not 2 <= self.num_stages_q <= 4:
+            raise ValueError(f"GLUON_DQ: (BLOCK_M2, BLOCK_N2, num_warps_q) is one of "
+                             f"{sorted(GLUON_DQ_TILES.values())} (2 or 3 consumer warpgroups) and "
                              f"num_stages_q 2 to 4, got {tiles} and {self.num_stages_q}")
 
     def _check_gluon(self):
@@ -108,6 +111,12 @@ class BwdConfig:
         if self.BLOCK_M1 > 256 or self.num_stages_kv < 2:
             raise ValueError(f"GLUON: BLOCK_M1 at most 256 (one MMA's N) and num_stages_kv >= 2, got "
                              f"{self.BLOCK_M1} and {self.num_stages_kv}")
+
+    @property
+    def preprocess_rows(self) -> int:
+        """Query rows per program of the preprocess (D = rowsum(dO ∘ O), a tl kernel): BLOCK_M2, or
+        the power of two below it where the Gluon dQ pass has three consumers (192 rows)."""
+        return 1 << (self.BLOCK_M2.bit_length() - 1)
 
     @property
     def warp_specialized(self) -> bool:
@@ -197,16 +206,34 @@ GLUON_WS_TILES = {(64, False): (128, 2), (64, True): (128, 2), (128, False): (64
 GLUON_WS_ATOMIC_TILES = {**GLUON_WS_TILES, (64, False): (64, 2), (64, True): (64, 2)}
 
 
-# The Gluon dQ pass (`gluon_bwd_dqpass`) beside the warp-specialized dK/dV kernel on Hopper, per
-# (head dim, causal): its K/V stages, or None where the tl pass stays. 128 query rows per program, 64
-# keys per step (`GLUON_DQ_TILES`); compiled for sm_90 without a spill. On the H200
-# (tools/dq_pass_probe.py, FlashAttention's grid, the dQ launch alone, CUDA-graph medians; every
-# check against float64 passed, the same bits on every call; notes/backward.md) it ran 1.46-1.62x
-# the tl pass's speed at d = 128 and 1.33-1.49x at d = 64 causal with 4 stages; at d = 64 not causal
-# 0.95-1.02x, so the tl pass stays there.
-GLUON_DQ_TILES = (gluon_bwd_dqpass.CONSUMERS * gluon_bwd_dqpass.ROWS, gluon_bwd_dqpass.KEYS,
-                  gluon_bwd_dqpass.WARPS)
-GLUON_DQ_STAGES = {(64, False): None, (64, True): 4, (128, False): 4, (128, True): 4}
+# The shortest sequence the warp-specialized kernel is picked for: FlashAttention's grid starts
+# here. It was timed faster than the tl kernels at N = 4096 only (d = 64 and 128, causal and not);
+# shorter sequences, the lab grid's N = 64 and 256, keep the tl kernels, untimed against it.
+WS_MIN_N = 1024
+
+
+class DqPass(NamedTuple):
+    """Where the policy runs the Gluon dQ pass (`gluon_bwd_dqpass`) beside the warp-specialized
+    dK/dV kernel: its K/V stages, its consumer warpgroups (64 query rows each), and the shortest N
+    it is picked for (the tl pass below)."""
+
+    stages: int
+    consumers: int = gluon_bwd_dqpass.CONSUMERS
+    min_n: int = WS_MIN_N
+
+
+# (BLOCK_M2, BLOCK_N2, num_warps_q) of the Gluon dQ pass with 2 or 3 consumers: 64 query rows each,
+# 64 keys per step; compiled for sm_90 without a spill (3 consumers at d = 64 only: 96 bytes spill
+# at d = 128). Per (head dim, causal) the policy's pass. On the H200 (tools/dq_pass_probe.py,
+# FlashAttention's grid, the dQ launch alone, CUDA-graph medians of samples that alternate the
+# passes; every check against float64 passed, the same bits on every call; notes/backward.md): 2
+# consumers and 4 stages ran 1.46-1.62x the tl pass's speed at d = 128 and 1.33-1.49x at d = 64
+# causal. At d = 64 not causal 2 consumers ran 0.88-1.02x, and 3 ran 0.87x at N = 1024, 1.01x at
+# 2048 and 1.03-1.09x at N = 4096-16384, so the pass takes 3 consumers there from N = 4096 and
+# the tl pass below.
+GLUON_DQ_TILES = {c: gluon_bwd_dqpass.tiles(c) for c in (2, 3)}
+GLUON_DQ_PASS = {(64, False): DqPass(4, consumers=3, min_n=4096), (64, True): DqPass(4),
+                 (128, False): DqPass(4), (128, True): DqPass(4)}
 
 
 def gluon_ws_config(head_dim: int, causal: bool, atomic_dq: bool = False, tma_dq: bool = False,
@@ -214,8 +241,8 @@ def gluon_ws_config(head_dim: int, causal: bool, atomic_dq: bool = False, tma_dq
     """The warp-specialized Gluon kernel's configuration at a head dim it is built for (64, 128):
     with atomic_dq its dQ is added in the kernel by fp32 atomics, with tma_dq by TMA reductions
     (either: not deterministic), with ordered_dq by TMA reductions in a fixed order
-    (deterministic), else a dQ pass runs after it: the Gluon one with gluon_dq (its stages from
-    `GLUON_DQ_STAGES`, 4 where that keeps the tl pass), else the tl one of the Hopper table."""
+    (deterministic), else a dQ pass runs after it: the Gluon one with gluon_dq (its stages and
+    consumers from `GLUON_DQ_PASS`, whatever N), else the tl one of the Hopper table."""
     if head_dim not in gluon_backward.HEAD_DIMS:
         raise ValueError(f"the Gluon backward is built for head dims {gluon_backward.HEAD_DIMS}, "
                          f"got {head_dim}")
@@ -228,9 +255,10 @@ def gluon_ws_config(head_dim: int, causal: bool, atomic_dq: bool = False, tma_dq
                   TMA_DQ=tma_dq, ORDERED_DQ=bool(ordered_dq), GLUON=True)
     if not gluon_dq:
         return cfg
-    m2, n2, warps = GLUON_DQ_TILES
-    return replace(cfg, BLOCK_M2=m2, BLOCK_N2=n2, num_warps_q=warps,
-                   num_stages_q=GLUON_DQ_STAGES[(head_dim, bool(causal))] or 4, GLUON_DQ=True)
+    dq_pass = GLUON_DQ_PASS[(head_dim, bool(causal))]
+    m2, n2, warps = GLUON_DQ_TILES[dq_pass.consumers]
+    return replace(cfg, BLOCK_M2=m2, BLOCK_N2=n2, num_warps_q=warps, num_stages_q=dq_pass.stages,
+                   GLUON_DQ=True)
 
 
 def tl_bwd_config(head_dim: int, causal: bool, device_type: str, arch: int = HOPPER) -> BwdConfig:
@@ -242,25 +270,19 @@ def tl_bwd_config(head_dim: int, causal: bool, device_type: str, arch: int = HOP
     return HOPPER_CONFIGS[(d, bool(causal))] if arch == HOPPER else PORTABLE_CONFIGS[d]
 
 
-# The shortest sequence the warp-specialized kernel is picked for: FlashAttention's grid starts
-# here. It was timed faster than the tl kernels at N = 4096 only (d = 64 and 128, causal and not);
-# shorter sequences, the lab grid's N = 64 and 256, keep the tl kernels, untimed against it.
-WS_MIN_N = 1024
-
-
 def get_bwd_config(head_dim: int, causal: bool, device_type: str, arch: int = HOPPER,
                    n: int | None = None, deterministic: bool = True) -> BwdConfig:
     """The configuration `flash_attn_backward` takes when none is given (arch: compute
     capability as major·10 + minor; n: the sequence length, None for the tl table): on Hopper,
     compiled, at the head dims it is built for and N >= WS_MIN_N, the warp-specialized Gluon
-    kernel, its dQ by a dQ pass (deterministic: the Gluon one where `GLUON_DQ_STAGES` has
-    stages, else the tl one) or, with deterministic False, by TMA reductions in the kernel
+    kernel, its dQ by a dQ pass (deterministic: the Gluon one from `GLUON_DQ_PASS`'s N on,
+    else the tl one) or, with deterministic False, by TMA reductions in the kernel
     (faster; dQ's last bits vary between calls); the tl kernels' table everywhere else,
     deterministic either way (the one-partition Gluon kernel is `gluon_bwd_config`, asked for
     explicitly)."""
     if (device_type == "cuda" and arch == HOPPER and not INTERPRETED and head_dim in gluon_backward.HEAD_DIMS
             and n is not None and n >= WS_MIN_N):
-        gluon_dq = deterministic and GLUON_DQ_STAGES[(head_dim, bool(causal))] is not None
+        gluon_dq = deterministic and n >= GLUON_DQ_PASS[(head_dim, bool(causal))].min_n
         return gluon_ws_config(head_dim, causal, tma_dq=not deterministic, gluon_dq=gluon_dq)
     return tl_bwd_config(head_dim, causal, device_type, arch)
 

@@ -56,6 +56,12 @@ KEYS = 64  # keys per step (128 at d = 64 ran 0.62-0.99x the tl pass's speed on 
 WARPS = 4 * (CONSUMERS + 1)  # the producer's warpgroup and the consumers'
 
 
+def tiles(consumers: int = CONSUMERS) -> tuple[int, int, int]:
+    """(query rows per program, keys per step, warps) with `consumers` MMA warpgroups: a
+    `BwdConfig`'s (BLOCK_M2, BLOCK_N2, num_warps_q) with GLUON_DQ."""
+    return consumers * ROWS, KEYS, 4 * (consumers + 1)
+
+
 @gluon.jit
 def _load(q_desc, do_desc, k_desc, v_desc, h_kv, ch: Channels, do_buf, tile: QueryTile, T: Tiles):
     """Producer: Q and dO of each consumer's rows once (both on q_ready), then K and V of each key
@@ -210,8 +216,10 @@ def dq_launch(q, k, v, do, dq, lse, delta, scale: float, causal: bool, block_m: 
 
 
 def config_launch(q, k, v, do, dq, lse, delta, scale: float, cfg, causal: bool):
-    """`dq_launch` with the tiles of `cfg` (a `BwdConfig` with GLUON_DQ): BLOCK_M2 query rows per
-    program, BLOCK_N2 keys per step, num_stages_q stages."""
-    return dq_launch(q, k, v, do, dq, lse, delta, scale, causal, block_m=cfg.BLOCK_M2 // CONSUMERS,
-                     block_n=cfg.BLOCK_N2, stages=cfg.num_stages_q)
+    """`dq_launch` with the tiles of `cfg` (a `BwdConfig` with GLUON_DQ): num_warps_q / 4 − 1
+    consumers (the producer's warpgroup aside), BLOCK_M2 query rows per program among them,
+    BLOCK_N2 keys per step, num_stages_q stages."""
+    consumers = cfg.num_warps_q // 4 - 1
+    return dq_launch(q, k, v, do, dq, lse, delta, scale, causal, block_m=cfg.BLOCK_M2 // consumers,
+                     block_n=cfg.BLOCK_N2, stages=cfg.num_stages_q, consumers=consumers)
 
