@@ -1,6 +1,6 @@
 #!/bin/bash
 # The packages the lent H200 lacks for a full run of the workflow, built here for three carried calls
-# (a call carries at most 64 MiB with the working tree, 15 MiB of it): DIR/a and DIR/b hold the two
+# (a call carries at most 64 MiB with the working tree, 24 MB of it since rerun 4): DIR/a and DIR/b hold the two
 # parts of FA4's CUDA 13 library tree, DIR/c every wheel (FA4 and the CuTe DSL, snakemake and
 # jsonschema for cp312). Run from the repository root; DIR defaults to .whl (ignored by git).
 #     tools/h200_wheels.sh [DIR]
@@ -33,7 +33,7 @@ pip download -q --no-deps "${PLATFORM[@]}" -d "$tmp" nvidia-cutlass-dsl-libs-cu1
 mkdir "$tmp/cu13"
 unzip -q "$tmp"/nvidia_cutlass_dsl_libs_cu13-*.whl -d "$tmp/cu13"
 XZ_OPT="-9 -T0" tar -cJf "$tmp/cu13.tar.xz" -C "$tmp/cu13" .
-split -b 44M "$tmp/cu13.tar.xz" "$tmp/part_"
+split -b 40M "$tmp/cu13.tar.xz" "$tmp/part_"
 [ "$(ls "$tmp"/part_* | wc -l)" -eq 2 ] || { echo "the CUDA 13 tree is not two parts" >&2; exit 1; }
 mv "$tmp/part_aa" "$DIR/a/cu13.part_aa"
 mv "$tmp/part_ab" "$DIR/b/cu13.part_ab"
