@@ -130,6 +130,26 @@ def test_the_dq_pass_policy_is_the_one_timed():
     assert bwd_config.GLUON_DQ_TILES == {2: (128, 64, 12), 3: (192, 64, 16)}
 
 
+def test_the_policys_three_consumers_launch_what_the_h200_probe_checked():
+    """`config_launch` of the policy's d = 64 not causal configuration is the launch that
+    tools/dq_pass_probe.py checked against float64 on the H200 (`dq_launch`, 3 consumers of 64 rows,
+    64 keys, 4 stages): the same kernel, grid, options and arguments (tensors by identity)."""
+    from minimodel.kernel import gluon_bwd_dqpass
+
+    q = torch.empty(2, 4, 1000, 64, dtype=torch.float16)
+    rows = torch.empty(2, 4, 1000)
+    cfg = gluon_ws_config(64, False, gluon_dq=True)
+    got = gluon_bwd_dqpass.config_launch(q, q, q, q, q, rows, rows, 0.125, cfg, False)
+    want = gluon_bwd_dqpass.dq_launch(q, q, q, q, q, rows, rows, 0.125, False, block_m=64, block_n=64,
+                                      stages=4, consumers=3)
+
+    def plain(args):
+        return {k: (id(v.base), v.shape, v.strides, v.block_shape) if hasattr(v, "block_shape")
+                else id(v) if isinstance(v, torch.Tensor) else v for k, v in args.items()}
+    assert got[0] is want[0] and got[1] == want[1] == (8 * 6, 1, 1) and got[3] == want[3]
+    assert plain(got[2]) == plain(want[2]) and got[2]["CONSUMERS"] == 3 and got[2]["BLOCK_M"] == 64
+
+
 @pytest.mark.parametrize(("d", "causal", "tiles"), [(64, False, (192, 64, 16)), (64, True, (128, 64, 12)),
                                                     (128, False, (128, 64, 12))])
 def test_the_gluon_dq_pass_is_deterministic_beside_a_gluon_dkdv_kernel_with_its_own_tiles(d, causal, tiles):
