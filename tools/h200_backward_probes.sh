@@ -4,10 +4,12 @@
 #     bash tools/h200_backward_probes.sh start [COMMIT]   # starts the steps below in /tmp/probes
 #     bash tools/h200_backward_probes.sh wait [SECONDS]   # waits; once ended, packs into $OUT
 #     bash tools/h200_backward_probes.sh pack             # packs what there is now (the steps go on)
-# The steps (notes/backward.md, "Three consumers in the policy"): the GPU tests of the Gluon dQ
-# pass (three consumers at d = 64 not causal); the whole backward at d = 64 not causal, the policy
-# beside the one before it (the tl pass there), cuDNN and FA4; then FlashAttention's grid at both
-# head dims with the unordered TMA path (`deterministic=False`) beside the default, cuDNN and FA4.
+# The steps (notes/backward.md, "Three consumers at d = 64"): the GPU tests of the Gluon dQ pass
+# (three consumers at d = 64 not causal); the whole backward at d = 64 not causal, the policy beside
+# the one before it (the tl pass there), cuDNN and FA4; then FlashAttention's grid at both head dims
+# with the unordered TMA path (`deterministic=False`) beside the default, cuDNN and FA4. On
+# 2026-12-03 these ran by hand without FA4 (the block's last minutes); with FA4 carried they give
+# the FA4 columns too.
 set -uo pipefail
 P=/tmp/probes
 case "${1:-}" in
