@@ -40,6 +40,10 @@ from minimodel.kernel.gluon_bwd_ws import dkdv_launch
 DQ_PASS, DQ_ATOMIC, DQ_TMA, DQ_ORDERED, DQ_GLUON_PASS, DQ_GLUON_PASS_3 = 0, 1, 2, 3, 4, 5
 DEFAULT = [(d, causal, dq) for d in (64, 128) for causal in (False, True)
            for dq in (DQ_PASS, DQ_ATOMIC, DQ_TMA, DQ_ORDERED)]
+# spill bytes a configuration is known to have, (d, causal, dQ) -> bytes, each checked in the SASS
+# to lie outside the loops: the ordered path's causal key blocks numbered last first
+# (`KeyBlock.create`) store two values of one MMA warpgroup before its loop and load them after it
+KNOWN_SPILLS = {(64, True, DQ_ORDERED): 8}
 # warpgroup MMAs, exp2, fp32 reductions to global memory (the atomics into dQ), mbarrier operations,
 # CTA barriers, local-memory stores and loads (spills), TMA loads, TMA reductions
 OPCODES = ("HGMMA", "MUFU", "REDG", "SYNCS", "BAR", "STL", "LDL", "UTMALDG", "UTMAREDG", "ATOMG")
@@ -118,7 +122,8 @@ def main(argv=None) -> int:
             row = {"d": d, "causal": causal, "BLOCK_M1": cfg.BLOCK_M1, "atomic_dq": cfg.ATOMIC_DQ,
                    "tma_dq": cfg.TMA_DQ, "ordered_dq": cfg.ORDERED_DQ,
                    "error": f"{type(err).__name__}: {str(err).strip().splitlines()[-1][:300]}"}
-        bad += "error" in row or row["spill_stack_bytes"] > 0 or row["stl"] > 0
+        row["known_spill_bytes"] = known = KNOWN_SPILLS.get((d, causal, dq), 0)
+        bad += "error" in row or row["spill_stack_bytes"] > known or (known == 0 and row["stl"] > 0)
         rows.append(row)
         print(json.dumps(row), flush=True)
     if args.json:

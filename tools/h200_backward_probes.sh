@@ -4,12 +4,12 @@
 #     bash tools/h200_backward_probes.sh start [COMMIT]   # starts the steps below in /tmp/probes
 #     bash tools/h200_backward_probes.sh wait [SECONDS]   # waits; once ended, packs into $OUT
 #     bash tools/h200_backward_probes.sh pack             # packs what there is now (the steps go on)
-# The steps (notes/backward.md, "Three consumers at d = 64"): the GPU tests of the Gluon dQ pass
-# (three consumers at d = 64 not causal); the whole backward at d = 64 not causal, the policy beside
-# the one before it (the tl pass there), cuDNN and FA4; then FlashAttention's grid at both head dims
-# with the unordered TMA path (`deterministic=False`) beside the default, cuDNN and FA4. On
-# 2026-12-03 these ran by hand without FA4 (the block's last minutes); with FA4 carried they give
-# the FA4 columns too.
+# The steps (notes/backward.md, "Three consumers at d = 64, and where the ordered path waits"): the
+# GPU tests of the ordered path, whose causal key blocks now start last first, and of the Gluon dQ
+# pass (three consumers at d = 64 not causal; its guarantee cases have not run with three); then,
+# causal, the ordered path beside the unordered TMA path, the default, cuDNN and FA4 at each head
+# dim (it fell to 0.54x of the default at N = 16384 when the first key blocks started first); then ncu of the two
+# in-kernel paths at (1, 32, 16384, 64) causal, where its long-scoreboard stalls were 3.6x.
 set -uo pipefail
 P=/tmp/probes
 case "${1:-}" in
@@ -31,14 +31,13 @@ steps)
         timeout "$limit" "$@"
         echo "== exit $? after $((SECONDS - start)) s"
     }
-    step 240 python3 -m pytest -p no:cacheprovider -q -m gpu tests/test_backward_gluon.py \
-        -k "gluon-ws-gluon-dq or gluon_path_is_det"
-    step 200 python3 tools/bwd_bench.py --graph --d 64 --causal false \
-        --config 128,128,128,64,12,2,8,3,GLUON --csv "$P/bwd_bench_d64_consumers.csv"
-    step 240 python3 tools/bwd_bench.py --graph --d 64 --config 128,128,128,64,12,2,8,3,TMA \
-        --csv "$P/bwd_bench_d64_tma.csv"
-    step 240 python3 tools/bwd_bench.py --graph --d 128 --config 64,128,128,64,12,2,8,3,TMA \
-        --csv "$P/bwd_bench_d128_tma.csv" ;;
+    step 300 python3 -m pytest -p no:cacheprovider -q -m gpu tests/test_backward_gluon.py \
+        -k "gluon-ws-ordered-dq or gluon-ws-gluon-dq or gluon_path_is_det"
+    step 200 python3 tools/bwd_bench.py --graph --d 64 --causal true --config 128,128,128,64,12,2,8,3,ORDERED \
+        --config 128,128,128,64,12,2,8,3,TMA --csv "$P/bwd_bench_d64_ordered_causal.csv"
+    step 200 python3 tools/bwd_bench.py --graph --d 128 --causal true --config 64,128,128,64,12,2,8,3,ORDERED \
+        --config 64,128,128,64,12,2,8,3,TMA --csv "$P/bwd_bench_d128_ordered_causal.csv"
+    step 200 python3 tools/bwd_ncu.py --out "$P/ncu" --ways ordered tma --causal --point 1,32,16384,64 ;;
 wait)
     limit=${2:-560}
     waited=0

@@ -112,15 +112,18 @@ class KeyBlock:
         self.GROUP = GROUP
 
     @gluon.jit
-    def create(H, N, GROUP, T):
+    def create(H, N, GROUP, T, LAST_FIRST: gl.constexpr):
         """This program's block. Programs run key tile fastest (causal: the first key tiles, with
-        the most query tiles, start first), all on the grid's x axis (B·H_kv past 65,535)."""
+        the most query tiles, start first; with LAST_FIRST the last ones), all on the grid's x
+        axis (B·H_kv past 65,535)."""
         num_n = gl.cdiv(N, T.BLOCK_N)
         pid = gl.program_id(0)
         pid_n = pid % num_n
         pid_bkv = pid // num_n
         H_kv = H // GROUP
         start_n = pid_n * T.BLOCK_N
+        if LAST_FIRST:
+            start_n = (num_n - 1) * T.BLOCK_N - start_n
         if T.IS_CAUSAL:
             first = start_n // T.BLOCK_M  # BLOCK_N is a multiple of BLOCK_M
             band_end = start_n + T.BLOCK_N
@@ -233,7 +236,7 @@ def _bwd_dkdv_hopper(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, lse_ptr,
     """dK, dV of one key tile of one (batch, K/V head), summed over its GROUP query heads."""
     T = Tiles(BLOCK_M, k_desc.block_type.shape[2], k_desc.block_type.shape[3], STAGES, IS_CAUSAL,
                             k_desc.dtype, gl.num_warps())
-    blk = KeyBlock.create(H, N, GROUP, T)
+    blk = KeyBlock.create(H, N, GROUP, T, False)
     ring = QueryRing.create(q_desc, do_desc, T)
     k_smem = gl.allocate_shared_memory(T.dtype, [T.BLOCK_N, T.HEAD_DIM], T.kv_smem)
     v_smem = gl.allocate_shared_memory(T.dtype, [T.BLOCK_N, T.HEAD_DIM], T.kv_smem)

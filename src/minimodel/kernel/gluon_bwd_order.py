@@ -19,8 +19,12 @@ order: different from the plain kernel's, the same on every call.
 A block spins while it holds its SM, on another block of its (batch, K/V head): the waits resolve
 when every key block of one head fits on the GPU at once (blocks launch in order), so the
 configuration is used only where cdiv(N, BLOCK_N) is at most the GPU's SM count
-(`bwd_config.ordered_dq_fits`). The derivation, and FlashAttention-3's code it was checked
-against, are in notes/backward.md.
+(`bwd_config.ordered_dq_fits`). With the mask, block j adds after block j + 1 at every tile, so
+the key blocks are numbered last first (`KeyBlock.create(LAST_FIRST)`): each waits only on a block
+that started before it, where the first-first numbering had a head's long early blocks spin for
+later ones that start only as SMs free up (under ncu its long-scoreboard stalls grew with N,
+notes/backward.md). The derivation, and FlashAttention-3's code it was checked against, are in
+notes/backward.md.
 """
 
 import torch

@@ -234,7 +234,7 @@ def _bwd_dkdv_ws(q_desc, do_desc, k_desc, v_desc, lse, delta, dk_ptr, dv_ptr, dq
     WORKER_REGS: each MMA warpgroup's registers after setmaxnreg (`MMA_REGS`)."""
     C = Config(BLOCK_M, k_desc.block_type.shape[2], k_desc.block_type.shape[3], STAGES, IS_CAUSAL, DQ_ATOMIC,
                k_desc.dtype, ROWS_TMA, DQ_TMA, DQ_ORDERED)
-    blk = KeyBlock.create(H, N, GROUP, C)
+    blk = KeyBlock.create(H, N, GROUP, C, IS_CAUSAL and DQ_ORDERED)
     total = blk.tiles * GROUP
     ring = Ring.create(C)
     descs = Descriptors(q_desc, do_desc, k_desc, v_desc, lse, delta)
