@@ -1,10 +1,10 @@
 #!/bin/bash
 # A rerun of the committed H200 reference with the reference's own code, in three steps
 # (notes/timing.md, "The stage in the refresh of the reference"): `prepare` here, then on the lent
-# H200 `launch` in the call that carries DIR/c and DIR/rerun (after the two that stashed DIR/a and
-# DIR/b, `tools/h200_wheels.sh`), then `wait` in as many calls as it takes. A call carries at most
-# 64 MiB with the working tree (19 MB since rerun 3): where DIR/c, DIR/rerun and the tree pass it,
-# the call that stashes DIR/b carries DIR/rerun too and runs `stash`, and `launch` finds it there.
+# H200 `launch` in the call that carries DIR/c (after those that stashed the CUDA 13 tree's parts
+# DIR/cu1, DIR/cu2, ..., `tools/h200_wheels.sh`), then `wait` in as many calls as it takes. A call
+# carries at most 64 MiB with the working tree (24 MB since rerun 4), so DIR/rerun goes with the
+# last part's call, which runs `stash` too, and `launch` finds it there.
 #     tools/h200_rerun.sh prepare [DIR]                 # here: the code at COMMIT, the run to copy
 #     tools/h200_rerun.sh stash [DIR]                   # H200: DIR/rerun into /tmp/stash/rerun
 #     tools/h200_rerun.sh launch [DIR]                  # H200: install, unpack, start Snakemake detached

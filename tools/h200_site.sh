@@ -1,13 +1,16 @@
 #!/bin/bash
-# On the lent H200, in the call (carrying DIR/c) after the two that stashed DIR/a's and DIR/b's parts
-# in /tmp/stash: every carried wheel and the CUDA 13 tree into SITE (default /tmp/site), then FA4,
+# On the lent H200, in the call (carrying DIR/c) after those that stashed the parts DIR/cu1, DIR/cu2,
+# ... in /tmp/stash (`tools/h200_wheels.sh`): every carried wheel and the CUDA 13 tree into SITE (default /tmp/site), then FA4,
 # snakemake and jsonschema imported from it, so that a run does not start without them. Put SITE
 # and SITE/nvidia_cutlass_dsl/dsl_packages on PYTHONPATH afterwards (notes/timing.md).
 #     tools/h200_site.sh [DIR] [SITE]
 set -euo pipefail
 DIR=${1:-.whl}
 SITE=${2:-/tmp/site}
-cat /tmp/stash/cu13.part_aa /tmp/stash/cu13.part_ab > /tmp/cu13.tar.xz
+cat /tmp/stash/cu13.part_[0-9] > /tmp/cu13.tar.xz
+# a part not stashed, or stashed from another build, is said here, not by tar halfway through
+echo "$(cut -d' ' -f1 "$DIR/c/cu13.sha256")  /tmp/cu13.tar.xz" | sha256sum -c --quiet ||
+    { echo "the CUDA 13 tree's parts in /tmp/stash are not $DIR/c/cu13.sha256's: stash every $DIR/cuN" >&2; exit 1; }
 pip install -q --no-index --no-deps --no-compile --root-user-action=ignore --target "$SITE" "$DIR"/c/w/*.whl
 tar -xJf /tmp/cu13.tar.xz -C "$SITE"   # after the wheels: a second pip --target would replace it
 PYTHONPATH="$SITE:$SITE/nvidia_cutlass_dsl/dsl_packages" python3 -c \

@@ -1,11 +1,13 @@
 #!/bin/bash
-# The packages the lent H200 lacks for a full run of the workflow, built here for three carried calls
-# (a call carries at most 64 MiB with the working tree, 24 MB of it since rerun 4): DIR/a and DIR/b hold the two
-# parts of FA4's CUDA 13 library tree, DIR/c every wheel (FA4 and the CuTe DSL, snakemake and
-# jsonschema for cp312). Run from the repository root; DIR defaults to .whl (ignored by git).
+# The packages the lent H200 lacks for a full run of the workflow, built here for carried calls (a
+# call carries at most 64 MiB with the working tree): DIR/cu1, DIR/cu2, ... hold the parts of FA4's
+# CUDA 13 library tree, each small enough to go beside the working tree and DIR/rerun (10 MiB
+# kept for it), and DIR/c every wheel (FA4 and the CuTe DSL, snakemake and jsonschema for cp312)
+# and the tree's checksum. Run from the repository root; DIR defaults to .whl (ignored by git).
 #     tools/h200_wheels.sh [DIR]
-# On the H200: calls 1 and 2 `mkdir -p /tmp/stash && cp DIR/a/* /tmp/stash/` (then DIR/b), call 3
-# `tools/h200_site.sh DIR` (notes/timing.md).
+# On the H200: one call per part, carrying DIR/cuN: `mkdir -p /tmp/stash && cp DIR/cuN/* /tmp/stash/`
+# (the last one may carry DIR/rerun too: `tools/h200_rerun.sh stash`); then, carrying DIR/c,
+# `tools/h200_site.sh DIR` (notes/timing.md). The script prints the calls.
 set -euo pipefail
 DIR=${1:-.whl}
 PLATFORM=(--only-binary=:all: --python-version 3.12 --platform manylinux_2_28_x86_64
@@ -18,8 +20,8 @@ FA4=(flash-attn-4==4.0.0b36 quack-kernels==0.6.5 nvidia-cutlass-dsl==4.8.1
      apache-tvm-ffi==0.1.15.post2 torch-c-dlpack-ext==0.1.5)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-rm -rf "$DIR/a" "$DIR/b" "$DIR/c"
-mkdir -p "$DIR/a" "$DIR/b" "$DIR/c/w"
+rm -rf "$DIR/a" "$DIR/b" "$DIR/c" "$DIR"/cu[0-9]*
+mkdir -p "$DIR/c/w"
 pip download -q --no-deps "${PLATFORM[@]}" -d "$DIR/c/w" "${FA4[@]}"
 # snakemake's needs at the H200's versions (its packaging 26 is above what snakemake 9.27.1 takes);
 # connection_pool has no wheel on PyPI
@@ -28,18 +30,28 @@ grep -v -i -E '^(#|packaging==|torch==|triton==)' requirements/cuda-h200.txt > "
 pip download -q "${PLATFORM[@]}" --find-links "$tmp/cp" -c "$tmp/constraints.txt" -d "$DIR/c/w" \
     snakemake==9.27.1 jsonschema==4.26.0
 cp -n "$tmp"/cp/*.whl "$DIR/c/w/"
-# the CUDA 13 tree, unpacked and packed again with xz (64 MB), in two parts
+# the CUDA 13 tree, unpacked and packed again with xz (64 MB), in parts that fit a call beside the
+# working tree (tracked and untracked files git does not ignore) and DIR/rerun
 pip download -q --no-deps "${PLATFORM[@]}" -d "$tmp" nvidia-cutlass-dsl-libs-cu13==4.8.1
 mkdir "$tmp/cu13"
 unzip -q "$tmp"/nvidia_cutlass_dsl_libs_cu13-*.whl -d "$tmp/cu13"
 XZ_OPT="-9 -T0" tar -cJf "$tmp/cu13.tar.xz" -C "$tmp/cu13" .
-split -b 40M "$tmp/cu13.tar.xz" "$tmp/part_"
-[ "$(ls "$tmp"/part_* | wc -l)" -eq 2 ] || { echo "the CUDA 13 tree is not two parts" >&2; exit 1; }
-mv "$tmp/part_aa" "$DIR/a/cu13.part_aa"
-mv "$tmp/part_ab" "$DIR/b/cu13.part_ab"
+tree=$(git ls-files -z --cached --others --exclude-standard | du -cb --files0-from=- | tail -1 | cut -f1)
+part=$(( (54 * 1048576 - tree) / 1048576 ))  # MiB: 64, less the tree, less 10 for DIR/rerun
+[ "$part" -ge 8 ] || { echo "the working tree ($tree bytes) leaves under 8 MiB a call" >&2; exit 1; }
+split -b "${part}M" -d -a 1 "$tmp/cu13.tar.xz" "$tmp/part_"
+for f in "$tmp"/part_*; do
+    i=${f##*_}
+    mkdir -p "$DIR/cu$((i + 1))"
+    mv "$f" "$DIR/cu$((i + 1))/cu13.part_$i"
+done
+(cd "$tmp" && sha256sum cu13.tar.xz) > "$DIR/c/cu13.sha256"
 # FA4 imports cutlass.cute: refuse a set without it (a rerun lost its FA4 rows to that once)
 # (grep reads the whole listing: with -q it would stop early, and pipefail would read unzip's SIGPIPE)
 unzip -l "$DIR"/c/w/nvidia_cutlass_dsl_libs_core-*.whl | grep "dsl_packages/cutlass/cute/__init__.py" >/dev/null ||
     { echo "no cutlass.cute in the CuTe DSL's wheels" >&2; exit 1; }
-du -sh "$DIR/a" "$DIR/b" "$DIR/c"
+du -sh "$DIR"/cu[0-9]* "$DIR/c"
 ls "$DIR/c/w" | wc -l
+echo "on the H200, with the working tree of $tree bytes:"
+for d in "$DIR"/cu[0-9]*; do echo "  carrying $d: mkdir -p /tmp/stash && cp $d/* /tmp/stash/"; done
+echo "  carrying $DIR/c: bash tools/h200_site.sh $DIR"
