@@ -23,6 +23,12 @@ def test_the_calls_come_point_by_point_causal_and_not_each_way_in_order():
     assert calls[-1] == ("cudnn", bwd_ncu.POINTS[-1], True)
 
 
+def test_by_default_it_profiles_what_the_policy_runs_beside_fa4_and_cudnn():
+    args, calls = bwd_ncu.parse([])
+    assert args.ways == ["default", "tma", "ordered", "fa4", "cudnn"]
+    assert calls[0] == ("default", bwd_ncu.POINTS[0], False)
+
+
 def test_the_child_makes_the_calls_the_parent_asked_for():
     # the parent names the calls by counting the child's markers: both must read the same list
     for argv in (["--ways", "ordered", "tma", "--point", "1,32,16384,64", "--point", "16,32,1024,64",

@@ -1,7 +1,7 @@
 """Nsight Compute beside the backward kernels a user would compare: the kernel's paths, FA4's and
 cuDNN's, at the issue's two points, one backward call each (issue 39's evidence).
 
-    PYTHONPATH=src:tools python3 tools/bwd_ncu.py --out DIR [--ways ws tma ordered fa4 cudnn]
+    PYTHONPATH=src:tools python3 tools/bwd_ncu.py --out DIR [--ways default ws tma ordered fa4 cudnn]
     PYTHONPATH=src:tools python3 tools/bwd_ncu.py --out DIR --ways ordered tma \
         --point 1,32,16384,64 --point 16,32,1024,64 --causal     # other points, one mask
 
@@ -64,7 +64,9 @@ def calls(way: str, B: int, H: int, N: int, d: int, causal: bool):
     """A call of the backward alone (O and LSE, or autograd's forward, made once before)."""
     gen = torch.Generator().manual_seed(7)
     q, k, v, do = (torch.randn(B, H, N, d, generator=gen).to("cuda", torch.float16) for _ in range(4))
-    if way in ("ws", "tma", "ordered"):
+    if way == "default":  # what the policy runs (`get_bwd_config`): ws with the Gluon or tl dQ pass
+        return backward_fn(q, k, v, causal, do=do)
+    if way in ("ws", "tma", "ordered"):  # ws: the warp-specialized kernel with the tl dQ pass
         cfg = gluon_ws_config(d, causal, tma_dq=way == "tma", ordered_dq=way == "ordered")
         return backward_fn(q, k, v, causal, do=do, config=cfg)
     fn = builtin.fa4 if way == "fa4" else builtin.sdpa_cudnn
@@ -122,8 +124,8 @@ def parse(argv=None):
     """(the options, the calls they ask for in the child's order)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path)
-    parser.add_argument("--ways", nargs="+", default=["ws", "tma", "ordered", "fa4", "cudnn"],
-                        choices=["ws", "tma", "ordered", "fa4", "cudnn"])
+    parser.add_argument("--ways", nargs="+", default=["default", "tma", "ordered", "fa4", "cudnn"],
+                        choices=["default", "ws", "tma", "ordered", "fa4", "cudnn"])
     parser.add_argument("--point", type=point, action="append",
                         help="B,H,N,d (repeatable; default the issue's two points at N = 4096)")
     masks = parser.add_mutually_exclusive_group()

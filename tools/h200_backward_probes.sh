@@ -9,7 +9,8 @@
 # pass (three consumers at d = 64 not causal; its guarantee cases have not run with three); then,
 # causal, the ordered path beside the unordered TMA path, the default, cuDNN and FA4 at each head
 # dim (it fell to 0.54x of the default at N = 16384 when the first key blocks started first); then ncu of the two
-# in-kernel paths at (1, 32, 16384, 64) causal, where its long-scoreboard stalls were 3.6x.
+# in-kernel paths at (1, 32, 16384, 64) causal, where its long-scoreboard stalls were 3.6x; then
+# ncu of the default (the Gluon dQ pass) beside FA4 and cuDNN at the two points.
 set -uo pipefail
 P=/tmp/probes
 case "${1:-}" in
@@ -37,7 +38,8 @@ steps)
         --config 128,128,128,64,12,2,8,3,TMA --csv "$P/bwd_bench_d64_ordered_causal.csv"
     step 200 python3 tools/bwd_bench.py --graph --d 128 --causal true --config 64,128,128,64,12,2,8,3,ORDERED \
         --config 64,128,128,64,12,2,8,3,TMA --csv "$P/bwd_bench_d128_ordered_causal.csv"
-    step 200 python3 tools/bwd_ncu.py --out "$P/ncu" --ways ordered tma --causal --point 1,32,16384,64 ;;
+    step 200 python3 tools/bwd_ncu.py --out "$P/ncu" --ways ordered tma --causal --point 1,32,16384,64
+    step 300 python3 tools/bwd_ncu.py --out "$P/ncu_default" --ways default fa4 cudnn ;;
 wait)
     limit=${2:-560}
     waited=0
