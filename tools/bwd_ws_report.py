@@ -79,7 +79,7 @@ def report(cfg, d: int, causal: bool, dtype=torch.float16) -> dict:
             "stages": cfg.num_stages_q if cfg.GLUON_DQ else cfg.num_stages_kv,
             "atomic_dq": cfg.ATOMIC_DQ, "tma_dq": cfg.TMA_DQ, "ordered_dq": cfg.ORDERED_DQ,
             "dtype": str(dtype).removeprefix("torch."),
-            "consumers": cfg.num_warps_q // 4 - 1 if cfg.GLUON_DQ else 2,  # MMA warpgroups
+            "consumers": cfg.dq_consumers if cfg.GLUON_DQ else 2,  # MMA warpgroups
             "registers": int(re.search(r"REG:(\d+)", usage).group(1)),
             "setmaxnreg": maxnreg, "spill_stack_bytes": int(re.search(r"STACK:(\d+)", usage).group(1)),
             "shared_bytes": int(compiled.metadata.shared), "warps": compiled.metadata.num_warps,

@@ -8,9 +8,10 @@
 # GPU tests of the ordered path, whose causal key blocks now start last first, and of the Gluon dQ
 # pass (three consumers at d = 64 not causal; its guarantee cases have not run with three); then,
 # causal, the ordered path beside the unordered TMA path, the default, cuDNN and FA4 at each head
-# dim (it fell to 0.54x of the default at N = 16384 when the first key blocks started first); then ncu of the two
-# in-kernel paths at (1, 32, 16384, 64) causal, where its long-scoreboard stalls were 3.6x; then
-# ncu of the default (the Gluon dQ pass) beside FA4 and cuDNN at the two points.
+# dim (it fell to 0.54x of the default at N = 16384 when the first key blocks started first); then
+# ncu of the two in-kernel paths at (1, 32, 16384, 64) causal, where its long-scoreboard stalls
+# were 3.6x; then ncu of the default (the Gluon dQ pass) beside FA4 and cuDNN at the two
+# points.
 set -uo pipefail
 P=/tmp/probes
 case "${1:-}" in

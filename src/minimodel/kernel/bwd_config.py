@@ -119,6 +119,11 @@ class BwdConfig:
         return 1 << (self.BLOCK_M2.bit_length() - 1)
 
     @property
+    def dq_consumers(self) -> int:
+        """With GLUON_DQ, the Gluon dQ pass's MMA warpgroups (`GLUON_DQ_TILES`'s key)."""
+        return self.BLOCK_M2 // gluon_bwd_dqpass.ROWS
+
+    @property
     def warp_specialized(self) -> bool:
         """The warp-specialized Gluon kernel (`gluon_bwd_ws`): GLUON with its 12 warps."""
         return self.GLUON and self.num_warps_kv == gluon_bwd_ws.WARPS

@@ -53,12 +53,11 @@ _LOG2E = gl.constexpr(LOG2E)
 CONSUMERS = 2  # MMA warpgroups, ROWS query rows each (the policy's; 3 may be asked for)
 ROWS = 64  # query rows per consumer: the M of one warpgroup MMA (128 spills 96-144 bytes at d = 64)
 KEYS = 64  # keys per step (128 at d = 64 ran 0.62-0.99x the tl pass's speed on the H200)
-WARPS = 4 * (CONSUMERS + 1)  # the producer's warpgroup and the consumers'
 
 
 def tiles(consumers: int = CONSUMERS) -> tuple[int, int, int]:
-    """(query rows per program, keys per step, warps) with `consumers` MMA warpgroups: a
-    `BwdConfig`'s (BLOCK_M2, BLOCK_N2, num_warps_q) with GLUON_DQ."""
+    """(query rows per program, keys per step, warps: the producer's warpgroup and the consumers')
+    with `consumers` MMA warpgroups: a `BwdConfig`'s (BLOCK_M2, BLOCK_N2, num_warps_q) with GLUON_DQ."""
     return consumers * ROWS, KEYS, 4 * (consumers + 1)
 
 
@@ -216,10 +215,8 @@ def dq_launch(q, k, v, do, dq, lse, delta, scale: float, causal: bool, block_m: 
 
 
 def config_launch(q, k, v, do, dq, lse, delta, scale: float, cfg, causal: bool):
-    """`dq_launch` with the tiles of `cfg` (a `BwdConfig` with GLUON_DQ): num_warps_q / 4 − 1
-    consumers (the producer's warpgroup aside), BLOCK_M2 query rows per program among them,
-    BLOCK_N2 keys per step, num_stages_q stages."""
-    consumers = cfg.num_warps_q // 4 - 1
-    return dq_launch(q, k, v, do, dq, lse, delta, scale, causal, block_m=cfg.BLOCK_M2 // consumers,
-                     block_n=cfg.BLOCK_N2, stages=cfg.num_stages_q, consumers=consumers)
+    """`dq_launch` with the tiles of `cfg` (a `BwdConfig` with GLUON_DQ): its `dq_consumers` MMA
+    warpgroups of ROWS query rows, BLOCK_N2 keys per step, num_stages_q stages."""
+    return dq_launch(q, k, v, do, dq, lse, delta, scale, causal, block_m=ROWS, block_n=cfg.BLOCK_N2,
+                     stages=cfg.num_stages_q, consumers=cfg.dq_consumers)
 
