@@ -9,21 +9,23 @@
 #     tools/h200_rerun.sh stash [DIR]                   # H200: DIR/rerun into /tmp/stash/rerun
 #     tools/h200_rerun.sh launch [DIR]                  # H200: install, unpack, start Snakemake detached
 #     tools/h200_rerun.sh wait [SECONDS]                # H200: wait; once it has ended, pack into $OUT
-# COMMIT (default 0667873: the code the committed reference hashes, 1800db6's, with that reference in
+# COMMIT (default 143f73a: the code the committed reference hashes, 28bb38c's, with that reference in
 # its tree, which the run's `compare` reads), FROM (a committed run whose other stages are kept; empty:
 # a run from nothing), TO, FORCE (a stage run again in the copy of FROM; empty: none) and CONFIG (more
-# `--config` items) may be set in the environment. The defaults are rerun 4: the timing stage again
-# in a copy of rerun 3 (FROM=results/reruns/h200-rerun-3 TO=results/h200-rerun-4 FORCE=gpu_timing).
-# Rerun 3, the whole workflow from nothing (committed in results/reruns/h200-rerun-3):
-#     FROM= FORCE= TO=results/h200-rerun-3 tools/h200_rerun.sh prepare   # and the same for launch
-# The refresh of the reference, the whole workflow at the committed HEAD (about 20 minutes on the H200):
+# `--config` items) may be set in the environment. The defaults are rerun 5 of the reference, the
+# whole workflow from nothing, as a user reproducing it runs it; rerun 6 is the same with
+# TO=results/h200-rerun-6. Rerun 4 of the reference before (1800db6), its timing stage again in a
+# copy of rerun 3:
+#     COMMIT=066787365e00cbdbc737f28656696859494cdc0e FROM=results/reruns/h200-rerun-3 \
+#         TO=results/h200-rerun-4 FORCE=gpu_timing tools/h200_rerun.sh prepare   # and launch
+# The refresh of the reference, the whole workflow at the committed HEAD (about 22 minutes on the H200):
 #     COMMIT=$(git rev-parse HEAD) FROM= FORCE= TO=results/reference/nvidia-h200 \
 #         CONFIG=overwrite_reference=True tools/h200_rerun.sh prepare        # and the same for launch
 set -euo pipefail
-COMMIT=${COMMIT:-066787365e00cbdbc737f28656696859494cdc0e}
-FROM=${FROM-results/reruns/h200-rerun-3}
-TO=${TO:-results/h200-rerun-4}
-FORCE=${FORCE-gpu_timing}
+COMMIT=${COMMIT:-143f73ad971481f2cdfc21878ced4bb9904ef043}
+FROM=${FROM-}
+TO=${TO:-results/h200-rerun-5}
+FORCE=${FORCE-}
 CONFIG=${CONFIG:-}
 RUN=/tmp/run
 PLAIN=(--configfile examples/contenders.yaml --config "results_dir=$TO" $CONFIG)  # the run's configuration
@@ -89,6 +91,6 @@ wait)
         head -40 "$RUN/$TO/compare/verdict.json"
     fi ;;
 *)
-    sed -n '2,21p' "$0"
+    sed -n '2,23p' "$0"
     exit 2 ;;
 esac
