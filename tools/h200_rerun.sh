@@ -8,7 +8,8 @@
 #     tools/h200_rerun.sh prepare [DIR]                 # here: the code at COMMIT, the run to copy
 #     tools/h200_rerun.sh stash [DIR]                   # H200: DIR/rerun into /tmp/stash/rerun
 #     tools/h200_rerun.sh launch [DIR]                  # H200: install, unpack, start Snakemake detached
-#     tools/h200_rerun.sh wait [SECONDS]                # H200: wait; once it has ended, pack into $OUT
+#     tools/h200_rerun.sh wait [SECONDS]                # H200: wait, then pack into $OUT (partial.tgz
+#                                                       # while it runs, rerun.tgz once it has ended)
 # COMMIT (default 143f73a: the code the committed reference hashes, 28bb38c's, with that reference in
 # its tree, which the run's `compare` reads), FROM (a committed run whose other stages are kept; empty:
 # a run from nothing), TO, FORCE (a stage run again in the copy of FROM; empty: none) and CONFIG (more
@@ -89,8 +90,13 @@ wait)
     if ! kill -0 "$(cat "$RUN/pid")" 2>/dev/null; then
         tar -czf "$OUT/rerun.tgz" -C "$RUN" "$TO" snake.log .snakemake/log
         head -40 "$RUN/$TO/compare/verdict.json"
+    else
+        # what the run has made so far, so that a lease that ends before the run does (the machine
+        # is given back with the session's device time) leaves the finished stages behind: a later
+        # rerun can start from them (FROM)
+        tar -czf "$OUT/partial.tgz" -C "$RUN" "$TO" snake.log
     fi ;;
 *)
-    sed -n '2,23p' "$0"
+    sed -n '2,24p' "$0"
     exit 2 ;;
 esac
