@@ -10,6 +10,7 @@ from conftest import ROOT
 
 from minimodel.__main__ import main as cli
 from minimodel.floor import contract
+from minimodel.floor.provenance import reading
 from minimodel.report import headline
 
 README = ROOT / "README.md"
@@ -123,3 +124,17 @@ def test_the_headline_counts_the_forward_and_the_gradients_apart():
     ratio = fa2["triton_speedup_over_this"]
     line = next(x for x in lines if f"backward: the kernel's speed over `{contract.SDPA_FLASH}`" in x)
     assert f"{np.exp(np.log(ratio).mean()):.2f}× geometric mean, {ratio.min():.2f}–{ratio.max():.2f}×" in line
+
+
+@pytest.mark.parametrize("doc, said", [
+    ("README.md", r"The reference was made by the code of ([0-9a-f]{7,40})"),
+    ("docs/reproducing.md", r"The committed reference was made at commit ([0-9a-f]{7,40})"),
+    ("docs/reproducing.md", r"manifests included, made at commit ([0-9a-f]{7,40})"),
+    ("docs/verify.md", r"`results/reference/nvidia-h200` was made on an H200 at commit ([0-9a-f]{7,40})")])
+def test_the_docs_name_the_commit_the_reference_was_made_at(doc, said):
+    """After a refresh, the prose that says which code made the reference follows it: the commit
+    it names is the one the reference's manifests record."""
+    named = re.search(said, (ROOT / doc).read_text())
+    assert named, f"{doc} no longer says {said!r}"
+    commit = reading.load_manifest(REFERENCE / contract.manifest("gpu_timing"))["git"]["commit"]
+    assert commit.startswith(named.group(1)), (doc, named.group(1), commit)
