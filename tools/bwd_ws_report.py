@@ -31,7 +31,7 @@ import torch
 
 from minimodel.kernel.bwd_config import GLUON_DQ_TILES, gluon_ws_config
 from minimodel.kernel.gluon_bwd_dqpass import config_launch
-from minimodel.kernel.gluon_bwd_ws import dkdv_launch
+from minimodel.kernel.gluon_bwd_ws import WARPS, dkdv_launch
 
 # (d, causal, dQ) of `gluon_ws_config`, dQ: 0 the tl pass, 1 atomics, 2 TMA reductions, 3 TMA
 # reductions in a fixed order: what tools/bwd_gluon_gpu.py checks and times; 4: the launch of the
@@ -79,7 +79,8 @@ def report(cfg, d: int, causal: bool, dtype=torch.float16) -> dict:
             "stages": cfg.num_stages_q if cfg.GLUON_DQ else cfg.num_stages_kv,
             "atomic_dq": cfg.ATOMIC_DQ, "tma_dq": cfg.TMA_DQ, "ordered_dq": cfg.ORDERED_DQ,
             "dtype": str(dtype).removeprefix("torch."),
-            "consumers": cfg.dq_consumers if cfg.GLUON_DQ else 2,  # MMA warpgroups
+            # MMA warpgroups: the dQ pass's, or the dK/dV kernel's (all but its producer's)
+            "consumers": cfg.dq_consumers if cfg.GLUON_DQ else WARPS // 4 - 1,
             "registers": int(re.search(r"REG:(\d+)", usage).group(1)),
             "setmaxnreg": maxnreg, "spill_stack_bytes": int(re.search(r"STACK:(\d+)", usage).group(1)),
             "shared_bytes": int(compiled.metadata.shared), "warps": compiled.metadata.num_warps,
