@@ -6,6 +6,7 @@ checked against float64, then both timed alone on the same inputs, interleaved.
     python tools/dq_pass_probe.py --tiles 128,3 --pingpong   # keys a step, stages; turns on the GEMMs
     python tools/dq_pass_probe.py --d 64 --tiles 64,4 --tiles 64,4,3  # two Gluon passes side by side
                                                                       # (the second: 3 consumers)
+    python tools/dq_pass_probe.py --grid lab --d 64 --tiles 64,4 --tiles 64,4,3   # the lab grid's points
 
 Checks: fp16 and bf16, d = 64 and 128, causal and not, ragged N (1000, 77), grouped-query heads;
 dQ of each pass against torch autograd in float64 with the project's rule
@@ -146,11 +147,14 @@ def main(argv=None) -> int:
     parser.add_argument("--samples", type=int, default=5)
     parser.add_argument("--rep-ms", type=float, default=50.0)
     parser.add_argument("--no-check", action="store_true")
+    parser.add_argument("--grid", choices=("flashattention", "lab"), default="flashattention",
+                        help="the timing grid whose points are timed (default: FlashAttention's)")
     parser.add_argument("--csv")
     a = parser.parse_args(argv)
     variants = [{**tiles, "pingpong": a.pingpong} for tiles in a.tiles or [variant("64,4")]]
     failed = 0 if a.no_check else check(variants)
-    points = [p for p in grids.flashattention_grid(grids.default_timing_config())
+    grid = grids.lab_grid if a.grid == "lab" else grids.flashattention_grid
+    points = [p for p in grid(grids.default_timing_config())
               if (not a.n or p.N in a.n) and (not a.d or p.d in a.d)]
     rows: list = []
     time_points(points, a.samples, a.rep_ms, variants, rows)
