@@ -29,7 +29,7 @@ import sys
 import torch
 
 import minimodel.entry  # noqa: F401 (first: compiled or interpreted is decided on import)
-from minimodel.floor import correctness_rule, timers
+from minimodel.floor import contract, correctness_rule, timers
 from minimodel.gpu import grids
 from minimodel.kernel import flash
 from minimodel.kernel.backward import arguments, flash_attn_backward
@@ -147,13 +147,14 @@ def main(argv=None) -> int:
     parser.add_argument("--samples", type=int, default=5)
     parser.add_argument("--rep-ms", type=float, default=50.0)
     parser.add_argument("--no-check", action="store_true")
-    parser.add_argument("--grid", choices=("flashattention", "lab"), default="flashattention",
+    parser.add_argument("--grid", choices=(contract.FLASHATTENTION_GRID, contract.LAB_GRID),
+                        default=contract.FLASHATTENTION_GRID,
                         help="the timing grid whose points are timed (default: FlashAttention's)")
     parser.add_argument("--csv")
     a = parser.parse_args(argv)
     variants = [{**tiles, "pingpong": a.pingpong} for tiles in a.tiles or [variant("64,4")]]
     failed = 0 if a.no_check else check(variants)
-    grid = grids.lab_grid if a.grid == "lab" else grids.flashattention_grid
+    grid = grids.lab_grid if a.grid == contract.LAB_GRID else grids.flashattention_grid
     points = [p for p in grid(grids.default_timing_config())
               if (not a.n or p.N in a.n) and (not a.d or p.d in a.d)]
     rows: list = []
