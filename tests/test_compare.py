@@ -259,7 +259,21 @@ def test_a_run_with_only_the_cpu_parts_still_agrees(cpu_only):
     table, verdict = compare.compare_runs(cpu_only, REFERENCE)
     assert verdict["verdict"] == "agree" and verdict["compared"] > 0
     assert set(table.loc[table["verdict"] == "agree", "part"]) == {"symbolic", "cpu bytes", "cpu profiler"}
-    assert verdict["not_comparable"]["timing"] == ["the run had no GPU timing"]
+    # no summary at all is not a summary that says "no GPU": the stage did not run, or did not finish
+    assert verdict["not_comparable"]["timing"] == [
+        f"the run has no {contract.TIMING_SUMMARY}: its stage did not run there, or did not finish"]
+    assert verdict["not_comparable"]["gpu bytes"] == [
+        f"the run has no {contract.GPU_BYTES_SUMMARY}: its stage did not run there, or did not finish"]
+
+
+def test_a_run_copied_before_its_timing_stage_ended_says_so(run):
+    """A folder packed while the timing stage ran: every stage before it, no timing files."""
+    shutil.rmtree(run / "gpu/timing")
+    table, verdict = compare.compare_runs(run, REFERENCE)
+    assert verdict["parts"]["gpu bytes"] == {"agree": verdict["parts"]["gpu bytes"]["agree"]}
+    assert verdict["not_comparable"]["timing"] == [
+        f"the run has no {contract.TIMING_SUMMARY}: its stage did not run there, or did not finish"]
+    assert table.loc[table["part"] == "timing", "verdict"].tolist() == ["not comparable"]
 
 
 @pytest.fixture

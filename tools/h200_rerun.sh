@@ -4,7 +4,8 @@
 # H200 `launch` in the call that carries DIR/c (after those that stashed the CUDA 13 tree's parts
 # DIR/cu1, DIR/cu2, ..., `tools/h200_wheels.sh`), then `wait` in as many calls as it takes. A call
 # carries at most 64 MiB with the working tree (24 MB since rerun 4), so DIR/rerun goes with the
-# last part's call, which runs `stash` too, and `launch` finds it there.
+# last part's call, which runs `stash` too, and `launch` finds it there; a copy of a run (FROM) can
+# make it too large for that (the reference's copy: 11.7 MB), and then it goes in a call of its own.
 #     tools/h200_rerun.sh prepare [DIR]                 # here: the code at COMMIT, the run to copy
 #     tools/h200_rerun.sh stash [DIR]                   # H200: DIR/rerun into /tmp/stash/rerun
 #     tools/h200_rerun.sh launch [DIR]                  # H200: install, unpack, start Snakemake detached

@@ -82,16 +82,20 @@ def device_mismatch(part: str, run: Path, ref: Path, summary: str, measured_key:
     """The one row saying why a GPU part is not comparable, or [] when both ran on one GPU model.
 
     A side counts as measured when its summary's `measured_key` is truthy; its GPU is "device".
-    The reason is "the run|reference <unmeasured>" when a side was not, else `different` when
-    the GPUs differ.
+    The reason is "the run|reference <unmeasured>" when a side's summary says it was not, "the
+    run|reference has no <summary>" when a side has none (its stage did not run there, or did
+    not finish: a folder copied before the end), else `different` when the GPUs differ.
     """
-    devices = []
+    devices, absent = [], []
     for folder in (run, ref):
         data = runs.summary(folder, summary)
+        absent.append(not (folder / summary).exists())
         devices.append(data.get("device") if data.get(measured_key) else None)
     if None in devices:
         side = "run" if devices[0] is None else "reference"
-        reason = f"the {side} {unmeasured}"
+        said = absent[0] if devices[0] is None else absent[1]
+        reason = (f"the {side} has no {summary}: its stage did not run there, or did not finish" if said
+                  else f"the {side} {unmeasured}")
     elif devices[0] != devices[1]:
         reason = different
     else:
