@@ -59,7 +59,21 @@ prepare)
     fi
     (cd "$scratch" && snakemake -n "${SNAKE[@]}" | grep -A20 "Job stats")
     tar -czf "$DIR/rerun/run.tgz" -C "$scratch" "$TO"
-    du -sh "$DIR/rerun" ;;
+    du -sh "$DIR/rerun"
+    # which call carries DIR/rerun: the last part's, where it fits beside the working tree, counted
+    # as the device tool counts it (the disk's blocks: a call of 66.8 MB in bytes was refused), or
+    # a call of its own
+    kib() { du -sk "$@" | awk '{s += $1} END {print s}'; }
+    tree=$(git ls-files -z --cached --others --exclude-standard | du -ck --files0-from=- | tail -1 | cut -f1)
+    last=$(ls -d "$DIR"/cu[0-9]* 2>/dev/null | sort -V | tail -1)
+    if [ -n "$last" ]; then
+        with=$(( tree + $(kib "$last" "$DIR/rerun") ))
+        if [ "$with" -le 65536 ]; then
+            echo "carry $DIR/rerun with $last (with the tree: $with KiB of 65536), running stash there too"
+        else
+            echo "carry $DIR/rerun in a call of its own, running stash (with $last and the tree: $with KiB, over 65536)"
+        fi
+    fi ;;
 stash)
     DIR=${2:-.whl}
     mkdir -p /tmp/stash/rerun
