@@ -207,6 +207,27 @@ def test_damaged_samples_are_one_line_and_their_rows_take_the_wider_band(base):
     assert not (table["verdict"] == DISAGREE).any()
 
 
+def test_a_timing_ms_that_is_not_the_median_of_its_samples_is_damaged(base):
+    """A timing.csv beside samples.csv of another run (the point's change is read from one, its test
+    from the other): that row is named, and its ratio judged by the wider band on its ms."""
+    rng = np.random.default_rng(3)
+    run, ref = rerun(base, rng), rerun(base, rng)
+    table = run[0].copy()
+    row = table.index[(table["impl"] == contract.SDPA_CUDNN) & (table["status"] == contract.OK)
+                      & (table["grid"] == contract.FLASHATTENTION_GRID)][0]
+    table.loc[row, "ms"] *= 1.2
+    judged_rows = pd.DataFrame(timing.judge(table, ref[0], samples.of(table, run[1], "run"),
+                                            samples.of(*ref, "reference")))
+    line = judged_rows.loc[judged_rows["metric"] == "samples", "reason"]
+    assert len(line) == 1 and "1 rows' samples missing or damaged" in line.iloc[0]
+    assert "is not the median of its samples" in line.iloc[0]
+    damaged = judged_rows[judged_rows["rule"] == bands.WIDER + samples.DAMAGED + " in the run"]
+    assert len(damaged) == 1 and damaged.iloc[0]["verdict"] == DISAGREE  # 20 % against max(band, 10 %)
+    # the same table with its own medians: nothing damaged, nothing judged by the wider band
+    held = samples.of(run[0], run[1], "run")
+    assert not held.damaged and held.line is None
+
+
 def with_samples(folder, ms: np.ndarray, base: pd.DataFrame) -> None:
     """`folder` (a copy of the reference) as a run with samples: timing.csv's `samples` and ms their
     median, samples.csv beside it, both vouched for by the stage's manifest."""

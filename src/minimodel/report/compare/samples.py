@@ -4,9 +4,11 @@ samples of each ratio.
 timing.csv's `samples` is each row's k; samples.csv holds the row's key, `sample` (the round,
 0 ... k-1) and `ms`. A run made before the samples has neither (`Samples.held` False): all its
 ratios are judged by the wider rule. A row whose samples are missing or damaged (a NaN or
-non-positive ms, a count other than its k, rounds other than 0 ... k-1) is named in one line, and
-the ratios it is part of are judged by the wider rule; so are rows of samples.csv that belong to no
-timed row (unknown keys), named in the same line.
+non-positive ms, a count other than its k, rounds other than 0 ... k-1, a timing.csv ms that is
+not their median: the point's change is read from that ms and its test from the samples, so the
+two must be of one run) is named in one line, and the ratios it is part of are judged by the wider
+rule; so are rows of samples.csv that belong to no timed row (unknown keys), named in the same
+line.
 """
 
 from __future__ import annotations
@@ -26,6 +28,10 @@ COLUMNS = list(contract.TIMING_SAMPLES_COLUMNS)
 NAMED = 3  # rows named in the line, before "and N more"
 # Why a ratio is judged by the wider rule, by what its samples lack (`Samples.rule`).
 NONE, FEW, DAMAGED = "no samples", f"fewer than {MIN_SAMPLES} samples", "damaged samples"
+# timing.csv's ms against the median of its samples: both written from the same floats (the stage's
+# `statistics.median`, this module's `np.median`: the last bit may differ), so any other difference
+# is two runs' files side by side
+MEDIAN_RTOL = 1e-9
 
 
 @dataclass
@@ -73,6 +79,7 @@ def of(timing: pd.DataFrame, frame: pd.DataFrame | None, side: str, problem: str
         return Samples(held=False)
     timed = timed[timed["status"].astype(str) == contract.OK]
     counts = pd.to_numeric(timed["samples"], errors="coerce")
+    medians = pd.to_numeric(timed["ms"], errors="coerce")
     keys = list(timed[ratios.KEY].itertuples(index=False, name=None))
     name = f"{contract.TIMING_SAMPLES} of the {side}"
     if problem:
@@ -83,7 +90,7 @@ def of(timing: pd.DataFrame, frame: pd.DataFrame | None, side: str, problem: str
         return everything_damaged(keys, f"{name}: missing, though timing.csv gives samples for "
                                         f"{int(counts.notna().sum())} rows; every row is judged by the "
                                         "wider band")
-    return check(frame, dict(zip(keys, counts, strict=True)), name)
+    return check(frame, dict(zip(keys, zip(counts, medians, strict=True), strict=True)), name)
 
 
 def everything_damaged(keys: list[tuple], line: str) -> Samples:
@@ -91,7 +98,7 @@ def everything_damaged(keys: list[tuple], line: str) -> Samples:
 
 
 def check(frame: pd.DataFrame, counts: dict, name: str) -> Samples:
-    """The samples of every key in `counts` (key -> timing.csv's k), each checked."""
+    """The samples of every key in `counts` (key -> timing.csv's (k, ms)), each checked."""
     read = len(frame)
     frame = ratios.keyed(frame)
     unparsed = read - len(frame)  # a key column that is not a number, or causal not a boolean
@@ -106,9 +113,9 @@ def check(frame: pd.DataFrame, counts: dict, name: str) -> Samples:
     found = dict(zip(held.index, zip(held["n"], held["off_round"], held["bad_ms"], runs_of, strict=True),
                      strict=True))
     out = Samples(held=True)
-    for key, k in counts.items():
+    for key, (k, ms) in counts.items():
         got = found.pop(key, None)
-        why = problem(got, k)
+        why = problem(got, k, ms)
         if why:
             out.damaged[key] = why
         else:
@@ -125,9 +132,9 @@ def check(frame: pd.DataFrame, counts: dict, name: str) -> Samples:
     return out
 
 
-def problem(got: tuple | None, k) -> str:
-    """Why a row's samples (count, rounds out of order, a bad ms, the values) cannot be used, or ""
-    when they can."""
+def problem(got: tuple | None, k, ms: float) -> str:
+    """Why a row's samples (count, rounds out of order, a bad ms, the values) cannot be used beside
+    its timing.csv `ms`, or "" when they can."""
     if pd.isna(k) or k < 1 or k != int(k):
         return f"timing.csv gives no count of samples ({k})"
     if got is None:
@@ -139,4 +146,7 @@ def problem(got: tuple | None, k) -> str:
         return f"rounds other than 0 ... {int(k) - 1}"
     if bad_ms:
         return "a NaN or non-positive ms"
+    median = float(np.median(got[3]))
+    if not np.isclose(ms, median, rtol=MEDIAN_RTOL, atol=0.0):
+        return f"timing.csv's ms {ms:.6g} is not the median of its samples ({median:.6g})"
     return ""
