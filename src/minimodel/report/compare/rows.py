@@ -92,9 +92,9 @@ def device_mismatch(part: str, run: Path, ref: Path, summary: str, measured_key:
         absent.append(not (folder / summary).exists())
         devices.append(data.get("device") if data.get(measured_key) else None)
     if None in devices:
-        side = "run" if devices[0] is None else "reference"
-        said = absent[0] if devices[0] is None else absent[1]
-        reason = (f"the {side} has no {summary}: its stage did not run there, or did not finish" if said
+        i = devices.index(None)
+        side = ("run", "reference")[i]
+        reason = (f"the {side} has no {summary}: its stage did not run there, or did not finish" if absent[i]
                   else f"the {side} {unmeasured}")
     elif devices[0] != devices[1]:
         reason = different

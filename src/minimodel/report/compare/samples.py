@@ -29,7 +29,7 @@ NAMED = 3  # rows named in the line, before "and N more"
 # Why a ratio is judged by the wider rule, by what its samples lack (`Samples.rule`).
 NONE, FEW, DAMAGED = "no samples", f"fewer than {MIN_SAMPLES} samples", "damaged samples"
 # timing.csv's ms against the median of its samples: both written from the same floats (the stage's
-# `statistics.median`, this module's `np.median`: the last bit may differ), so any other difference
+# `statistics.median`, this module's pandas median: the last bit may differ), so any other difference
 # is two runs' files side by side
 MEDIAN_RTOL = 1e-9
 
@@ -97,8 +97,8 @@ def everything_damaged(keys: list[tuple], line: str) -> Samples:
     return Samples(held=True, damaged={k: line for k in keys}, line=line)
 
 
-def check(frame: pd.DataFrame, counts: dict, name: str) -> Samples:
-    """The samples of every key in `counts` (key -> timing.csv's (k, ms)), each checked."""
+def check(frame: pd.DataFrame, expected: dict, name: str) -> Samples:
+    """The samples of every key in `expected` (key -> timing.csv's (k, ms)), each checked."""
     read = len(frame)
     frame = ratios.keyed(frame)
     unparsed = read - len(frame)  # a key column that is not a number, or causal not a boolean
@@ -108,18 +108,19 @@ def check(frame: pd.DataFrame, counts: dict, name: str) -> Samples:
     grouped = frame.groupby(ratios.KEY, sort=False)
     frame["off_round"] = frame["sample"].to_numpy() != grouped.cumcount().to_numpy()
     frame["bad_ms"] = ~(np.isfinite(frame["ms"]) & (frame["ms"] > 0))
-    held = grouped.agg(n=("ms", "size"), off_round=("off_round", "any"), bad_ms=("bad_ms", "any"))
+    held = grouped.agg(n=("ms", "size"), off_round=("off_round", "any"), bad_ms=("bad_ms", "any"),
+                       median=("ms", "median"))
     runs_of = np.split(frame["ms"].to_numpy(dtype=float), np.cumsum(held["n"].to_numpy())[:-1])
-    found = dict(zip(held.index, zip(held["n"], held["off_round"], held["bad_ms"], runs_of, strict=True),
-                     strict=True))
+    found = dict(zip(held.index, zip(held["n"], held["off_round"], held["bad_ms"], held["median"], runs_of,
+                                     strict=True), strict=True))
     out = Samples(held=True)
-    for key, (k, ms) in counts.items():
+    for key, (k, ms) in expected.items():
         got = found.pop(key, None)
         why = problem(got, k, ms)
         if why:
             out.damaged[key] = why
         else:
-            out.by_key[key] = got[3]
+            out.by_key[key] = got[-1]
     unknown = sum(got[0] for got in found.values()) + unparsed
     said = [f"{label(k)}: {why}" for k, why in out.damaged.items()][:NAMED]
     if len(out.damaged) > NAMED:
@@ -133,20 +134,19 @@ def check(frame: pd.DataFrame, counts: dict, name: str) -> Samples:
 
 
 def problem(got: tuple | None, k, ms: float) -> str:
-    """Why a row's samples (count, rounds out of order, a bad ms, the values) cannot be used beside
-    its timing.csv `ms`, or "" when they can."""
+    """Why a row's samples (count, rounds out of order, a bad ms, their median, the values) cannot be
+    used beside its timing.csv `ms`, or "" when they can."""
     if pd.isna(k) or k < 1 or k != int(k):
         return f"timing.csv gives no count of samples ({k})"
     if got is None:
         return "no samples"
-    n, off_round, bad_ms, _ = got
+    n, off_round, bad_ms, median, _ = got
     if n != k:
         return f"{n} samples where timing.csv says {int(k)}"
     if off_round:
         return f"rounds other than 0 ... {int(k) - 1}"
     if bad_ms:
         return "a NaN or non-positive ms"
-    median = float(np.median(got[3]))
     if not np.isclose(ms, median, rtol=MEDIAN_RTOL, atol=0.0):
         return f"timing.csv's ms {ms:.6g} is not the median of its samples ({median:.6g})"
     return ""
