@@ -11,6 +11,8 @@
 #     tools/h200_rerun.sh launch [DIR]                  # H200: install, unpack, start Snakemake detached
 #     tools/h200_rerun.sh wait [SECONDS]                # H200: wait, then pack into $OUT (partial.tgz
 #                                                       # while it runs, rerun.tgz once it has ended)
+#     tools/h200_rerun.sh start [DIR] [SECONDS]         # H200: launch, then wait until SECONDS (540)
+#                                                       # after the call began: one call of 600 s
 # COMMIT (default 143f73a: the code the committed reference hashes, 28bb38c's, with that reference in
 # its tree, which the run's `compare` reads), FROM (a committed run whose other stages are kept; empty:
 # a run from nothing), TO, FORCE (a stage run again in the copy of FROM; empty: none) and CONFIG (more
@@ -96,22 +98,36 @@ launch)
     echo $! > "$RUN/pid"
     sleep 20
     tail -3 "$RUN/snake.log" ;;
+start)
+    # launch and wait in one call, the wait ending SECONDS (default 540) after this command began,
+    # not after the launch: the launch's install and dry run take their own 30-60 s, and a call cut
+    # at its limit (600 s) returns only what was packed before it
+    DIR=${2:-.whl}
+    bash "$0" launch "$DIR"
+    bash "$0" wait $(( ${3:-540} - SECONDS )) ;;
 wait)
     limit=${2:-560}
     waited=0
+    pack() {  # what the run has made so far; renamed into $OUT whole, so a cut call returns the last one
+        tar -czf /tmp/partial.tgz -C "$RUN" "$TO" snake.log && mv /tmp/partial.tgz "$OUT/partial.tgz"
+    }
     # the PID the launch wrote: a pattern for pgrep would match this command's own line
-    while kill -0 "$(cat "$RUN/pid")" 2>/dev/null && [ "$waited" -lt "$limit" ]; do sleep 5; waited=$((waited + 5)); done
+    while kill -0 "$(cat "$RUN/pid")" 2>/dev/null && [ "$waited" -lt "$limit" ]; do
+        sleep 5; waited=$((waited + 5))
+        # every minute, so that a lease that ends before the run does (the machine is given back
+        # with the session's device time, or 30 s after a call returns) or a call cut at its limit
+        # leaves the finished stages behind: a later rerun can start from them (FROM)
+        if [ $((waited % 60)) -eq 0 ]; then pack; fi
+    done
     tail -25 "$RUN/snake.log"
     if ! kill -0 "$(cat "$RUN/pid")" 2>/dev/null; then
+        rm -f "$OUT/partial.tgz"
         tar -czf "$OUT/rerun.tgz" -C "$RUN" "$TO" snake.log .snakemake/log
         head -40 "$RUN/$TO/compare/verdict.json"
     else
-        # what the run has made so far, so that a lease that ends before the run does (the machine
-        # is given back with the session's device time) leaves the finished stages behind: a later
-        # rerun can start from them (FROM)
-        tar -czf "$OUT/partial.tgz" -C "$RUN" "$TO" snake.log
+        pack
     fi ;;
 *)
-    sed -n '2,24p' "$0"
+    sed -n '2,26p' "$0"
     exit 2 ;;
 esac
