@@ -48,11 +48,17 @@ def committed_references() -> Path:
 
 
 def check_writable(out: str | os.PathLike) -> Path:
-    """`out` resolved (`..` and symlinks), or a RunError when it lies in a committed reference."""
+    """`out` resolved (`..` and symlinks), or a RunError when it lies in a committed reference, or
+    holds a rule's outputs (a `manifest.json`: the comparison a run's rule `compare` made, which
+    its manifest vouches for and `verify` would then find damaged)."""
     resolved, committed = Path(out).resolve(), committed_references()
     if project.inside(resolved, committed):
         raise RunError(f"refusing to write into {resolved}: it is inside the committed reference runs "
                        f"({committed}), which are read, never written; pass --out with a folder of its own")
+    if (resolved / "manifest.json").exists():
+        raise RunError(f"refusing to write into {resolved}: it holds a workflow rule's outputs, which its "
+                       "manifest.json vouches for (the run's own comparison, by its rule compare); pass "
+                       "--out with a folder of its own")
     return resolved
 
 

@@ -18,7 +18,8 @@ Each part is judged by what should travel between machines (paths: `minimodel.fl
   sides agrees, a changed one disagrees ("status differs"). On another GPU, or without one, not
   comparable.
 - GPU bytes (`gpu/bytes/`): on the same GPU model, DRAM reads and bytes stored into the L2
-  within GPU_BYTES_TOLERANCE; on another GPU, or without one, not comparable.
+  within GPU_BYTES_TOLERANCE, a point not measured in both runs by its status (the same one agrees,
+  a changed one disagrees); on another GPU, or without one, not comparable.
 - inputs: per rule, which code, parameters and environment differ between the two manifests,
   so that a reader sees why numbers moved. Expected between two runs; informational, never a
   failure.
@@ -33,7 +34,8 @@ Writes `comparison.csv` (one row per judged number, its `rule` the way it was ju
 `verdict.json` and `comparison.png` whatever the verdict, then prints a summary of a few lines. The
 verdict is "agree" (exit 0: not comparable is not a failure), "disagree" when something that
 should agree does not, or "nothing compared" when no number could be compared at all (exit 1
-for both); a folder that cannot be compared, or an --out inside a committed reference, exits 2.
+for both); a folder that cannot be compared, or an --out inside a committed reference or holding
+a rule's outputs (the run's own compare/, which the workflow wrote), exits 2.
 docs/reproducing.md says how the timing verdict decides.
 """
 
@@ -56,7 +58,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("reference", nargs="?", default=str(REFERENCE),
                         help=f"the run to compare against (default {REFERENCE})")
     parser.add_argument("--out", help="where to write comparison.csv, verdict.json, comparison.png "
-                                      "(default: RUN/compare)")
+                                      "(default: RUN/compare, unless the workflow's rule wrote it)")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -6,8 +6,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
+
 from minimodel.floor import contract
 from minimodel.report import runs
+from minimodel.report.compare import ratios
 from minimodel.report.compare.rows import (
     AGREE,
     DISAGREE,
@@ -58,14 +61,32 @@ def judge(a, b, direction: str, keys: list[str]) -> list[dict]:
                    prefix=label_direction(direction))
     for _, r in a.merge(b, on=keys, suffixes=("_run", "_ref")).iterrows():
         label = label_direction(direction) + ", ".join(f"{k}={r[k]}" for k in keys)
-        if r["skipped_run"] or r["skipped_ref"]:
-            same = bool(r["skipped_run"]) == bool(r["skipped_ref"])
+        skipped = verdict(r["skipped_run"]), verdict(r["skipped_ref"])
+        if True in skipped or None in skipped:
+            same = skipped[0] == skipped[1] and None not in skipped
+            reason = "" if same else unreadable("skipped", skipped) or "skipped in one run only"
             rows.append(row(NAME, label, metric="skipped", run=r["reason_run"], reference=r["reason_ref"],
-                            verdict=AGREE if same else DISAGREE))
+                            verdict=AGREE if same else DISAGREE, reason=reason))
             continue
-        same = bool(r["passed_run"]) == bool(r["passed_ref"])
+        passed = verdict(r["passed_run"]), verdict(r["passed_ref"])
+        same = passed[0] == passed[1] and None not in passed
+        reason = "" if same else unreadable("passed", passed) or "verdict differs"
         rows.append(row(NAME, label, "passed (err_kernel_vs_fp64 beside)",
-                        f"{bool(r['passed_run'])} ({r['err_kernel_vs_fp64_run']:.2e})",
-                        f"{bool(r['passed_ref'])} ({r['err_kernel_vs_fp64_ref']:.2e})",
-                        verdict=AGREE if same else DISAGREE, reason="" if same else "verdict differs"))
+                        f"{passed[0]} ({r['err_kernel_vs_fp64_run']:.2e})",
+                        f"{passed[1]} ({r['err_kernel_vs_fp64_ref']:.2e})",
+                        verdict=AGREE if same else DISAGREE, reason=reason))
     return rows
+
+
+def unreadable(column: str, values: tuple) -> str:
+    """The reason naming the sides whose `column` is neither true nor false, or ""."""
+    sides = [side for side, v in zip(("run", "reference"), values, strict=True) if v is None]
+    return f"no {column} value (true or false) in the {' and the '.join(sides)}" if sides else ""
+
+
+def verdict(value) -> bool | None:
+    """A case's `passed` as a CSV gives it (True, "true", 1 ...), None when it is neither true nor
+    false (an empty cell: bool(NaN) would say it passed)."""
+    if isinstance(value, bool | np.bool_):
+        return bool(value)
+    return ratios.BOOLEANS.get(str(value).strip().lower())

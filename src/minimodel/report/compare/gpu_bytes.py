@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pandas as pd
+
 from minimodel.floor import contract
 from minimodel.report import runs
 from minimodel.report.compare.rows import (
@@ -42,19 +44,27 @@ def compare(run: Path, ref: Path) -> list[dict]:
             for folder in (run, ref))
     if a is None or b is None:
         return missing(NAME, contract.GPU_BYTES, a)
-    a, b = (t[t["status"] == contract.MEASURED] for t in (a, b))
     return per_direction(NAME, contract.GPU_BYTES, a, b,
                          lambda a, b, direction: judge(a, b, direction, point))
 
 
 def judge(a, b, direction: str, point: list[str]) -> list[dict]:
-    """One pass's measured points: DRAM reads and L2 stores within GPU_BYTES_TOLERANCE."""
+    """One pass's points: where both runs measured, DRAM reads and L2 stores within
+    GPU_BYTES_TOLERANCE; else their statuses, the same one on both sides agreeing (a point neither
+    measured for the same reason), a changed one disagreeing ("status differs", both named)."""
     unique({"run": a, "reference": b}, point, contract.GPU_BYTES)
     a, b = a.set_index(point), b.set_index(point)
     rows = only_in(NAME, set(a.index), set(b.index), prefix=label_direction(direction))
     for key in a.index.intersection(b.index):
         label = (f"{label_direction(direction)}{key[0]} (1, {key[2]}, {key[3]}, {key[4]}) "
                  f"{'causal' if key[5] else 'full'} {key[6]}")
+        said = tuple("" if pd.isna(t.loc[key, "status"]) else str(t.loc[key, "status"]) for t in (a, b))
+        if contract.MEASURED not in said or said[0] != said[1]:
+            same = said[0] == said[1]
+            rows.append(row(NAME, label, "status", *said, verdict=AGREE if same else DISAGREE,
+                            reason="" if same else f"status differs: {said[0] or 'none'} (run) against "
+                                                   f"{said[1] or 'none'} (reference)"))
+            continue
         for metric in GPU_BYTES_METRICS:
             x, y = float(a.loc[key, metric]), float(b.loc[key, metric])
             diff = relative(x, y)

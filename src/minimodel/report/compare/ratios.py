@@ -22,6 +22,8 @@ FAMILY = ["direction", "grid", "d", "metric"]  # the points a family's geometric
 RATIOS = dict(zip(("kernel/cudnn", "kernel/fa2", "kernel/naive"),
                   (contract.SDPA_CUDNN, contract.SDPA_FLASH, contract.NAIVE), strict=True))
 NO_TIME = "ok, but without a positive ms"  # a row that says ok and gives no usable time: damaged
+NO_STATUS = "no status"  # a row whose status is empty: damaged too
+DAMAGED = (NO_TIME, NO_STATUS)
 BOOLEANS = {"true": True, "false": False, "1": True, "0": False, "1.0": True, "0.0": False}  # causal
 
 
@@ -33,25 +35,37 @@ def names(impls) -> dict[str, str]:
 
 
 def keyed(frame: pd.DataFrame) -> pd.DataFrame:
-    """`frame` with its key columns in one type each (a CSV's True/False and 1/0 alike), its rows
-    whose key is not a point (a number missing, causal neither true nor false) left out."""
+    """`frame` with its key columns in one type each (a CSV's True/False and 1/0 alike, words as
+    Python strings under pandas 2 and 3 alike), its rows whose key is not a point (a number missing,
+    causal neither true nor false, a name empty) left out."""
     frame = contract.with_direction(frame)
     for column in ("B", "H", "N", "d"):
         if not pd.api.types.is_integer_dtype(frame[column]):
             frame[column] = pd.to_numeric(frame[column], errors="coerce")
     if not pd.api.types.is_bool_dtype(frame["causal"]):
         frame["causal"] = frame["causal"].astype(str).str.strip().str.lower().map(BOOLEANS)
+    for column in ("direction", "grid", "impl"):
+        # an empty cell is NaN, which pandas 2's astype(str) spells "nan" and pandas 3's keeps NaN
+        # (a key groupby then drops): both are a key that names no point
+        words = frame[column].astype(object)
+        frame[column] = words.where(words.notna(), "").astype(str).str.strip().astype(object)
     bad = frame[["B", "H", "N", "d", "causal"]].isna().any(axis=1)
+    bad |= frame[["direction", "grid", "impl"]].eq("").any(axis=1)
     if bad.any():
         frame = frame[~bad].copy()
     for column in ("B", "H", "N", "d"):
         if not pd.api.types.is_integer_dtype(frame[column]):
             frame[column] = frame[column].astype(np.int64)
     frame["causal"] = frame["causal"].astype(bool)
-    for column in ("direction", "grid", "impl"):
-        if not pd.api.types.is_string_dtype(frame[column]) or frame[column].isna().any():
-            frame[column] = frame[column].astype(str)
     return frame
+
+
+def statuses(column: pd.Series) -> pd.Series:
+    """A timing table's `status` column as Python strings, an empty one `NO_STATUS` (pandas 3 keeps
+    an empty cell NaN through astype(str), pandas 2 spells it "nan": neither is a status)."""
+    words = column.astype(object)
+    words = words.where(words.notna(), "").astype(str).str.strip()
+    return words.where(words != "", NO_STATUS).astype(object)
 
 
 def side(timing: pd.DataFrame) -> pd.DataFrame:
@@ -60,8 +74,9 @@ def side(timing: pd.DataFrame) -> pd.DataFrame:
     not said; NaN `ratio` then."""
     timing = keyed(timing)
     ms = pd.to_numeric(timing["ms"], errors="coerce")
-    ok = timing["status"].astype(str) == contract.OK
-    timing["said"] = timing["status"].astype(str).where(~ok | (np.isfinite(ms) & (ms > 0)), NO_TIME)
+    status = statuses(timing["status"])
+    ok = status == contract.OK
+    timing["said"] = status.where(~ok | (np.isfinite(ms) & (ms > 0)), NO_TIME)
     timing["ms"] = ms.where(timing["said"] == contract.OK)
     kernel = timing[timing["impl"] == contract.TRITON][[*POINT, "said", "ms"]]
     metric = {i: m for m, i in names(timing["impl"]).items()}

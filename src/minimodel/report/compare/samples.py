@@ -105,14 +105,18 @@ def check(frame: pd.DataFrame, expected: dict, name: str) -> Samples:
     frame["sample"] = pd.to_numeric(frame["sample"], errors="coerce")
     frame["ms"] = pd.to_numeric(frame["ms"], errors="coerce")
     frame = frame.sort_values([*ratios.KEY, "sample"], kind="stable")
-    grouped = frame.groupby(ratios.KEY, sort=False)
+    # keyed left no NaN in a key; dropna=False all the same, so that no row can leave a group
+    grouped = frame.groupby(ratios.KEY, sort=False, dropna=False)
     frame["off_round"] = frame["sample"].to_numpy() != grouped.cumcount().to_numpy()
     frame["bad_ms"] = ~(np.isfinite(frame["ms"]) & (frame["ms"] > 0))
     held = grouped.agg(n=("ms", "size"), off_round=("off_round", "any"), bad_ms=("bad_ms", "any"),
                        median=("ms", "median"))
-    runs_of = np.split(frame["ms"].to_numpy(dtype=float), np.cumsum(held["n"].to_numpy())[:-1])
-    found = dict(zip(held.index, zip(held["n"], held["off_round"], held["bad_ms"], held["median"], runs_of,
-                                     strict=True), strict=True))
+    ms = frame["ms"].to_numpy(dtype=float)
+    # each key's own rows, by position (in round order: the frame is sorted), never cut by counts
+    runs_of = {key: ms[positions] for key, positions in grouped.indices.items()}
+    found = {key: (*values, runs_of[key]) for key, values in
+             zip(held.index, zip(held["n"], held["off_round"], held["bad_ms"], held["median"], strict=True),
+                 strict=True)}
     out = Samples(held=True)
     for key, (k, ms) in expected.items():
         got = found.pop(key, None)

@@ -75,7 +75,10 @@ def judge(a: pd.DataFrame, b: pd.DataFrame, run_samples: samples.Samples,
         dropped = len(frame) - len(ratios.keyed(frame))
         if dropped:
             raise runs.RunError(f"{contract.TIMING} of the {side}: {dropped} rows whose key is not a point "
-                                "(B, H, N, d whole numbers, causal True or False)")
+                                "(B, H, N, d whole numbers, causal True or False, direction, grid and "
+                                "impl not empty)")
+    # the key as the ratios read it: rows whose causal is spelled 1 and True are one point
+    unique({"run": ratios.keyed(a), "reference": ratios.keyed(b)}, ratios.KEY, contract.TIMING)
     numbers = []
     ra, rb = ratios.side(a), ratios.side(b)
     rows = per_direction(NAME, contract.TIMING, a, b, lambda x, y, direction: statuses(
@@ -103,10 +106,11 @@ def statuses(a: pd.DataFrame, b: pd.DataFrame, ra: pd.DataFrame, rb: pd.DataFram
     numbers.append(both[fine][[*ratios.RATIO, "impl", "ratio_run", "ratio_ref"]])
     for r in both[~fine].to_dict("records"):
         said = (r["status_run"], r["status_ref"])
-        damaged = [side for side, s in zip(("run", "reference"), said, strict=True) if ratios.NO_TIME in s]
+        damaged = [(side, why) for side, s in zip(("run", "reference"), said, strict=True)
+                   for why in ratios.DAMAGED if why in s]
         if damaged:
-            verdict, reason = NOT_COMPARABLE, (f"{contract.TIMING} of the {' and the '.join(damaged)}: "
-                                               f"{ratios.NO_TIME}")
+            verdict, reason = NOT_COMPARABLE, "; ".join(f"{contract.TIMING} of the {side}: {why}"
+                                                        for side, why in damaged)
         elif said[0] == said[1]:
             verdict, reason = AGREE, ""
         else:
