@@ -64,13 +64,13 @@ def judge(a, b, direction: str, keys: list[str]) -> list[dict]:
         skipped = verdict(r["skipped_run"]), verdict(r["skipped_ref"])
         if True in skipped or None in skipped:
             same = skipped[0] == skipped[1] and None not in skipped
-            reason = "" if same else unreadable("skipped", skipped) or "skipped in one run only"
+            reason = "" if same else unreadable(skipped, column="skipped") or "skipped in one run only"
             rows.append(row(NAME, label, metric="skipped", run=r["reason_run"], reference=r["reason_ref"],
                             verdict=AGREE if same else DISAGREE, reason=reason))
             continue
         passed = verdict(r["passed_run"]), verdict(r["passed_ref"])
         same = passed[0] == passed[1] and None not in passed
-        reason = "" if same else unreadable("passed", passed) or "verdict differs"
+        reason = "" if same else unreadable(passed, column="passed") or "verdict differs"
         rows.append(row(NAME, label, "passed (err_kernel_vs_fp64 beside)",
                         f"{passed[0]} ({r['err_kernel_vs_fp64_run']:.2e})",
                         f"{passed[1]} ({r['err_kernel_vs_fp64_ref']:.2e})",
@@ -78,7 +78,7 @@ def judge(a, b, direction: str, keys: list[str]) -> list[dict]:
     return rows
 
 
-def unreadable(column: str, values: tuple) -> str:
+def unreadable(values: tuple, column: str) -> str:
     """The reason naming the sides whose `column` is neither true nor false, or ""."""
     sides = [side for side, v in zip(("run", "reference"), values, strict=True) if v is None]
     return f"no {column} value (true or false) in the {' and the '.join(sides)}" if sides else ""

@@ -14,6 +14,7 @@ from minimodel.report import runs
 from minimodel.report.compare.rows import (
     AGREE,
     DISAGREE,
+    NOT_COMPARABLE,
     exact,
     label_direction,
     per_direction,
@@ -46,14 +47,16 @@ def judge(a, b, direction: str) -> list[dict]:
     rows = exact(NAME, a, b, keys, counted, contract.CPU_BYTES, prefix)
     joined = a.merge(b, on=keys, suffixes=("_run", "_ref"))
     # a row the profiler does not measure (the tiled schemes) has no bytes in either run; one that
-    # has them in one run only is a row that changed
+    # has them in one run only was measured there alone (N above the other's cpu.profiler_max_n):
+    # named, not comparable
     held = joined[["bytes_profiler_run", "bytes_profiler_ref"]].notna()
     for _, r in joined[held.any(axis=1)].iterrows():
         label = f"{prefix}scheme={r['scheme']}, N={r['N']}, d={r['d']}, dtype={r['dtype']}"
         x, y = r["bytes_profiler_run"], r["bytes_profiler_ref"]
         if pd.isna(x) or pd.isna(y):
-            rows.append(row(PROFILER, label, "bytes_profiler", x, y, verdict=DISAGREE,
-                            reason=f"measured in the {'reference' if pd.isna(x) else 'run'} only"))
+            rows.append(row(PROFILER, label, "bytes_profiler", x, y, verdict=NOT_COMPARABLE,
+                            reason=f"measured in the {'reference' if pd.isna(x) else 'run'} only "
+                                   "(its cpu.profiler_max_n is larger)"))
             continue
         diff = relative(x, y)
         rows.append(row(PROFILER, label, "bytes_profiler", x, y, diff, PROFILER_TOLERANCE,
