@@ -301,3 +301,42 @@ def test_the_committed_reference_holds_its_samples_for_every_ok_row():
     held = samples.of(table, pd.read_csv(REFERENCE / contract.TIMING_SAMPLES), "reference")
     assert held.held and not held.damaged and held.line is None
     assert len(held.by_key) == len(ok)
+
+
+def test_a_point_whose_implementations_hold_unequal_sample_counts_is_judged_by_the_wider_band():
+    """A round times every implementation of a point once: a kernel with 10 samples beside another
+    implementation's 20 are not one set of rounds, and pairing the first 10 would leave the other 10
+    out of the test while the change is read from the median of all 20."""
+    point = (contract.FORWARD, contract.LAB_GRID, 2, 4, 1024, 64, False)
+    rng = np.random.default_rng(11)
+    held = samples.Samples(held=True, by_key={(*point, contract.TRITON): 1 + 0.01 * rng.random(10),
+                                               (*point, contract.NAIVE): 2 + 0.01 * rng.random(20)})
+    assert held.rule(point, contract.NAIVE) == (samples.UNEQUAL, None)
+    held.by_key[(*point, contract.NAIVE)] = held.by_key[(*point, contract.NAIVE)][:10]
+    why, logs = held.rule(point, contract.NAIVE)
+    assert why == "" and len(logs) == 10
+
+
+@pytest.mark.parametrize("band", sorted({*bands.POINT_BANDS.values(), *bands.RATIO_BANDS.values(),
+                                          bands.FAMILY_BAND, bands.OLDER_FLOOR}))
+def test_a_change_equal_to_its_band_is_within_it(band):
+    """log1p(expm1(x)) is x within a few ulps: a change of exactly the band, computed from two
+    ratios as `ratios.change` computes it, is not beyond it; one a hundredth of a percent more is."""
+    for ref in (0.37, 1.0, 2.9):
+        at = ratios.change(ref * (1 + band), ref)
+        assert not bands.beyond(at, band) and not bands.beyond(ratios.change(ref, ref * (1 + band)), band)
+        assert bands.beyond(ratios.change(ref * (1 + band + 1e-4), ref), band)
+
+
+def test_a_grid_no_committed_run_has_gets_the_widest_band_and_says_so(base):
+    """A point of a grid the bands were not derived on is judged by `bands.WIDEST`, and its row's
+    reason names the grid and the pass, where it agreed without a word."""
+    renamed = base.assign(grid=base["grid"].where(base["grid"] != contract.LAB_GRID, "lab-xl"))
+    none = samples.Samples(held=False)
+    rows = pd.DataFrame(timing.judge(renamed, renamed, none, none))
+    numbers = rows[(rows["part"] == timing.NAME) & rows["difference"].notna()]
+    unknown = numbers[numbers["item"].str.contains("lab-xl")]
+    assert len(unknown) and unknown["reason"].str.contains(
+        f"no band derived for lab-xl, [a-z+]+: the widest, {bands.WIDEST:.1%}", regex=True).all()
+    assert (unknown["tolerance"] == bands.wider(bands.WIDEST)).all()
+    assert not numbers[~numbers["item"].str.contains("lab-xl")]["reason"].str.contains("no band").any()

@@ -94,6 +94,8 @@ POINT_BANDS = {
 RATIO_BANDS = {(FA, contract.BACKWARD, "kernel/fa4"): 0.275, (SMALL, EVERY_PASS, "kernel/flex"): 0.99}
 FAMILY_BAND = 0.06
 WIDEST = max(POINT_BANDS.values())  # a grid or pass the data has not seen
+# a change equal to its band is within it: log1p(expm1(x)) is x within a few ulps, not exactly
+SLACK = 1e-12
 # How a timing row was judged (its `rule`): its band and both runs' samples, or the wider band
 # (followed by why), or its status (not a number on a side).
 BY_SAMPLES, WIDER, BY_STATUS = "band and samples", "wider band: ", "status"
@@ -115,6 +117,17 @@ def point_band(grid, n, direction, metric=None) -> np.ndarray:
     metrics = [None] * len(groups) if metric is None else np.atleast_1d(np.asarray(metric, dtype=object))
     return np.array([RATIO_BANDS.get((*g, m), POINT_BANDS.get(g, WIDEST))
                      for g, m in zip(groups, metrics, strict=True)])
+
+
+def derived(grid, n, direction) -> np.ndarray:
+    """Whether each point's group has a band derived from committed runs (else `point_band` gives it
+    `WIDEST`, and the verdict says so)."""
+    return np.array([g in POINT_BANDS for g in group(grid, n, direction)], dtype=bool)
+
+
+def beyond(change, tolerance) -> np.ndarray:
+    """Whether each change (max/min - 1) is beyond its tolerance: a change equal to it is not."""
+    return np.log1p(np.asarray(change, dtype=float)) > np.log1p(np.asarray(tolerance, dtype=float)) + SLACK
 
 
 def wider(band):

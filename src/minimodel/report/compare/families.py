@@ -55,7 +55,7 @@ def decide(pairs: pd.DataFrame) -> pd.DataFrame:
     p[sampled] = stats.holm(stats.significance(list(table.loc[sampled, "logs_run"]),
                                                list(table.loc[sampled, "logs_ref"])))
     table["p"] = p
-    beyond = np.log1p(table["change"].to_numpy(float)) > np.log1p(table["tolerance"].to_numpy(float))
+    beyond = bands.beyond(table["change"], table["tolerance"])
     table["beyond"] = beyond
     table["verdict"] = np.where(beyond & (np.isnan(p) | (p <= stats.ALPHA)), DISAGREE, AGREE)
     return table

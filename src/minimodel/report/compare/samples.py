@@ -28,6 +28,8 @@ COLUMNS = list(contract.TIMING_SAMPLES_COLUMNS)
 NAMED = 3  # rows named in the line, before "and N more"
 # Why a ratio is judged by the wider rule, by what its samples lack (`Samples.rule`).
 NONE, FEW, DAMAGED = "no samples", f"fewer than {MIN_SAMPLES} samples", "damaged samples"
+# a round times every implementation of a point once: two counts that differ are not of one set of rounds
+UNEQUAL = "unequal sample counts (the kernel's and the other's)"
 # timing.csv's ms against the median of its samples: both written from the same floats (the stage's
 # `statistics.median`, this module's pandas median: the last bit may differ), so any other difference
 # is two runs' files side by side
@@ -51,9 +53,9 @@ class Samples:
         if any(k in self.damaged or k not in self.by_key for k in keys):
             return DAMAGED, None
         kernel, other = (self.by_key[k] for k in keys)
-        rounds = min(len(kernel), len(other))
-        logs = np.log(other[:rounds] / kernel[:rounds])
-        return ("" if rounds >= MIN_SAMPLES else FEW), logs
+        if len(kernel) != len(other):
+            return UNEQUAL, None
+        return ("" if len(kernel) >= MIN_SAMPLES else FEW), np.log(other / kernel)
 
 
 def label(key: tuple) -> str:

@@ -154,15 +154,24 @@ def decide(pairs: pd.DataFrame) -> pd.DataFrame:
     test), `verdict` and `reason`: beyond its tolerance and, where tested, significant."""
     pairs = pairs.copy()
     pairs["change"] = ratios.change(pairs["ratio_run"], pairs["ratio_ref"])
-    beyond = np.log1p(pairs["change"].to_numpy(float)) > np.log1p(pairs["tolerance"].to_numpy(float))
+    beyond = bands.beyond(pairs["change"], pairs["tolerance"])
     sampled = (pairs["rule"] == BY_SAMPLES).to_numpy()
     p = np.full(len(pairs), np.nan)
     p[sampled] = stats.holm(stats.significance(list(pairs.loc[sampled, "logs_run"]),
                                                list(pairs.loc[sampled, "logs_ref"])))
     pairs["p"] = p
     said = [verdict_of(b, q) for b, q in zip(beyond, p, strict=True)]
-    pairs["verdict"], pairs["reason"] = [v for v, _ in said], [r for _, r in said]
+    pairs["verdict"] = [v for v, _ in said]
+    # a grid or pass no committed run has: its band is the widest of those derived, and says so
+    derived = bands.derived(pairs["grid"], pairs["N"], pairs["direction"]) if len(pairs) else []
+    pairs["reason"] = ["; ".join(filter(None, (r, "" if known else unbanded(grid, direction))))
+                       for (_, r), known, grid, direction
+                       in zip(said, derived, pairs["grid"], pairs["direction"], strict=True)]
     return pairs
+
+
+def unbanded(grid: str, direction: str) -> str:
+    return f"no band derived for {grid}, {direction}: the widest, {bands.WIDEST:.1%}"
 
 
 def points(pairs: pd.DataFrame) -> list[dict]:
