@@ -55,7 +55,7 @@ def check_writable(out: str | os.PathLike) -> Path:
     if project.inside(resolved, committed):
         raise RunError(f"refusing to write into {resolved}: it is inside the committed reference runs "
                        f"({committed}), which are read, never written; pass --out with a folder of its own")
-    if (resolved / "manifest.json").exists():
+    if (resolved / contract.MANIFEST).exists():
         raise RunError(f"refusing to write into {resolved}: it holds a workflow rule's outputs, which its "
                        "manifest.json vouches for (the run's own comparison, by its rule compare); pass "
                        "--out with a folder of its own")

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pandas as pd
-
 from minimodel.floor import contract
 from minimodel.report import runs
 from minimodel.report.compare.rows import (
@@ -21,7 +19,9 @@ from minimodel.report.compare.rows import (
     per_direction,
     relative,
     row,
+    status_differs,
     unique,
+    words,
 )
 
 NAME = "gpu bytes"
@@ -53,17 +53,16 @@ def judge(a, b, direction: str, point: list[str]) -> list[dict]:
     GPU_BYTES_TOLERANCE; else their statuses, the same one on both sides agreeing (a point neither
     measured for the same reason), a changed one disagreeing ("status differs", both named)."""
     unique({"run": a, "reference": b}, point, contract.GPU_BYTES)
-    a, b = a.set_index(point), b.set_index(point)
+    a, b = (t.assign(status=words(t["status"])).set_index(point) for t in (a, b))
     rows = only_in(NAME, set(a.index), set(b.index), prefix=label_direction(direction))
     for key in a.index.intersection(b.index):
         label = (f"{label_direction(direction)}{key[0]} (1, {key[2]}, {key[3]}, {key[4]}) "
                  f"{'causal' if key[5] else 'full'} {key[6]}")
-        said = tuple("" if pd.isna(t.loc[key, "status"]) else str(t.loc[key, "status"]) for t in (a, b))
+        said = (a.loc[key, "status"], b.loc[key, "status"])
         if contract.MEASURED not in said or said[0] != said[1]:
             same = said[0] == said[1]
             rows.append(row(NAME, label, "status", *said, verdict=AGREE if same else DISAGREE,
-                            reason="" if same else f"status differs: {said[0] or 'none'} (run) against "
-                                                   f"{said[1] or 'none'} (reference)"))
+                            reason="" if same else status_differs(*said)))
             continue
         for metric in GPU_BYTES_METRICS:
             x, y = float(a.loc[key, metric]), float(b.loc[key, metric])

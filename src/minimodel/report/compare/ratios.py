@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from minimodel.floor import contract
+from minimodel.report.compare.rows import words
 
 KEY = list(contract.TIMING_KEY)  # a timing row's key, and its samples' (contract.TIMING_SAMPLES)
 POINT = [c for c in KEY if c != "impl"]  # a point of one pass
@@ -45,10 +46,8 @@ def keyed(frame: pd.DataFrame) -> pd.DataFrame:
     if not pd.api.types.is_bool_dtype(frame["causal"]):
         frame["causal"] = frame["causal"].astype(str).str.strip().str.lower().map(BOOLEANS)
     for column in ("direction", "grid", "impl"):
-        # an empty cell is NaN, which pandas 2's astype(str) spells "nan" and pandas 3's keeps NaN
-        # (a key groupby then drops): both are a key that names no point
-        words = frame[column].astype(object)
-        frame[column] = words.where(words.notna(), "").astype(str).str.strip().astype(object)
+        # an empty cell (NaN: a key groupby drops it under pandas 3) is a key that names no point
+        frame[column] = words(frame[column])
     bad = frame[["B", "H", "N", "d", "causal"]].isna().any(axis=1)
     bad |= frame[["direction", "grid", "impl"]].eq("").any(axis=1)
     if bad.any():
@@ -63,9 +62,8 @@ def keyed(frame: pd.DataFrame) -> pd.DataFrame:
 def statuses(column: pd.Series) -> pd.Series:
     """A timing table's `status` column as Python strings, an empty one `NO_STATUS` (pandas 3 keeps
     an empty cell NaN through astype(str), pandas 2 spells it "nan": neither is a status)."""
-    words = column.astype(object)
-    words = words.where(words.notna(), "").astype(str).str.strip()
-    return words.where(words != "", NO_STATUS).astype(object)
+    said = words(column)
+    return said.where(said != "", NO_STATUS)
 
 
 def side(timing: pd.DataFrame) -> pd.DataFrame:

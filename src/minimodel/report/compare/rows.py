@@ -26,6 +26,18 @@ def row(part, item, metric, run, reference, difference=None, tolerance=None, ver
                               reason), strict=True))
 
 
+def words(column: pd.Series) -> pd.Series:
+    """A column of words as Python strings, stripped, an empty cell "" (pandas 2's astype(str) spells
+    NaN "nan", pandas 3's keeps it NaN: neither is a word)."""
+    column = column.astype(object)
+    return column.where(column.notna(), "").astype(str).str.strip().astype(object)
+
+
+def status_differs(run: str, ref: str) -> str:
+    """The reason of a status that changed between the runs, naming both."""
+    return f"status differs: {run or 'none'} (run) against {ref or 'none'} (reference)"
+
+
 def relative(a: float, b: float) -> float:
     return 0.0 if a == b else abs(a - b) / max(abs(a), abs(b))
 

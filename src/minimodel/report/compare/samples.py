@@ -113,12 +113,9 @@ def check(frame: pd.DataFrame, expected: dict, name: str) -> Samples:
     frame["bad_ms"] = ~(np.isfinite(frame["ms"]) & (frame["ms"] > 0))
     held = grouped.agg(n=("ms", "size"), off_round=("off_round", "any"), bad_ms=("bad_ms", "any"),
                        median=("ms", "median"))
-    ms = frame["ms"].to_numpy(dtype=float)
+    ms, at = frame["ms"].to_numpy(dtype=float), grouped.indices
     # each key's own rows, by position (in round order: the frame is sorted), never cut by counts
-    runs_of = {key: ms[positions] for key, positions in grouped.indices.items()}
-    found = {key: (*values, runs_of[key]) for key, values in
-             zip(held.index, zip(held["n"], held["off_round"], held["bad_ms"], held["median"], strict=True),
-                 strict=True)}
+    found = {key: (*values, ms[at[key]]) for key, *values in held.itertuples(name=None)}
     out = Samples(held=True)
     for key, (k, ms) in expected.items():
         got = found.pop(key, None)

@@ -34,6 +34,7 @@ from minimodel.report.compare.rows import (
     only_in,
     per_direction,
     row,
+    status_differs,
     unique,
 )
 
@@ -71,14 +72,14 @@ def judge(a: pd.DataFrame, b: pd.DataFrame, run_samples: samples.Samples,
           ref_samples: samples.Samples) -> list[dict]:
     """The rows of two runs' timing tables: families, the samples' problems, then per pass the
     points only one run has, the statuses, and the ratios."""
-    for frame, side in ((a, "run"), (b, "reference")):
-        dropped = len(frame) - len(ratios.keyed(frame))
-        if dropped:
-            raise runs.RunError(f"{contract.TIMING} of the {side}: {dropped} rows whose key is not a point "
-                                "(B, H, N, d whole numbers, causal True or False, direction, grid and "
-                                "impl not empty)")
+    keyed = {"run": ratios.keyed(a), "reference": ratios.keyed(b)}
+    for (side, frame), raw in zip(keyed.items(), (a, b), strict=True):
+        if len(frame) < len(raw):
+            raise runs.RunError(f"{contract.TIMING} of the {side}: {len(raw) - len(frame)} rows whose key is "
+                                "not a point (B, H, N, d whole numbers, causal True or False, direction, "
+                                "grid and impl not empty)")
     # the key as the ratios read it: rows whose causal is spelled 1 and True are one point
-    unique({"run": ratios.keyed(a), "reference": ratios.keyed(b)}, ratios.KEY, contract.TIMING)
+    unique(keyed, ratios.KEY, contract.TIMING)
     numbers = []
     ra, rb = ratios.side(a), ratios.side(b)
     rows = per_direction(NAME, contract.TIMING, a, b, lambda x, y, direction: statuses(
@@ -114,7 +115,7 @@ def statuses(a: pd.DataFrame, b: pd.DataFrame, ra: pd.DataFrame, rb: pd.DataFram
         elif said[0] == said[1]:
             verdict, reason = AGREE, ""
         else:
-            verdict, reason = DISAGREE, f"status differs: {said[0]} (run) against {said[1]} (reference)"
+            verdict, reason = DISAGREE, status_differs(*said)
         rows.append(row(NAME, label(r), metric(r), said[0], said[1], verdict=verdict, reason=reason,
                         rule=BY_STATUS))
     return rows
