@@ -1,48 +1,61 @@
 #!/bin/bash
-# A rerun of the committed H200 reference with the reference's own code, in three steps
-# (notes/timing.md, "The stage in the refresh of the reference"): `prepare` here, then on the lent
-# H200 `launch` in the call that carries DIR/c (after those that stashed the CUDA 13 tree's parts
-# DIR/cu1, DIR/cu2, ..., `tools/h200_wheels.sh`), then `wait` in as many calls as it takes. A call
-# carries at most 64 MiB with the working tree (24 MB since rerun 4), so DIR/rerun goes with the
-# last part's call, which runs `stash` too, and `launch` finds it there; a copy of a run (FROM) can
-# make it too large for that (the reference's copy: 11.7 MB), and then it goes in a call of its own.
-#     tools/h200_rerun.sh prepare [DIR]                 # here: the code at COMMIT, the run to copy
+# Reruns of the committed H200 reference with the reference's own code, queued on the lent H200 one
+# after the other (notes/timing.md, "The stage in the refresh of the reference"): `prepare` here,
+# once per run, then on the H200 `start` in the call that carries DIR/c (after those that stashed
+# the CUDA 13 tree's parts DIR/cu1, DIR/cu2, ..., `tools/h200_wheels.sh`), then `wait` in as many
+# calls as it takes. A call carries at most 64 MiB with the working tree (24 MB since rerun 4), so
+# DIR/rerun goes with the last part's call if it fits there (`prepare` says), else in a call of its
+# own; either runs `stash`, and `launch` finds the runs there.
+#     tools/h200_rerun.sh prepare [DIR]                 # here: queue a run (the code at COMMIT, the run to copy)
 #     tools/h200_rerun.sh stash [DIR]                   # H200: DIR/rerun into /tmp/stash/rerun
-#     tools/h200_rerun.sh launch [DIR]                  # H200: install, unpack, start Snakemake detached
+#     tools/h200_rerun.sh launch [DIR]                  # H200: install, then the queued runs, detached, in turn
 #     tools/h200_rerun.sh wait [SECONDS]                # H200: wait, then pack into $OUT (partial.tgz
-#                                                       # while it runs, rerun.tgz once it has ended)
+#                                                       # while the queue runs, rerun.tgz once it has ended)
 #     tools/h200_rerun.sh start [DIR] [SECONDS]         # H200: launch, then wait until SECONDS (540)
 #                                                       # after the call began: one call of 600 s
-# COMMIT (default 143f73a: the code the committed reference hashes, 28bb38c's, with that reference in
-# its tree, which the run's `compare` reads), FROM (a committed run whose other stages are kept; empty:
-# a run from nothing), TO, FORCE (a stage run again in the copy of FROM; empty: none) and CONFIG (more
-# `--config` items) may be set in the environment. The defaults are rerun 5 of the reference, the
-# whole workflow from nothing, as a user reproducing it runs it; rerun 6 is the same with
-# TO=results/h200-rerun-6. Rerun 4 of the reference before (1800db6), its timing stage again in a
-# copy of rerun 3:
-#     COMMIT=066787365e00cbdbc737f28656696859494cdc0e FROM=results/reruns/h200-rerun-3 \
-#         TO=results/h200-rerun-4 FORCE=gpu_timing tools/h200_rerun.sh prepare   # and launch
+# A run is set by COMMIT (default 143f73a: the code the committed reference hashes, 28bb38c's, with
+# that reference in its tree, which the run's `compare` reads), FROM (a run whose finished stages are
+# kept: a committed run, or what `wait` packed of an interrupted one; empty: a run from nothing),
+# TO, FORCE (a stage run again in the copy of FROM; empty: none) and CONFIG (more `--config` items),
+# in the environment of `prepare`, which writes them beside the run (DIR/rerun/NAME/env, NAME the
+# last part of TO) and appends NAME to DIR/rerun/queue; the code goes once per commit
+# (DIR/rerun/code-COMMIT.tar.gz). `rm -rf DIR/rerun` empties the queue. Each run goes in its own
+# folder on the H200 (/tmp/runs/NAME), one Snakemake at a time, so that no run times beside another.
+# Rerun 5 of the reference (the whole workflow from nothing, as a user reproducing it runs it), then
+# rerun 6 (the timing stage again, in a copy of the reference):
+#     tools/h200_rerun.sh prepare
+#     FROM=results/reference/nvidia-h200 TO=results/h200-rerun-6 FORCE=gpu_timing tools/h200_rerun.sh prepare
+# A run that a lost lease ended goes on from what `wait` packed (its finished stages): unpack
+# partial.tgz into DIR/partial, then FROM=DIR/partial/NAME/results/NAME (and its TO) for `prepare`.
 # The refresh of the reference, the whole workflow at the committed HEAD (about 22 minutes on the H200):
 #     COMMIT=$(git rev-parse HEAD) FROM= FORCE= TO=results/reference/nvidia-h200 \
-#         CONFIG=overwrite_reference=True tools/h200_rerun.sh prepare        # and the same for launch
+#         CONFIG=overwrite_reference=True tools/h200_rerun.sh prepare
 set -euo pipefail
-COMMIT=${COMMIT:-143f73ad971481f2cdfc21878ced4bb9904ef043}
-FROM=${FROM-}
-TO=${TO:-results/h200-rerun-5}
-FORCE=${FORCE-}
-CONFIG=${CONFIG:-}
-RUN=/tmp/run
-PLAIN=(--configfile examples/contenders.yaml --config "results_dir=$TO" $CONFIG)  # the run's configuration
-SNAKE=(--cores all "${PLAIN[@]}")
-[ -n "$FORCE" ] && SNAKE+=(--forcerun "$FORCE")
+RUNS=/tmp/runs
+kib() { du -sk "$@" | awk '{s += $1} END {print s}'; }
+plain() {  # the run's configuration (a run's env sourced first)
+    PLAIN=(--configfile examples/contenders.yaml --config "results_dir=$TO" $CONFIG)
+    SNAKE=(--cores all "${PLAIN[@]}")
+    if [ -n "$FORCE" ]; then SNAKE+=(--forcerun "$FORCE"); fi
+}
 case "${1:-}" in
 prepare)
     DIR=${2:-.whl}
-    mkdir -p "$DIR/rerun"
-    git archive --format=tar.gz "$COMMIT" > "$DIR/rerun/code.tar.gz"
+    COMMIT=$(git rev-parse "${COMMIT:-143f73ad971481f2cdfc21878ced4bb9904ef043}")
+    FROM=${FROM-}
+    TO=${TO:-results/h200-rerun-5}
+    FORCE=${FORCE-}
+    CONFIG=${CONFIG:-}
+    NAME=$(basename "$TO")
+    plain
+    rm -rf "${DIR:?}/rerun/$NAME" && mkdir -p "$DIR/rerun/$NAME"
+    code=$DIR/rerun/code-$COMMIT.tar.gz
+    [ -f "$code" ] || git archive --format=tar.gz "$COMMIT" > "$code"
+    declare -p COMMIT FROM TO FORCE CONFIG > "$DIR/rerun/$NAME/env"
+    grep -qx "$NAME" "$DIR/rerun/queue" 2>/dev/null || echo "$NAME" >> "$DIR/rerun/queue"
     scratch=$(mktemp -d)
     trap 'rm -rf "$scratch"' EXIT
-    tar -xzf "$DIR/rerun/code.tar.gz" -C "$scratch"
+    tar -xzf "$code" -C "$scratch"
     mkdir -p "$scratch/$(dirname "$TO")"
     rm -rf "${scratch:?}/$TO"
     if [ -z "$FROM" ]; then
@@ -51,21 +64,18 @@ prepare)
         cp -a "$FROM" "$scratch/$TO"
         # a checkout gives the run's files its own times, in no order: Snakemake's time trigger would
         # read outputs older than their inputs, so they are touched in the order of the workflow
-        # first, until nothing is left to do (a touch can leave a job's inputs newer than its outputs)
+        # first, until what is left to do is what FORCE and the missing outputs ask (a touch can
+        # leave a job's inputs newer than its outputs, so it takes a few rounds)
         for _ in 1 2 3 4 5; do
-            (cd "$scratch" && snakemake --cores 1 --touch "${PLAIN[@]}" >/dev/null 2>&1)
-            if (cd "$scratch" && snakemake -n "${PLAIN[@]}" 2>&1 | grep -q "Nothing to be done"); then
-                break
-            fi
+            (cd "$scratch" && snakemake --cores 1 --touch "${PLAIN[@]}" >/dev/null 2>&1) || true
         done
     fi
     (cd "$scratch" && snakemake -n "${SNAKE[@]}" | grep -A20 "Job stats")
-    tar -czf "$DIR/rerun/run.tgz" -C "$scratch" "$TO"
-    du -sh "$DIR/rerun"
+    tar -czf "$DIR/rerun/$NAME/run.tgz" -C "$scratch" "$TO"
+    echo "queued in $DIR/rerun/queue: $(tr '\n' ' ' < "$DIR/rerun/queue")"
     # which call carries DIR/rerun: the last part's, where it fits beside the working tree, counted
     # as the device tool counts it (the disk's blocks: a call of 66.8 MB in bytes was refused), or
     # a call of its own
-    kib() { du -sk "$@" | awk '{s += $1} END {print s}'; }
     tree=$(git ls-files -z --cached --others --exclude-standard | du -ck --files0-from=- | tail -1 | cut -f1)
     last=$(ls -d "$DIR"/cu[0-9]* 2>/dev/null | sort -V | tail -1)
     if [ -n "$last" ]; then
@@ -79,25 +89,42 @@ prepare)
 stash)
     DIR=${2:-.whl}
     mkdir -p /tmp/stash/rerun
-    cp "$DIR"/rerun/code.tar.gz "$DIR"/rerun/run.tgz /tmp/stash/rerun/
-    ls -la /tmp/stash/rerun ;;
+    cp -a "$DIR"/rerun/. /tmp/stash/rerun/
+    ls -laR /tmp/stash/rerun | head -20 ;;
 launch)
     DIR=${2:-.whl}
     [ -d /tmp/site/flash_attn ] || bash "$(dirname "$0")/h200_site.sh" "$DIR"
     prepared=$DIR/rerun
-    [ -f "$prepared/code.tar.gz" ] || prepared=/tmp/stash/rerun  # stashed by an earlier call
-    rm -rf "$RUN" && mkdir "$RUN"
-    tar -xzf "$prepared/code.tar.gz" -C "$RUN"
-    rm -rf "${RUN:?}/$TO"  # the folder as prepared replaces what the code's tree has there
-    tar -xzf "$prepared/run.tgz" -C "$RUN"
-    cd "$RUN"
-    export PYTHONPATH=/tmp/site:/tmp/site/nvidia_cutlass_dsl/dsl_packages:$RUN/src MINIMODEL_GIT_COMMIT=$COMMIT
-    export PYTHONUNBUFFERED=1
-    python3 -m snakemake -n "${SNAKE[@]}" | grep -A12 "Job stats"
-    setsid nohup python3 -m snakemake "${SNAKE[@]}" > "$RUN/snake.log" 2>&1 < /dev/null &
-    echo $! > "$RUN/pid"
+    [ -f "$prepared/queue" ] || prepared=/tmp/stash/rerun  # stashed by an earlier call
+    [ -f "$prepared/queue" ] || { echo "no queued run in $DIR/rerun or /tmp/stash/rerun: prepare, then stash" >&2; exit 1; }
+    rm -rf "$RUNS" && mkdir "$RUNS"
+    cp -a "$prepared" "$RUNS/prepared"
+    setsid nohup bash "$0" queue "$RUNS/prepared" > "$RUNS/queue.log" 2>&1 < /dev/null &
+    echo $! > "$RUNS/pid"
     sleep 20
-    tail -3 "$RUN/snake.log" ;;
+    cat "$RUNS/queue.log" ;;
+queue)  # the runs of PREPARED/queue in turn (started detached by `launch`)
+    prepared=$2
+    while read -r NAME; do
+        (
+            source "$prepared/$NAME/env"
+            plain
+            RUN=$RUNS/$NAME
+            mkdir "$RUN"
+            cp "$prepared/$NAME/env" "$RUN/env"
+            tar -xzf "$prepared/code-$COMMIT.tar.gz" -C "$RUN"
+            rm -rf "${RUN:?}/$TO"  # the folder as prepared replaces what the code's tree has there
+            tar -xzf "$prepared/$NAME/run.tgz" -C "$RUN"
+            cd "$RUN"
+            export PYTHONPATH=/tmp/site:/tmp/site/nvidia_cutlass_dsl/dsl_packages:$RUN/src MINIMODEL_GIT_COMMIT=$COMMIT
+            export PYTHONUNBUFFERED=1
+            echo "$(date +%T) $NAME: $(python3 -m snakemake -n "${SNAKE[@]}" | grep -A12 "Job stats" | tr -s ' \n' ' ')"
+            rc=0
+            python3 -m snakemake "${SNAKE[@]}" > "$RUN/snake.log" 2>&1 < /dev/null || rc=$?
+            echo "$rc" > "$RUN/rc"
+            echo "$(date +%T) $NAME: Snakemake ended, exit $rc"
+        ) || echo "$(date +%T) $NAME: could not run, exit $?"
+    done < "$prepared/queue" ;;
 start)
     # launch and wait in one call, the wait ending SECONDS (default 540) after this command began,
     # not after the launch: the launch's install and dry run take their own 30-60 s, and a call cut
@@ -108,26 +135,39 @@ start)
 wait)
     limit=${2:-560}
     waited=0
-    pack() {  # what the run has made so far; renamed into $OUT whole, so a cut call returns the last one
-        tar -czf /tmp/partial.tgz -C "$RUN" "$TO" snake.log && mv /tmp/partial.tgz "$OUT/partial.tgz"
+    pack() {  # what each run has made so far, into $OUT/$1 by a rename, whole: a cut call returns the last one
+        local items=()
+        for env in "$RUNS"/*/env; do
+            NAME=$(basename "$(dirname "$env")")
+            [ "$NAME" = prepared ] && continue
+            TO=$(source "$env" && echo "$TO")
+            for item in "$NAME/$TO" "$NAME/snake.log" "$NAME/rc" "$NAME/.snakemake/log"; do
+                [ -e "$RUNS/$item" ] && items+=("$item")
+            done
+        done
+        tar -czf "/tmp/$1" -C "$RUNS" queue.log "${items[@]}" && mv "/tmp/$1" "$OUT/$1"
     }
     # the PID the launch wrote: a pattern for pgrep would match this command's own line
-    while kill -0 "$(cat "$RUN/pid")" 2>/dev/null && [ "$waited" -lt "$limit" ]; do
+    while kill -0 "$(cat "$RUNS/pid")" 2>/dev/null && [ "$waited" -lt "$limit" ]; do
         sleep 5; waited=$((waited + 5))
-        # every minute, so that a lease that ends before the run does (the machine is given back
+        # every minute, so that a lease that ends before the runs do (the machine is given back
         # with the session's device time, or 30 s after a call returns) or a call cut at its limit
-        # leaves the finished stages behind: a later rerun can start from them (FROM)
-        if [ $((waited % 60)) -eq 0 ]; then pack; fi
+        # leaves the finished stages behind: a later run can start from them (FROM)
+        if [ $((waited % 60)) -eq 0 ]; then pack partial.tgz; fi
     done
-    tail -25 "$RUN/snake.log"
-    if ! kill -0 "$(cat "$RUN/pid")" 2>/dev/null; then
+    cat "$RUNS/queue.log"
+    latest=$(ls -t "$RUNS"/*/snake.log 2>/dev/null | head -1)
+    [ -n "$latest" ] && tail -15 "$latest"
+    if ! kill -0 "$(cat "$RUNS/pid")" 2>/dev/null; then
         rm -f "$OUT/partial.tgz"
-        tar -czf "$OUT/rerun.tgz" -C "$RUN" "$TO" snake.log .snakemake/log
-        head -40 "$RUN/$TO/compare/verdict.json"
+        pack rerun.tgz
+        for verdict in "$RUNS"/*/results/*/compare/verdict.json; do
+            [ -e "$verdict" ] && { echo "$verdict"; head -12 "$verdict"; }
+        done
     else
-        pack
+        pack partial.tgz
     fi ;;
 *)
-    sed -n '2,26p' "$0"
+    sed -n '2,33p' "$0"
     exit 2 ;;
 esac
