@@ -97,6 +97,10 @@ launch)
     prepared=$DIR/rerun
     [ -f "$prepared/queue" ] || prepared=/tmp/stash/rerun  # stashed by an earlier call
     [ -f "$prepared/queue" ] || { echo "no queued run in $DIR/rerun or /tmp/stash/rerun: prepare, then stash" >&2; exit 1; }
+    # a queue still running keeps its folders, and the GPU to itself
+    if [ -f "$RUNS/pid" ] && kill -0 "$(cat "$RUNS/pid")" 2>/dev/null; then
+        echo "a queue is still running (pid $(cat "$RUNS/pid")): wait for it" >&2; exit 1
+    fi
     rm -rf "$RUNS" && mkdir "$RUNS"
     cp -a "$prepared" "$RUNS/prepared"
     setsid nohup bash "$0" queue "$RUNS/prepared" > "$RUNS/queue.log" 2>&1 < /dev/null &
@@ -135,6 +139,7 @@ start)
 wait)
     limit=${2:-560}
     waited=0
+    [ -f "$RUNS/pid" ] || { echo "no queue was launched on this machine ($RUNS/pid): launch, or start" >&2; exit 1; }
     pack() {  # what each run has made so far, into $OUT/$1 by a rename, whole: a cut call returns the last one
         local items=()
         for env in "$RUNS"/*/env; do
