@@ -124,7 +124,9 @@ queue)  # the runs of PREPARED/queue in turn (started detached by `launch`)
             cd "$RUN"
             export PYTHONPATH=/tmp/site:/tmp/site/nvidia_cutlass_dsl/dsl_packages:$RUN/src MINIMODEL_GIT_COMMIT=$COMMIT
             export PYTHONUNBUFFERED=1
-            echo "$(date +%T) $NAME: $(python3 -m snakemake -n "${SNAKE[@]}" < /dev/null | grep -m1 -A12 "Job stats" | tr -s ' \n' ' ')"
+            # the dry run read whole (a pipe closed early breaks Snakemake's logging), its first Job stats
+            plan=$(python3 -m snakemake -n "${SNAKE[@]}" 2>&1 < /dev/null) || true
+            echo "$(date +%T) $NAME: $(awk '/Job stats/ {on = 1} on {print} /^total/ {exit}' <<< "$plan" | tr -s ' \n' ' ')"
             rc=0
             python3 -m snakemake "${SNAKE[@]}" > "$RUN/snake.log" 2>&1 < /dev/null || rc=$?
             echo "$rc" > "$RUN/rc"
