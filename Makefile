@@ -22,7 +22,7 @@ run: install
 	$(BIN)/snakemake --cores $(CORES)
 
 test: install  # the test suite on every core, its slowest tests named (docs/testing.md), then the linters
-	$(BIN)/python -m pytest -n auto --durations=25
+	$(BIN)/python -m pytest -n auto --dist worksteal --durations=25
 	$(MAKE) --no-print-directory lint
 
 # The comparison's tests under pandas 3, as on the GPU machine (requirements/cuda-h200.txt); the venv

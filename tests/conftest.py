@@ -104,8 +104,12 @@ def user_env() -> dict:
     return {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "TRITON_INTERPRET")}
 
 
-# Modules whose tests run on one xdist worker, and why. (`--dist loadgroup` would say this with marks,
-# but pytest-xdist 3.8 under pytest 9.2 drops the groups and spreads the tests: pytest-xdist#1386.)
+# Modules whose tests run on one xdist worker under `pytest -n auto` (`--dist load`), and why.
+# (`--dist loadgroup` would say this with marks, but pytest-xdist 3.8 under pytest 9.2 drops the
+# groups and spreads the tests: pytest-xdist#1386.) `make test` takes `--dist worksteal`, which
+# hands each worker a contiguous run of the tests in their order and steals from a run's end, so a
+# module's tests stay together there too but for a steal at its edge (docs/testing.md: its end
+# comes sooner).
 ONE_WORKER = {
     "tests/test_plots_script.py": "the committed reference's figures, drawn once for two tests",
 }

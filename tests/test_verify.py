@@ -13,6 +13,7 @@ import pytest
 from test_manifest import Namedlist
 
 from minimodel import __main__ as cli
+from minimodel.report import compare
 from minimodel.floor.provenance import io, manifest, verify
 from minimodel.floor.provenance.reading import find_manifests, load_manifest
 
@@ -183,6 +184,20 @@ def test_the_committed_rerun_is_intact_and_agreed_with_the_reference(monkeypatch
     verdict = json.loads((rerun / "compare" / "verdict.json").read_text())
     assert (verdict["verdict"], verdict["compared"], verdict["disagreements"]) == ("agree", 3135, [])
     assert verdict["reference"] == "results/reference/nvidia-h200"
+
+
+def test_the_stages_an_interrupted_rerun_finished_are_intact_and_agree_with_the_reference(monkeypatch):
+    """results/reruns/h200-rerun-5, what an H200 rerun of the reference had finished when its machine
+    was given back inside the timing stage (docs/reproducing.md): each finished stage as its
+    manifest wrote it, and agreeing with the reference, the timing said not comparable, not agreed."""
+    monkeypatch.chdir(ROOT)
+    rerun = ROOT / "results" / "reruns" / "h200-rerun-5"
+    report = verify.check(rerun)
+    assert report.damaged == [] and len(report.manifests) == len(find_manifests(rerun)) == 7
+    _, verdict = compare.compare_runs(rerun, REFERENCE)
+    assert (verdict["verdict"], verdict["compared"], verdict["disagreements"]) == ("agree", 2583, [])
+    assert verdict["parts"]["timing"] == {compare.NOT_COMPARABLE: 1}
+    assert verdict["parts"]["correctness"] == {compare.AGREE: 384}
 
 
 def test_a_copy_of_the_reference_verifies_as_the_reference_does(tmp_path, monkeypatch):
