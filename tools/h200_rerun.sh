@@ -154,7 +154,10 @@ wait)
                 [ -e "$RUNS/$item" ] && items+=("$item")
             done
         done
-        tar -czf "/tmp/$1" -C "$RUNS" queue.log "${items[@]}" && mv "/tmp/$1" "$OUT/$1"
+        # a file written while it is read makes tar exit 1 (2: one gone): the archive still holds
+        # the rest, and a later pack the file whole; the wait goes on either way
+        tar -czf "/tmp/$1" -C "$RUNS" queue.log "${items[@]}" || echo "pack: tar exit $? (a file changed as it was read)"
+        mv "/tmp/$1" "$OUT/$1"
     }
     # the PID the launch wrote: a pattern for pgrep would match this command's own line
     while kill -0 "$(cat "$RUNS/pid")" 2>/dev/null && [ "$waited" -lt "$limit" ]; do
