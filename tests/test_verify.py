@@ -13,9 +13,9 @@ import pytest
 from test_manifest import Namedlist
 
 from minimodel import __main__ as cli
-from minimodel.report import compare
 from minimodel.floor.provenance import io, manifest, verify
 from minimodel.floor.provenance.reading import find_manifests, load_manifest
+from minimodel.report import compare
 
 ROOT = Path(__file__).resolve().parents[1]
 REFERENCE = ROOT / "results" / "reference" / "nvidia-h200"
