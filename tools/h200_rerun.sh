@@ -148,9 +148,8 @@ wait)
     [ -f "$RUNS/pid" ] || { echo "no queue was launched on this machine ($RUNS/pid): launch, or start" >&2; exit 1; }
     pack() {  # what each run has made so far, into $OUT/$1 by a rename, whole: a cut call returns the last one
         local items=()
-        for env in "$RUNS"/*/env; do
+        for env in "$RUNS"/*/env; do  # each run's folder (the prepared queue keeps its envs a level down)
             NAME=$(basename "$(dirname "$env")")
-            [ "$NAME" = prepared ] && continue
             TO=$(source "$env" && echo "$TO")
             for item in "$NAME/$TO" "$NAME/snake.log" "$NAME/rc" "$NAME/.snakemake/log"; do
                 [ -e "$RUNS/$item" ] && items+=("$item")
