@@ -9,7 +9,8 @@ The committed reruns (results/reruns, each whole) are held out: runs these bands
 they were set from. Two are of the c8af775 reference (the code of bc0ebbe, 2026-12-02: the full
 workflow, then its timing stage again), two of the 1800db6 reference (its timing.csv here as
 timing_1800db6.csv; the code of 0667873, 2026-12-02 and 03: the full workflow from nothing, then
-its timing stage again)."""
+its timing stage again), one of the 28bb38c reference (timing_28bb38c.csv; the code of 143f73a,
+2026-12-03: the full workflow, its timing stage in a second lease)."""
 
 from pathlib import Path
 
@@ -159,7 +160,8 @@ def test_the_docs_give_the_bands_the_committed_runs_give(changes):
 @pytest.mark.parametrize(("rerun", "against", "timed"), [("h200-rerun-1", "c8af775", 444),
                                                           ("h200-rerun-2", "c8af775", 444),
                                                           ("h200-rerun-3", "1800db6", 445),
-                                                          ("h200-rerun-4", "1800db6", 445)])
+                                                          ("h200-rerun-4", "1800db6", 445),
+                                                          ("h200-rerun-5", "28bb38c", 445)])
 def test_the_reruns_held_out_lie_within_every_band(rerun, against, timed):
     """The reference a rerun was made against and the rerun (every pass, 10 samples a row), judged
     by the bands the two pairs above give: every ratio and family of the rerun lies within its
@@ -168,7 +170,9 @@ def test_the_reruns_held_out_lie_within_every_band(rerun, against, timed):
     be. The second rerun's kernel/flex forward + backward at (2, 4, 64, 64) causal moved 24.0 %:
     beyond the 23.5 % the small-N group had before flex had a band of its own, within its 99 %.
     The third and fourth are the first these bands judged before the fact (their own compare said
-    agree): the whole workflow, then its timing stage again."""
+    agree): the whole workflow, then its timing stage again. The fifth is the whole workflow again,
+    against the 28bb38c reference (its timing stage in a second lease, from the stages the first
+    had finished)."""
     reference = timing(against)
     run = pd.read_csv(RERUNS / rerun / "gpu" / "timing" / "timing.csv")[reference.columns]
     points, families = bands.changes([(reference, run)])

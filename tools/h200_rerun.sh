@@ -26,9 +26,8 @@
 #     tools/h200_rerun.sh prepare
 #     FROM=results/reference/nvidia-h200 TO=results/h200-rerun-6 FORCE=gpu_timing tools/h200_rerun.sh prepare
 # A run that a lost lease ended goes on from what `wait` packed (its finished stages): unpack
-# partial.tgz into DIR/partial, then FROM=DIR/partial/NAME/results/NAME (and its TO) for `prepare`;
-# rerun 5's finished stages are committed, so its rest goes first in the queue of the next block:
-#     FROM=results/reruns/h200-rerun-5 tools/h200_rerun.sh prepare
+# partial.tgz into DIR/partial, then FROM=DIR/partial/NAME/results/NAME (and its TO) for `prepare`
+# (rerun 5 was finished so, from its committed partial: FROM=results/reruns/h200-rerun-5).
 # The refresh of the reference, the whole workflow at the committed HEAD (about 22 minutes on the H200):
 #     COMMIT=$(git rev-parse HEAD) FROM= FORCE= TO=results/reference/nvidia-h200 \
 #         CONFIG=overwrite_reference=True tools/h200_rerun.sh prepare
@@ -181,6 +180,6 @@ wait)
         pack partial.tgz
     fi ;;
 *)
-    sed -n '2,34p' "$0"
+    awk 'NR > 1 && !/^#/ {exit} NR > 1' "$0"  # the header
     exit 2 ;;
 esac
