@@ -8,6 +8,7 @@ that edits a finished run (a table, a manifest, a module) edits a copy of it of 
 
 import json
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -337,6 +338,49 @@ def test_a_corrupt_manifest_is_named_and_its_rule_reruns(own_run):
     proc = snakemake(own_run, "--until", "cpu_roofline")  # the rule itself; what reads it follows
     assert "rule cpu_roofline" in proc.stdout + proc.stderr
     assert manifest.load_manifest(path)["rule"] == "cpu_roofline"
+
+
+# Imported first by every Python the killed run starts (PYTHONPATH): the process group is killed the
+# moment the stage's first table is renamed into place, its other outputs and manifest not yet written.
+KILL_HOOK = """import os, signal
+_replace = os.replace
+def replace(src, dst, *args, **kwargs):
+    _replace(src, dst, *args, **kwargs)
+    if str(dst).endswith(os.environ["KILL_AFTER"]):
+        os.killpg(os.getpgid(0), signal.SIGKILL)
+os.replace = replace
+"""
+
+
+def test_a_run_killed_inside_a_stage_goes_on_with_the_same_command_after_an_unlock(own_run, tmp_path):
+    """A run killed as a lost machine or a power cut kills it (SIGKILL, Snakemake and the stage at
+    once), one table of the stage's written: the next run is refused on Snakemake's lock, naming
+    --unlock; after it, the same command re-runs the stage whole, and its outputs are the first
+    run's, byte for byte, with a manifest that verifies (docs/reproducing.md)."""
+    symbolic = own_run / "results" / "symbolic"
+    first = {p.name: p.read_bytes() for p in symbolic.iterdir() if p.name != "manifest.json"}
+    (tmp_path / "hook").mkdir()
+    (tmp_path / "hook" / "sitecustomize.py").write_text(KILL_HOOK)
+    command = [sys.executable, "-m", "snakemake", "--cores", "2", "--configfile",
+               str(own_run / "config" / "tiny.yaml"), "--until", "symbolic"]
+    killed = subprocess.run([*command, "--forcerun", "symbolic"], cwd=own_run, capture_output=True, text=True,
+                            env={**user_env(), "PYTHONPATH": str(tmp_path / "hook"),
+                                 "KILL_AFTER": "results/symbolic/bytes.csv"}, start_new_session=True)
+    assert killed.returncode == -9, killed.stderr[-3000:]
+    assert sorted(p.name for p in symbolic.iterdir()) == ["bytes.csv"]  # the rest never written
+    refused = subprocess.run(command, cwd=own_run, env=user_env(), capture_output=True, text=True)
+    assert refused.returncode == 1 and "--unlock" in refused.stderr
+    snakemake(own_run, "--unlock")
+    again = snakemake(own_run, "--until", "symbolic")
+    assert "localrule symbolic:" in again.stderr
+    assert {p.name: p.read_bytes() for p in symbolic.iterdir() if p.name != "manifest.json"} == first
+    report = verify.check(own_run / "results")
+    assert report.damaged == [] and report.stale
+    # stale only where a later stage read the stage's manifest (rewritten, with its new times): what
+    # the whole command, not stopped at the stage, would bring up to date too
+    assert {f.path for f in report.stale} == {str(symbolic / "manifest.json")}
+    assert "symbolic" not in {f.rule for f in report.stale}
+    assert re.search(r"^total\s+0$", snakemake(own_run, "-n", "--until", "symbolic").stdout, re.M)
 
 
 def test_verify_names_a_tampered_output_and_a_changed_module(own_run, tmp_path, monkeypatch, capsys):
