@@ -25,13 +25,14 @@ from minimodel.floor.provenance import code, io, manifest, reading, verify
 pytestmark = pytest.mark.workflow
 
 
-def snakemake(workdir, *args, check=True, cwd=None):
-    """Snakemake as a user starts it: no PYTHONPATH, so the installed minimodel is another tree's."""
+def snakemake(workdir, *args, check=True, cwd=None, env=None, **popen):
+    """Snakemake as a user starts it: no PYTHONPATH, so the installed minimodel is another tree's
+    (`env`: variables set beside the user's; `popen`: more of subprocess.run's arguments)."""
     with one_at_a_time(workdir):
         proc = subprocess.run(
             [sys.executable, "-m", "snakemake", "--cores", "2", "--configfile",
-             str(workdir / "config" / "tiny.yaml"), *args], cwd=cwd or workdir, env=user_env(),
-            capture_output=True, text=True)
+             str(workdir / "config" / "tiny.yaml"), *args], cwd=cwd or workdir,
+            env={**user_env(), **(env or {})}, capture_output=True, text=True, **popen)
     if check and proc.returncode:
         pytest.fail(f"snakemake {' '.join(args)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}")
     return proc
@@ -358,27 +359,28 @@ def test_a_run_killed_inside_a_stage_goes_on_with_the_same_command_after_an_unlo
     --unlock; after it, the same command re-runs the stage whole, and its outputs are the first
     run's, byte for byte, with a manifest that verifies (docs/reproducing.md)."""
     symbolic = own_run / "results" / "symbolic"
-    first = {p.name: p.read_bytes() for p in symbolic.iterdir() if p.name != "manifest.json"}
+    def tables():
+        return {p.name: p.read_bytes() for p in symbolic.iterdir() if p.name != contract.MANIFEST}
+
+    first = tables()
     (tmp_path / "hook").mkdir()
     (tmp_path / "hook" / "sitecustomize.py").write_text(KILL_HOOK)
-    command = [sys.executable, "-m", "snakemake", "--cores", "2", "--configfile",
-               str(own_run / "config" / "tiny.yaml"), "--until", "symbolic"]
-    killed = subprocess.run([*command, "--forcerun", "symbolic"], cwd=own_run, capture_output=True, text=True,
-                            env={**user_env(), "PYTHONPATH": str(tmp_path / "hook"),
-                                 "KILL_AFTER": "results/symbolic/bytes.csv"}, start_new_session=True)
+    killed = snakemake(own_run, "--until", "symbolic", "--forcerun", "symbolic", check=False,
+                       env={"PYTHONPATH": str(tmp_path / "hook"), "KILL_AFTER": "results/symbolic/bytes.csv"},
+                       start_new_session=True)
     assert killed.returncode == -9, killed.stderr[-3000:]
     assert sorted(p.name for p in symbolic.iterdir()) == ["bytes.csv"]  # the rest never written
-    refused = subprocess.run(command, cwd=own_run, env=user_env(), capture_output=True, text=True)
+    refused = snakemake(own_run, "--until", "symbolic", check=False)
     assert refused.returncode == 1 and "--unlock" in refused.stderr
     snakemake(own_run, "--unlock")
     again = snakemake(own_run, "--until", "symbolic")
     assert "localrule symbolic:" in again.stderr
-    assert {p.name: p.read_bytes() for p in symbolic.iterdir() if p.name != "manifest.json"} == first
+    assert tables() == first
     report = verify.check(own_run / "results")
     assert report.damaged == [] and report.stale
     # stale only where a later stage read the stage's manifest (rewritten, with its new times): what
     # the whole command, not stopped at the stage, would bring up to date too
-    assert {f.path for f in report.stale} == {str(symbolic / "manifest.json")}
+    assert {f.path for f in report.stale} == {str(symbolic / contract.MANIFEST)}
     assert "symbolic" not in {f.rule for f in report.stale}
     assert re.search(r"^total\s+0$", snakemake(own_run, "-n", "--until", "symbolic").stdout, re.M)
 
