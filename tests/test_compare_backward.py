@@ -89,7 +89,8 @@ def test_the_backward_rows_are_judged_per_pass(run, tmp_path):
     def slower_backward_kernel(f):
         rows = ((f["direction"] == backward) & (f["impl"] == "triton") & (f["grid"] == "flashattention")
                 & (f["N"] == 4096) & (f["d"] == 64))
-        f.loc[rows, "ms"] *= 1.15  # beyond the backward's band, max(8.5 %, 10 %) without samples
+        # beyond the backward's band without samples, max(band, 10 %), by 5 points
+        f.loc[rows, "ms"] *= 1.05 + max(compare.timing_band("flashattention", 4096, backward), 0.10)
 
     for folder in (run, other):  # judged by the band alone (the samples' test is test_compare_timing's)
         without_samples(folder)
