@@ -134,7 +134,8 @@ def test_one_ratio_moves_more_than_its_groups(changes):
     # a group's band no longer carries them, and theirs is wider
     for (grid, direction, metric), band in bands.RATIO_BANDS.items():
         assert band > bands.POINT_BANDS[(grid, direction)]
-        assert bands.point_band(contract.LAB_GRID, 64 if grid == bands.SMALL else 4096, direction, [metric])[0] == band
+        n = 64 if grid == bands.SMALL else 4096
+        assert bands.point_band(contract.LAB_GRID, n, direction, [metric])[0] == band
 
 
 def test_a_ratio_no_data_split_has_its_groups_band():
@@ -194,7 +195,8 @@ def test_the_groups_differ_where_the_data_says(changes):
         each = [x[(where == grid) & (points["direction"] == d)] for d in contract.DIRECTIONS]
         return stats.kruskal(*each).pvalue
 
-    assert max(apart(bands.LARGE, bands.FA), apart(bands.SMALL, bands.FA), apart(bands.SMALL, bands.LARGE)) < 1e-9
+    groups = (bands.FA, bands.SMALL, bands.LARGE)
+    assert max(apart(a, b) for i, a in enumerate(groups) for b in groups[i + 1:]) < 1e-9
     assert passes(bands.SMALL) < 1e-6 and passes(bands.LARGE) < 0.05 < passes(bands.FA)
     assert bands.SPLIT_BY_PASS == (bands.SMALL, bands.LARGE)
     fa = points[where == bands.FA]
@@ -209,7 +211,8 @@ def test_the_docs_give_the_bands_the_committed_runs_give(changes):
     points, families = changes
     text = (DATA.parents[1] / "docs" / "reproducing.md").read_text()
     small, large = "lab grid, N < 1024 (3–21 µs kernels)", "lab grid, N ≥ 1024"
-    names = {contract.FORWARD: "forward", contract.BACKWARD: "backward", contract.FWD_BWD: "forward + backward"}
+    names = {contract.FORWARD: "forward", contract.BACKWARD: "backward",
+             contract.FWD_BWD: "forward + backward"}
     labels = {(bands.FA, bands.EVERY_PASS): "FlashAttention's grid, every pass",
               **{(bands.SMALL, d): f"{small}, {name}" for d, name in names.items()},
               **{(bands.LARGE, d): f"{large}, {name}" for d, name in names.items()}}
