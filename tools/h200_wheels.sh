@@ -3,10 +3,13 @@
 # call carries at most 64 MiB with the working tree): DIR/cu1, DIR/cu2, ... hold the parts of FA4's
 # CUDA 13 library tree, each small enough to go beside the working tree and DIR/rerun (10 MiB
 # kept for it), and DIR/c every wheel (FA4 and the CuTe DSL, snakemake and jsonschema for cp312)
-# and the tree's checksum. Run from the repository root; DIR defaults to .whl (ignored by git).
+# and the tree's checksum; where DIR/c and the working tree would pass 64 MiB, its largest wheels
+# go in DIR/cw instead, stashed in a call of their own. Run from the repository root; DIR defaults
+# to .whl (ignored by git).
 #     tools/h200_wheels.sh [DIR]
 # On the H200: one call per part, carrying DIR/cuN: `mkdir -p /tmp/stash && cp DIR/cuN/* /tmp/stash/`
-# (the last one may carry DIR/rerun too: `tools/h200_rerun.sh stash`); then, carrying DIR/c,
+# (the last one may carry DIR/rerun too: `tools/h200_rerun.sh stash`), and one carrying DIR/cw
+# where there is one: `mkdir -p /tmp/stash/w && cp DIR/cw/* /tmp/stash/w/`; then, carrying DIR/c,
 # `tools/h200_site.sh DIR` (notes/timing.md). The script prints the calls.
 set -euo pipefail
 DIR=${1:-.whl}
@@ -20,7 +23,7 @@ FA4=(flash-attn-4==4.0.0b36 quack-kernels==0.6.5 nvidia-cutlass-dsl==4.8.1
      apache-tvm-ffi==0.1.15.post2 torch-c-dlpack-ext==0.1.5)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-rm -rf "$DIR/a" "$DIR/b" "$DIR/c" "$DIR"/cu[0-9]*
+rm -rf "$DIR/a" "$DIR/b" "$DIR/c" "$DIR/cw" "$DIR"/cu[0-9]*
 mkdir -p "$DIR/c/w"
 pip download -q --no-deps "${PLATFORM[@]}" -d "$DIR/c/w" "${FA4[@]}"
 # snakemake's needs at the H200's versions (its packaging 26 is above what snakemake 9.27.1 takes);
@@ -50,8 +53,18 @@ done
 # (grep reads the whole listing: with -q it would stop early, and pipefail would read unzip's SIGPIPE)
 unzip -l "$DIR"/c/w/nvidia_cutlass_dsl_libs_core-*.whl | grep "dsl_packages/cutlass/cute/__init__.py" >/dev/null ||
     { echo "no cutlass.cute in the CuTe DSL's wheels" >&2; exit 1; }
-du -sh "$DIR"/cu[0-9]* "$DIR/c"
-ls "$DIR/c/w" | wc -l
+# DIR/c beside the working tree, counted as the device tool counts a call (the disk's blocks), with
+# 2 MiB kept for the tree to grow: the largest wheels go to DIR/cw until it fits; DIR/c/wheels.txt
+# names every wheel, so that tools/h200_site.sh can tell a set with one left unstashed
+ls "$DIR/c/w" | LC_ALL=C sort > "$DIR/c/wheels.txt"
+treek=$(git ls-files -z --cached --others --exclude-standard | du -ck --files0-from=- | tail -1 | cut -f1)
+while [ $(( treek + $(du -sk "$DIR/c" | cut -f1) )) -gt $(( 65536 - 2048 )) ]; do
+    mkdir -p "$DIR/cw"
+    mv "$DIR/c/w/$(ls -S "$DIR/c/w" | head -1)" "$DIR/cw/"
+done
+du -sh "$DIR"/cu[0-9]* "$DIR"/cw "$DIR/c" 2>/dev/null
+wc -l < "$DIR/c/wheels.txt"
 echo "on the H200, with the working tree of $tree bytes:"
 for d in "$DIR"/cu[0-9]*; do echo "  carrying $d: mkdir -p /tmp/stash && cp $d/* /tmp/stash/"; done
+if [ -d "$DIR/cw" ]; then echo "  carrying $DIR/cw: mkdir -p /tmp/stash/w && cp $DIR/cw/* /tmp/stash/w/"; fi
 echo "  carrying $DIR/c: bash tools/h200_site.sh $DIR"
