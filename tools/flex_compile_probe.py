@@ -17,6 +17,7 @@ import torch
 import torch._functorch.config as functorch_config
 from torch.nn.attention.flex_attention import create_block_mask, flex_attention, noop_mask
 
+import minimodel.entry  # noqa: F401 (first: compiled or interpreted is decided on import)
 from minimodel.contenders.builtin import FLEX_RECOMPILE_LIMIT
 from minimodel.gpu import grids
 
