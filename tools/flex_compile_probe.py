@@ -14,11 +14,10 @@ import json
 import time
 
 import torch
-import torch._functorch.config as functorch_config
-from torch.nn.attention.flex_attention import create_block_mask, flex_attention, noop_mask
+from torch.nn.attention.flex_attention import flex_attention
 
 import minimodel.entry  # noqa: F401 (first: compiled or interpreted is decided on import)
-from minimodel.contenders.builtin import FLEX_RECOMPILE_LIMIT
+from minimodel.contenders import builtin
 from minimodel.gpu import grids
 
 
@@ -35,14 +34,13 @@ def main(argv=None) -> int:
     parser.add_argument("--dynamic", action="store_true", help="torch.compile(..., dynamic=True)")
     parser.add_argument("--json", help="write the rows here")
     args = parser.parse_args(argv)
-    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, FLEX_RECOMPILE_LIMIT)
-    functorch_config.donated_buffer = False  # as the contender compiles it (`builtin._flex`)
-    compiled = torch.compile(flex_attention, dynamic=True if args.dynamic else None)
+    compiled = builtin._flex()  # the contender's compile, and its settings for the one below
+    if args.dynamic:
+        compiled = torch.compile(flex_attention, dynamic=True)
     rows, begun = [], time.perf_counter()
     for p in grids.points(grids.default_timing_config()):
         q, k, v = (torch.randn(p.B, p.H, p.N, p.d, device="cuda", dtype=torch.float16) for _ in range(3))
-        mask_mod = (lambda b, h, q_idx, kv_idx: q_idx >= kv_idx) if p.causal else noop_mask
-        mask = create_block_mask(mask_mod, None, None, p.N, p.N, device="cuda")
+        mask = builtin._block_mask(p.N, str(q.device), p.causal)  # the contender's, made before the timing
         with torch.no_grad():
             forward = timed(lambda: compiled(q, k, v, block_mask=mask))  # noqa: B023
         for t in (q, k, v):
