@@ -11,7 +11,8 @@ ms columns in tests/data):
   workflow from nothing, then its timing stage again), two of the 28bb38c reference
   (timing_28bb38c.csv; the code of 143f73a, 2026-12-03: the full workflow, its timing stage in a
   second lease; then its timing stage again, whose own compare said disagree under the bands of
-  then).
+  then) and a third (the code of 099fe47, 2026-12-03: its timing stage again, whose own compare,
+  by the bands of the six reruns before it, said agree).
 Held out by reference: the bands derived without a reference's reruns hold each of them."""
 
 from pathlib import Path
@@ -29,7 +30,8 @@ RERUNS = DATA.parents[1] / "results" / "reruns"
 # each committed rerun, the reference it was made against, and its ratios that are numbers in both
 RERUN_OF = [("h200-rerun-1", "c8af775", 444), ("h200-rerun-2", "c8af775", 444),
             ("h200-rerun-3", "1800db6", 445), ("h200-rerun-4", "1800db6", 445),
-            ("h200-rerun-5", "28bb38c", 445), ("h200-rerun-6", "28bb38c", 445)]
+            ("h200-rerun-5", "28bb38c", 445), ("h200-rerun-6", "28bb38c", 445),
+            ("h200-rerun-7", "28bb38c", 445)]
 
 
 def timing(name: str) -> pd.DataFrame:
@@ -76,7 +78,7 @@ def test_the_bands_without_a_references_reruns_hold_them(rerun, against, timed):
     """Each rerun judged by the bands the other pairs give (those of its own reference left out):
     every ratio and family lies within its band. Until the second rerun of 28bb38c, the bands came
     from the first two pairs alone, and its kernel/fa4 forward + backward at (2, 4, 64, 64) causal
-    (13.6 %) lay beyond their 12 %; the reruns of the other references give that group 29.5 %."""
+    (13.6 %) lay beyond their 12 %; the reruns of the other references give that group 31 %."""
     others = first_pairs() + [rerun_pair(r, a) for r, a, _ in RERUN_OF if a != against]
     groups, apart, family = bands.derive(others)
     points, families = bands.changes([rerun_pair(rerun, against)])
@@ -91,7 +93,7 @@ def test_the_bands_of_then_did_not_hold_the_sixth_rerun(monkeypatch):
     """What the reruns added: the first two pairs alone, grouped as then (FlashAttention's grid by
     pass, the lab grid's every pass), give the bands of then (the lab grid's N < 1024: 12 %), and
     28bb38c's second rerun has one ratio beyond them: kernel/fa4 forward + backward at (2, 4, 64, 64)
-    causal, 13.6 %, within today's 29.5 %."""
+    causal, 13.6 %, within today's 28.5 %."""
     monkeypatch.setattr(bands, "SPLIT_BY_PASS", (bands.FA,))
     groups, apart, family = bands.derive(first_pairs())
     assert groups == {(bands.FA, contract.FORWARD): 0.165, (bands.FA, contract.BACKWARD): 0.085,
@@ -126,11 +128,15 @@ def test_one_ratio_moves_more_than_its_groups(changes):
     ratio); each apart by a scale twice its group's or more."""
     points, _ = changes
     tests = bands.apart(points)
-    assert len(tests) == 38
+    assert len(tests) == 48
     split = tests[tests["apart"]]
     assert {(*g, m) for g, m in zip(split["group"], split["metric"], strict=True)} == set(bands.RATIO_BANDS)
     assert (split["scale"] > 2 * split["rest"]).all()
-    assert tests.loc[~tests["apart"], "p"].min() > 0.05
+    # the nearest to apart: kernel/fa4's backward on FlashAttention's grid, 1.72 % against 1.28 %
+    near = tests[~tests["apart"]].sort_values("p").iloc[0]
+    assert (*near["group"], near["metric"]) == (bands.FA, contract.BACKWARD, "kernel/fa4")
+    assert bands.SPLIT_LEVEL < near["p"] < 0.012
+    assert tests.loc[~tests["apart"], "p"].nsmallest(2).iloc[1] > 0.03
     # a group's band no longer carries them, and theirs is wider
     for (grid, direction, metric), band in bands.RATIO_BANDS.items():
         assert band > bands.POINT_BANDS[(grid, direction)]
@@ -141,44 +147,44 @@ def test_one_ratio_moves_more_than_its_groups(changes):
 def test_a_ratio_no_data_split_has_its_groups_band():
     small = bands.POINT_BANDS[(bands.SMALL, contract.FORWARD)]
     large = bands.POINT_BANDS[(bands.LARGE, contract.FORWARD)]
-    assert bands.point_band(["lab"], [64], ["forward"], ["kernel/flex"])[0] == 0.695
+    assert bands.point_band(["lab"], [64], ["forward"], ["kernel/flex"])[0] == 0.65
     assert bands.point_band(["lab"], [64], ["forward"], ["kernel/mine"])[0] == small
     assert bands.point_band(["lab"], [4096], ["forward"], ["kernel/flex"])[0] == large
     assert bands.point_band(["lab"], [64], ["forward"])[0] == small
     assert bands.point_band(["lab"], [64], ["backward"], ["kernel/flex"])[0] == bands.POINT_BANDS[
         (bands.SMALL, contract.BACKWARD)]
-    fa = [bands.point_band(["flashattention"], [4096], [d])[0] for d in contract.DIRECTIONS]
-    assert fa == [bands.POINT_BANDS[(bands.FA, bands.EVERY_PASS)]] * 3
+    fa = [bands.point_band(["flashattention"], [4096], [d], ["kernel/fa4"])[0] for d in contract.DIRECTIONS]
+    assert fa == [bands.POINT_BANDS[(bands.FA, d)] for d in contract.DIRECTIONS]
 
 
 def test_one_committed_change_lies_beyond_its_band(changes):
-    """Of the 3,229 ratios the bands are derived from, one lies beyond its band, as a level of 2.2e-5
-    per ratio allows (P = 7 %): the second pair's kernel/flex forward at (2, 16, 8192, 128), at the
-    power limit, 15.5 % against FlashAttention's 15 %. No family does."""
+    """Of the 3,674 ratios the bands are derived from, one lies beyond its band, as a level of 2.2e-5
+    per ratio allows (P = 8 %): the second pair's kernel/flex forward at (2, 16, 8192, 128), at the
+    power limit, 15.5 % against FlashAttention's forward 14.5 %. No family does."""
     points, families = changes
     band = bands.point_band(points["grid"], points["N"], points["direction"], points["metric"])
     beyond = points[np.abs(points["lc"]) >= np.log1p(band)]
-    assert len(points) == 3229
+    assert len(points) == 3674
     assert beyond[["pair", "grid", "B", "H", "N", "d", "direction", "metric"]].to_numpy().tolist() == [
         [1, contract.FLASHATTENTION_GRID, 2, 16, 8192, 128, contract.FORWARD, "kernel/flex"]]
     assert np.expm1(abs(beyond["lc"].iloc[0])) == pytest.approx(0.155, abs=5e-4)
-    assert stats.poisson.sf(0, len(points) * bands.level(bands.RUN_RATIOS)) == pytest.approx(0.07, abs=0.005)
+    assert stats.poisson.sf(0, len(points) * bands.level(bands.RUN_RATIOS)) == pytest.approx(0.08, abs=0.005)
     assert (np.abs(families["lc"]) < np.log1p(bands.FAMILY_BAND)).all()
     assert bands.FAMILY_BAND < min(bands.POINT_BANDS.values())  # a family moves less than its points
 
 
 def test_the_tail_is_exponential_not_normal(changes):
     """On FlashAttention's grid: the counts beyond 2-10 % against the Laplace fit's, and the normal
-    of the same spread, which 16 changes beyond 6 % refute."""
+    of the same spread, which 16 changes beyond 6 % refute (1.3 expected)."""
     points, _ = changes
     x = np.abs(points.loc[points["grid"] == contract.FLASHATTENTION_GRID, "lc"].to_numpy())
-    assert len(x) == 2299
+    assert len(x) == 2616
     beyond = [0.02, 0.04, 0.06, 0.08, 0.10]
-    assert [int((x > t).sum()) for t in beyond] == [452, 63, 16, 4, 2]
+    assert [int((x > t).sum()) for t in beyond] == [520, 73, 16, 4, 2]
     laplace = [len(x) * np.exp(-t / x.mean()) for t in beyond]
-    assert np.round(laplace).astype(int).tolist() == [479, 100, 21, 4, 1]
+    assert np.round(laplace).astype(int).tolist() == [549, 115, 24, 5, 1]
     normal = len(x) * 2 * stats.norm.sf(0.06 / np.sqrt(np.mean(x ** 2)))
-    assert round(normal, 1) == 1.2 and stats.poisson.sf(15, normal) < 1e-9
+    assert round(normal, 1) == 1.3 and stats.poisson.sf(15, normal) < 1e-9
 
 
 def test_the_groups_differ_where_the_data_says(changes):
@@ -197,13 +203,13 @@ def test_the_groups_differ_where_the_data_says(changes):
 
     groups = (bands.FA, bands.SMALL, bands.LARGE)
     assert max(apart(a, b) for i, a in enumerate(groups) for b in groups[i + 1:]) < 1e-9
-    assert passes(bands.SMALL) < 1e-6 and passes(bands.LARGE) < 0.05 < passes(bands.FA)
-    assert bands.SPLIT_BY_PASS == (bands.SMALL, bands.LARGE)
+    assert passes(bands.SMALL) < 1e-6 and passes(bands.FA) < 0.001 and passes(bands.LARGE) < 0.01
+    assert bands.SPLIT_BY_PASS == (bands.FA, bands.SMALL, bands.LARGE)
     fa = points[where == bands.FA]
-    assert stats.kruskal(*[np.abs(v["lc"]) for _, v in fa.groupby("N")]).pvalue > 0.1
+    assert stats.kruskal(*[np.abs(v["lc"]) for _, v in fa.groupby("N")]).pvalue > 0.05
     fx = np.abs(families["lc"])
-    assert stats.kruskal(*[fx[families["direction"] == d] for d in contract.DIRECTIONS]).pvalue > 0.3
-    assert stats.kruskal(*[fx[families["grid"] == g] for g in (bands.FA, bands.LAB)]).pvalue > 0.3
+    assert stats.kruskal(*[fx[families["direction"] == d] for d in contract.DIRECTIONS]).pvalue > 0.25
+    assert stats.kruskal(*[fx[families["grid"] == g] for g in (bands.FA, bands.LAB)]).pvalue > 0.45
 
 
 def test_the_docs_give_the_bands_the_committed_runs_give(changes):
@@ -213,7 +219,7 @@ def test_the_docs_give_the_bands_the_committed_runs_give(changes):
     small, large = "lab grid, N < 1024 (3–21 µs kernels)", "lab grid, N ≥ 1024"
     names = {contract.FORWARD: "forward", contract.BACKWARD: "backward",
              contract.FWD_BWD: "forward + backward"}
-    labels = {(bands.FA, bands.EVERY_PASS): "FlashAttention's grid, every pass",
+    labels = {**{(bands.FA, d): f"FlashAttention's grid, {name}" for d, name in names.items()},
               **{(bands.SMALL, d): f"{small}, {name}" for d, name in names.items()},
               **{(bands.LARGE, d): f"{large}, {name}" for d, name in names.items()}}
     assert set(labels) == set(bands.POINT_BANDS)

@@ -13,21 +13,23 @@ row's `ms`):
   (flex's compiled kernel there runs in 11 or 13.5 us, and which one a run gets changes between
   runs);
 - each committed rerun (results/reruns) against the reference it was made against, every pass,
-  10 samples a row: two of the c8af775 reference, two of 1800db6's, two of 28bb38c's; 444 or 445
+  10 samples a row: two of the c8af775 reference, two of 1800db6's, three of 28bb38c's; 444 or 445
   ratios and 48 families each.
-2,299 ratios on FlashAttention's grid, 466 on the lab grid's N < 1024 and 464 above, 349 families.
+2,616 ratios on FlashAttention's grid, 530 on the lab grid's N < 1024 and 528 above, 397 families.
 Until 28bb38c's second rerun the bands came from the first two pairs alone, and the reruns were
 held out as tests of them; that rerun's kernel/fa4 forward + backward at (2, 4, 64, 64) causal
 moved 13.6 % against the 12 % those two pairs gave the lab grid's N < 1024 (where the reruns moved
 1.4-2.4 % on average, the first pairs 1.05 %): two pairs, one timed in another way and one
 without the backward, had not seen how far the smallest kernels move. Every pair now counts, and
 the held-out test is by reference: the bands derived without a reference's reruns hold each of
-them (`tests/test_compare_bands.py`).
+them (`tests/test_compare_bands.py`). With six reruns FlashAttention's grid had one band for every
+pass (15 %; its passes then differed at p = 0.055); 28bb38c's third rerun, judged by those bands
+before it was added (agree), made that difference significant, and each pass has its band now.
 
 The model: a ratio's log change between runs, x = ln(run / reference), has an exponential tail
 (Laplace), P(|x| > t) = exp(-t / b), its scale b the mean of |x|. On FlashAttention's grid
-(b = 1.27 %): 452, 63, 16, 4 and 2 changes beyond 2, 4, 6, 8 and 10 %, where the Laplace fit says
-479, 100, 21, 4.3 and 0.9, and a normal of the same spread 566, 47, 1.2, 0.01 and 0. A power tail
+(b = 1.28 %): 520, 73, 16, 4 and 2 changes beyond 2, 4, 6, 8 and 10 %, where the Laplace fit says
+549, 115, 24, 5.1 and 1.1, and a normal of the same spread 1.3 beyond 6 %. A power tail
 (a generalized Pareto over the largest 10-50 %) cannot be fitted stably from a few hundred values:
 on the first pair alone its band moved from 24 % to 88 % with the threshold. The exponential tail
 is the lightest the data does not refute.
@@ -39,27 +41,29 @@ its band by noise: each ratio 1 - 0.99 ** (1 / 450) = 2.2e-5, so the band is exp
 
 The groups (|x| compared with Mann-Whitney or Kruskal-Wallis over the pairs that have every pass):
 FlashAttention's grid, the lab grid's N < 1024 (kernels of 3-21 us) and its N >= 1024 move
-differently (p < 1e-9 for each two); on the lab grid the passes differ (p = 6e-7 below N = 1024,
-0.016 above), so each has its band there; on FlashAttention's grid they do not at 5 % (p = 0.055),
-nor does N (p = 0.11). The families do not differ by pass or grid (p = 0.33 and 0.35): one band.
+differently (p < 1e-10 for each two); within each the passes differ at 5 % (p = 9e-4 on
+FlashAttention's grid, 5e-8 below N = 1024, 0.007 above), so each pass has its band; N on
+FlashAttention's grid does not (p = 0.068). The families do not differ by pass or grid (p = 0.28
+and 0.50): one band.
 
 The ratios apart: within a group, one ratio can move more than the others, when one
 implementation's time is less repeatable between processes than the rest's; it then gets a band of
 its own, and the group's band is the rest's (`apart`): each ratio's scale against the rest of its
 group by the F-test that the Laplace model gives (the ratio of two mean |x| follows F(2 n1, 2 n2)
-at equal scales), one-sided, Holm over the 38 (group, ratio) tests, apart at `SPLIT_LEVEL`. Two are:
-kernel/flex at the lab grid's N < 1024, forward (b = 4.92 % against the rest's 1.36 %, p < 1e-8)
-and forward + backward (5.11 % against 2.38 %, p = 0.0017): flex's compiled call at N = 64 runs at
-one of two speeds, fixed for a process (notes/timing.md). The next, kernel/fa4 in the lab grid's
-N >= 1024 backward, has p = 0.071.
+at equal scales), one-sided, Holm over the 48 (group, ratio) tests, apart at `SPLIT_LEVEL`. Two are:
+kernel/flex at the lab grid's N < 1024, forward (b = 4.66 % against the rest's 1.41 %, p < 1e-11)
+and forward + backward (4.88 % against 2.33 %, p = 0.0012): flex's compiled call at N = 64 runs at
+one of two speeds, fixed for a process (notes/timing.md). The next, kernel/fa4's backward on
+FlashAttention's grid (1.72 % against 1.28 %), has p = 0.011; the one after it 0.032.
 
 The derived bands (b: mean |x|; band):
-- FlashAttention's grid, every pass: b = 1.27 %: 15.0 %;
-- the lab grid's N < 1024: forward 1.36 %: 16.0 % (kernel/flex 4.92 %: 69.5 %); backward 1.61 %:
-  19.0 %; forward + backward 2.38 %: 29.5 % (kernel/flex 5.11 %: 73.0 %);
-- the lab grid's N >= 1024: forward 0.72 %: 8.5 %; backward 1.13 %: 13.0 %; forward + backward
-  0.85 %: 10.0 %;
-- a family's geometric mean: b = 0.62 %: 5.5 %.
+- FlashAttention's grid: forward 1.25 %: 14.5 %; backward 1.37 %: 16.0 %; forward + backward
+  1.24 %: 14.5 %;
+- the lab grid's N < 1024: forward 1.41 %: 16.5 % (kernel/flex 4.66 %: 65.0 %); backward 1.54 %:
+  18.0 %; forward + backward 2.33 %: 28.5 % (kernel/flex 4.88 %: 69.0 %);
+- the lab grid's N >= 1024: forward 0.71 %: 8.0 %; backward 1.11 %: 13.0 %; forward + backward
+  0.89 %: 10.0 %;
+- a family's geometric mean: b = 0.61 %: 5.5 %.
 A run without samples, or a point with fewer than `MIN_SAMPLES` a side, is judged by the wider
 max(band, `OLDER_FLOOR`) (asv's factor 1.1): without samples no test can tell noise from a change.
 """
@@ -87,15 +91,15 @@ SPLIT_LEVEL = 0.01  # a ratio that moves more than its group (Holm-adjusted p) g
 FA, LAB = contract.FLASHATTENTION_GRID, contract.LAB_GRID
 LARGE, SMALL = f"{LAB} N >= {LAB_LARGE_N}", f"{LAB} N < {LAB_LARGE_N}"
 EVERY_PASS = "every pass"  # a group whose passes move alike
-SPLIT_BY_PASS = (SMALL, LARGE)  # the groups whose passes have bands of their own
+SPLIT_BY_PASS = (FA, SMALL, LARGE)  # the groups whose passes have bands of their own
 F, B, FB = contract.FORWARD, contract.BACKWARD, contract.FWD_BWD
 POINT_BANDS = {
-    (FA, EVERY_PASS): 0.15,
-    (SMALL, F): 0.16, (SMALL, B): 0.19, (SMALL, FB): 0.295,
-    (LARGE, F): 0.085, (LARGE, B): 0.13, (LARGE, FB): 0.10,
+    (FA, F): 0.145, (FA, B): 0.16, (FA, FB): 0.145,
+    (SMALL, F): 0.165, (SMALL, B): 0.18, (SMALL, FB): 0.285,
+    (LARGE, F): 0.08, (LARGE, B): 0.13, (LARGE, FB): 0.10,
 }
 # the ratios that move more than the rest of their group (`apart`), each with a band of its own
-RATIO_BANDS = {(SMALL, F, "kernel/flex"): 0.695, (SMALL, FB, "kernel/flex"): 0.73}
+RATIO_BANDS = {(SMALL, F, "kernel/flex"): 0.65, (SMALL, FB, "kernel/flex"): 0.69}
 FAMILY_BAND = 0.055
 WIDEST = max(POINT_BANDS.values())  # a grid or pass the data has not seen
 # a change equal to its band is within it: log1p(expm1(x)) is x within a few ulps, not exactly
