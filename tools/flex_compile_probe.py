@@ -3,13 +3,16 @@
 without grad (the forward's graph) and with grad, then its backward (the backward's and forward +
 backward's), each timed to the device's end. Nothing of the workflow is written: a development
 tool for the timing stage's preparation time (notes/timing.md).
-    python tools/flex_compile_probe.py [--dynamic] [--json FILE]
+    python tools/flex_compile_probe.py [--dynamic] [--digest] [--json FILE]
 Run it twice with the same TORCHINDUCTOR_CACHE_DIR and TRITON_CACHE_DIR to see a warm cache's
-share; `--dynamic` compiles with dynamic shapes (one graph for many shapes)."""
+share; `--dynamic` compiles with dynamic shapes (one graph for many shapes); `--digest` draws each
+point's inputs from a fixed seed and records the sha256 of its output and gradients, so that two
+processes (a cold cache and a warm one) can be shown to run the same kernels."""
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import time
 
@@ -29,16 +32,25 @@ def timed(fn) -> float:
     return time.perf_counter() - start
 
 
+def digest(*tensors) -> str:
+    h = hashlib.sha256()
+    for t in tensors:
+        h.update(t.detach().contiguous().view(torch.uint8).cpu().numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dynamic", action="store_true", help="torch.compile(..., dynamic=True)")
+    parser.add_argument("--digest", action="store_true", help="seeded inputs; sha256 of each point's results")
     parser.add_argument("--json", help="write the rows here")
     args = parser.parse_args(argv)
     compiled = builtin._flex()  # the contender's compile, and its settings for the one below
     if args.dynamic:
         compiled = torch.compile(flex_attention, dynamic=True)
     rows, begun = [], time.perf_counter()
-    for p in grids.points(grids.default_timing_config()):
+    for i, p in enumerate(grids.points(grids.default_timing_config())):
+        torch.manual_seed(i)
         q, k, v = (torch.randn(p.B, p.H, p.N, p.d, device="cuda", dtype=torch.float16) for _ in range(3))
         mask = builtin._block_mask(p.N, str(q.device), p.causal)  # the contender's, made before the timing
         with torch.no_grad():
@@ -55,6 +67,12 @@ def main(argv=None) -> int:
         rows.append({"grid": p.grid, "B": p.B, "H": p.H, "N": p.N, "d": p.d, "causal": p.causal,
                      "forward_s": round(forward, 2), "with_grad_s": round(with_grad, 2),
                      "again_s": round(again, 4)})
+        if args.digest:  # the output and the gradients at dO = 1 of this point's seeded inputs
+            for t in (q, k, v):
+                t.grad = None
+            out = compiled(q, k, v, block_mask=mask)
+            out.backward(torch.ones_like(out))
+            rows[-1]["sha256"] = digest(out, q.grad, k.grad, v.grad)
         print(json.dumps(rows[-1]), flush=True)
     total = time.perf_counter() - begun
     print(f"{len(rows)} points, {total:.1f} s; forward {sum(r['forward_s'] for r in rows):.1f} s, "
