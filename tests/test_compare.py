@@ -11,6 +11,7 @@ from conftest import REFERENCE
 from minimodel.floor import contract
 from minimodel.floor.provenance import io, manifest
 from minimodel.report import compare, runs
+from minimodel.report.compare.figure import against_band
 from minimodel.report.compare.rows import label_direction
 
 
@@ -399,3 +400,12 @@ def test_two_rows_of_one_point_of_an_exact_table_are_refused_not_paired(run):
     edit_csv(run / "symbolic/bytes.csv", lambda f: f.loc.__setitem__(len(f), f.loc[0].values))
     with pytest.raises(runs.RunError, match="symbolic/bytes.csv of the run: 2 rows share their key"):
         compare.compare_runs(run, REFERENCE)
+
+
+def test_the_figure_reads_each_ratio_against_its_own_band():
+    """comparison.png's timing panel: a change at its band's edge reads 1 (or -1), in logs as the
+    verdict measures it, whatever the band: lab points at 8 % and kernel/flex at 65 % on one scale."""
+    ratios = pd.DataFrame({"run": [1.08, 1 / 1.08, 1.65, 1.04], "reference": [1.0, 1.0, 1.0, 1.0],
+                           "tolerance": [0.08, 0.08, 0.65, 0.08]})
+    assert against_band(ratios).tolist() == pytest.approx([1.0, -1.0, 1.0, 0.5096], abs=1e-4)
+

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from minimodel.floor.provenance import io
@@ -15,7 +16,7 @@ COLORS = {AGREE: "#4c9a2a", DISAGREE: "#c0392b", NOT_COMPARABLE: "#b0b0b0"}
 
 
 def figure(table: pd.DataFrame, verdict: dict):
-    """Verdicts per part, and each timing ratio's change against its band."""
+    """Verdicts per part, and each timing ratio's change as a fraction of its band."""
     # not at the top: `python -m minimodel` imports this module for every command, and draws only here
     import matplotlib
 
@@ -33,13 +34,17 @@ def figure(table: pd.DataFrame, verdict: dict):
     left.set_title(f"verdict: {verdict['verdict']}")
     ratios = judged[(judged["part"] == timing.NAME) & judged["difference"].notna()].copy()
     if len(ratios):
-        ratios["change"] = (ratios["run"].astype(float) / ratios["reference"].astype(float) - 1) * 100
-        sns.stripplot(data=ratios, x="change", y="metric", hue="verdict", ax=right,
+        ratios["against band"] = against_band(ratios)
+        sns.stripplot(data=ratios, x="against band", y="metric", hue="verdict", ax=right,
                       palette={AGREE: COLORS[AGREE], DISAGREE: COLORS[DISAGREE]}, size=6, jitter=0.15)
-        for band in sorted(set(ratios["tolerance"])):
-            right.axvspan(-band * 100, band * 100, color=COLORS[AGREE], alpha=0.06)
+        right.axvspan(-1, 1, color=COLORS[AGREE], alpha=0.08)
+        for edge in (-1, 1):
+            right.axvline(edge, color=COLORS[AGREE], lw=0.8)
         right.axvline(0, color="black", lw=0.8)
-        right.set_xlabel("speed ratio, run against reference (% change; shaded: the bands applied)")
+        reach = max(1.2, float(ratios["against band"].abs().max()) * 1.1)
+        right.set_xlim(-reach, reach)
+        right.set_xlabel("change of each speed ratio, run against reference, as a fraction of its band "
+                         "(shaded: within)")
         right.set_ylabel("")
     else:
         reasons = verdict["not_comparable"].get(timing.NAME, ["no timing rows"])
@@ -49,6 +54,14 @@ def figure(table: pd.DataFrame, verdict: dict):
     fig.suptitle(f"{verdict['run']} against {verdict['reference']}")
     fig.tight_layout()
     return fig
+
+
+def against_band(ratios: pd.DataFrame) -> pd.Series:
+    """Each ratio's change, run against reference, as the verdict measures it against its band
+    (`bands.beyond`: in logs), signed: -1 and 1 are the band's edges. Every ratio reads on one
+    scale, whatever its band (from 8 % to kernel/flex's 69 %)."""
+    change = np.log(ratios["run"].astype(float) / ratios["reference"].astype(float))
+    return change / np.log1p(ratios["tolerance"].astype(float))
 
 
 def write(table: pd.DataFrame, verdict: dict, out: str | Path) -> None:
