@@ -21,12 +21,11 @@ import sys
 import time
 from pathlib import Path
 
-import torch
-
 import minimodel.entry  # noqa: F401 (first: compiled or interpreted is decided on import)
-from minimodel.contenders import builtin
+from minimodel.contenders import builtin, timed
+from minimodel.contenders.timed import TimingCase
 from minimodel.floor import contract
-from minimodel.floor.timers import Sampler, autograd_call
+from minimodel.floor.timers import Sampler
 from minimodel.gpu import grids
 
 # (name, B, H, N, d, direction): a large forward and backward of FlashAttention's grid, and the lab
@@ -36,18 +35,11 @@ POINTS = [("fa forward (4, 16, 4096, 128)", 4, 16, 4096, 128, contract.FORWARD),
           ("lab forward (2, 4, 64, 64)", 2, 4, 64, 64, contract.FORWARD)]
 
 
-def sampler(B, H, N, d, direction, cfg) -> Sampler:
-    q, k, v = (torch.randn(B, H, N, d, device="cuda", dtype=torch.float16) for _ in range(3))
-    if direction == contract.FORWARD:
-        def make():
-            return lambda: builtin.triton(q, k, v)
-    else:
-        leaves = [t.clone().requires_grad_(True) for t in (q, k, v)]
-        do = torch.randn_like(q)
-
-        def make():
-            return autograd_call(builtin.triton, leaves, do, direction)
-    return Sampler(make, cfg["sample_ms"])
+def sampler(i, B, H, N, d, direction, cfg) -> Sampler:
+    """The kernel's call at a point as the stage builds a contender's (`timed.maker`), prepared."""
+    case = TimingCase(B, H, N, d, False, i, cfg["warmup_ms"], cfg["rep_ms"], cfg["sample_ms"])
+    make, _, _ = timed.maker(builtin.triton, case, direction)
+    return Sampler(make, case.sample_ms)
 
 
 def summary(rows: list[dict]) -> list[dict]:
@@ -74,7 +66,7 @@ def main(argv=None) -> int:
     parser.add_argument("--json", help="write the samples and the summary here")
     args = parser.parse_args(argv)
     cfg = grids.default_timing_config()
-    samplers = {name: sampler(*shape, cfg) for name, *shape in POINTS}
+    samplers = {name: sampler(i, *shape, cfg) for i, (name, *shape) in enumerate(POINTS)}
     rows, begun = [], time.perf_counter()
 
     def one_round(phase):
@@ -88,12 +80,12 @@ def main(argv=None) -> int:
     cache.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(cache / "inductor"),
            "TRITON_CACHE_DIR": str(cache / "triton")}
-    helper_log = (cache / "helper.log").open("w")
     started = time.perf_counter()
-    helper = subprocess.Popen([sys.executable, str(Path(__file__).with_name("flex_compile_probe.py"))],
-                              env=env, stdout=helper_log, stderr=subprocess.STDOUT)
-    while helper.poll() is None:
-        one_round("during")
+    with (cache / "helper.log").open("w") as helper_log:
+        helper = subprocess.Popen([sys.executable, str(Path(__file__).with_name("flex_compile_probe.py"))],
+                                  env=env, stdout=helper_log, stderr=subprocess.STDOUT)
+        while helper.poll() is None:
+            one_round("during")
     helper_s = time.perf_counter() - started
     for _ in range(args.rounds):
         one_round("after")
