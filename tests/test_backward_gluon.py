@@ -130,6 +130,31 @@ def test_the_dq_pass_policy_is_the_one_timed():
     assert bwd_config.GLUON_DQ_TILES == {2: (128, 64, 12), 3: (192, 64, 16)}
 
 
+@pytest.mark.parametrize(("B", "H", "N", "causal", "consumers"), [
+    (2, 4, 1024, False, 2),  # 64 programs of two: one wave; the Gluon pass 1.30x the tl pass's speed
+    (2, 4, 4096, False, None),  # three's 176 programs, 1.3 waves: 0.73x; two's 256: 0.99x
+    (4, 32, 4096, False, 3),  # three's 2,816 programs, 21 waves: 1.04x
+    (2, 32, 8192, False, 3), (1, 32, 16384, False, 3),  # FlashAttention's grid, 1.03-1.09x
+    (8, 32, 2048, False, None), (16, 32, 1024, False, None),  # two 0.88-1.02x, three 0.87-1.01x
+    (2, 4, 1024, True, 2), (2, 4, 4096, True, 2), (4, 32, 4096, True, 2)])  # causal: two, 1.33-1.49x
+def test_the_dq_pass_counts_its_programs_at_d_64_as_timed_on_the_h200(B, H, N, causal, consumers,
+                                                                       monkeypatch):
+    """notes/backward.md, "The lab grid's regression measured": the dQ pass alone on the H200's 132
+    SMs at the lab grid's and FlashAttention's points; the whole policy's choice, through
+    `default_bwd_config` as a call makes it."""
+    assert bwd_config.dq_consumers(64, causal, N, B * H, 132) == consumers
+    monkeypatch.setattr(bwd_config, "INTERPRETED", False)
+    cfg = get_bwd_config(64, causal, "cuda", HOPPER, n=N, heads=B * H, sms=132)
+    assert cfg.GLUON_DQ == (consumers is not None) and cfg.warp_specialized and cfg.deterministic
+    if consumers:
+        assert cfg.dq_consumers == consumers and cfg == gluon_ws_config(64, causal, gluon_dq=True,
+                                                                        consumers=consumers)
+    monkeypatch.setattr(bwd_config, "device_arch", lambda device: HOPPER)
+    monkeypatch.setattr(bwd_config, "device_sms", lambda device: 132)
+    q = SimpleNamespace(device=torch.device("cuda"), shape=(B, H, N, 64))  # all the default reads of q
+    assert bwd_config.default_bwd_config(q, causal) == cfg
+
+
 def test_the_policys_three_consumers_launch_what_the_h200_probe_checked():
     """`config_launch` of the policy's d = 64 not causal configuration is the launch that
     tools/dq_pass_probe.py checked against float64 on the H200 (`dq_launch`, 3 consumers of 64 rows,
@@ -187,6 +212,7 @@ def test_deterministic_false_lets_the_policy_add_dq_by_tma_reductions_on_hopper(
     assert get_bwd_config(d, causal, "cuda", HOPPER, n=n - 1, deterministic=False).deterministic
     assert get_bwd_config(d, causal, "cuda", 80, n=n, deterministic=False).deterministic
     monkeypatch.setattr(bwd_config, "device_arch", lambda device: HOPPER)
+    monkeypatch.setattr(bwd_config, "device_sms", lambda device: 132)
     q = SimpleNamespace(device=torch.device("cuda"), shape=(1, 1, n, d))  # all the default reads of q
     assert not bwd_config.default_bwd_config(q, causal, deterministic=False).deterministic
     with torch_deterministic():

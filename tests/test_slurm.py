@@ -335,13 +335,13 @@ def main_run(slurm_runs) -> dict:
     and its folder."""
     main = _step(slurm_runs, "main")
     print(f"workflow through SLURM: {main['seconds']:.0f} s")
-    for rule in ("gpu_correctness", "gpu_timing", "gpu_bytes"):
+    for rule in ("gpu_correctness", "gpu_warm", "gpu_timing", "gpu_bytes"):
         print(_sbatch(main["said"], rule, slurm_runs[0] / "on_slurm"))
     return {**main, "folder": slurm_runs[0] / "on_slurm"}
 
 
 def test_gpu_rules_went_through_sbatch_asking_for_a_gpu(main_run):
-    for rule in ("gpu_correctness", "gpu_timing", "gpu_bytes"):
+    for rule in ("gpu_correctness", "gpu_warm", "gpu_timing", "gpu_bytes"):
         jobs = [j for j in main_run["jobs"] if j["rule"] == rule]
         assert len(jobs) == 1, f"{rule}: {len(jobs)} SLURM jobs"
         job = jobs[0]
@@ -358,7 +358,8 @@ def test_gpu_rules_went_through_sbatch_asking_for_a_gpu(main_run):
 
 def test_light_rules_ran_on_the_submitting_host(main_run):
     submitted = {j["rule"] for j in main_run["jobs"]}
-    assert submitted == {"cpu_bytes_part", "cpu_roofline", "gpu_correctness", "gpu_timing", "gpu_bytes"}
+    assert submitted == {"cpu_bytes_part", "cpu_roofline", "gpu_correctness", "gpu_warm", "gpu_timing",
+                         "gpu_bytes"}
     for rule in LOCAL_RULES:
         assert f"localrule {rule}:" in main_run["said"]
     symbolic = manifest.load_manifest(main_run["folder"] / "results" / "symbolic" / "manifest.json")

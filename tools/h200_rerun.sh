@@ -21,10 +21,12 @@
 # last part of TO) and appends NAME to DIR/rerun/queue; the code goes once per commit
 # (DIR/rerun/code-COMMIT.tar.gz). `rm -rf DIR/rerun` empties the queue. Each run goes in its own
 # folder on the H200 (/tmp/runs/NAME), one Snakemake at a time, so that no run times beside another.
-# Rerun 5 of the reference (the whole workflow from nothing, as a user reproducing it runs it), then
-# rerun 6 (the timing stage again, in a copy of the reference):
-#     tools/h200_rerun.sh prepare
-#     FROM=results/reference/nvidia-h200 TO=results/h200-rerun-6 FORCE=gpu_timing tools/h200_rerun.sh prepare
+# A rerun of the reference (the whole workflow from nothing, as a user reproducing it runs it), then
+# another (the timing stage again, in a copy of the reference: FORCE=gpu_warm runs the warm-up, then
+# the timing; FORCE=gpu_timing, as reruns 6 and 7 did before gpu_warm, compiles inside the stage):
+#     COMMIT=$(git rev-parse HEAD) TO=results/h200-rerun-8 tools/h200_rerun.sh prepare
+#     COMMIT=$(git rev-parse HEAD) FROM=results/reference/nvidia-h200 TO=results/h200-rerun-9 FORCE=gpu_warm \
+#         tools/h200_rerun.sh prepare
 # A run that a lost lease ended goes on from what `wait` packed (its finished stages): unpack
 # partial.tgz into DIR/partial, then FROM=DIR/partial/NAME/results/NAME (and its TO) for `prepare`
 # (rerun 5 was finished so, from its committed partial: FROM=results/reruns/h200-rerun-5).

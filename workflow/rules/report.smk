@@ -46,6 +46,7 @@ rule verify:
             rules.cpu_bytes.output.manifest,
             rules.cpu_roofline.output.manifest,
             rules.gpu_correctness.output.manifest,
+            rules.gpu_warm.output.manifest,
             rules.gpu_timing.output.manifest,
             rules.gpu_bytes.output.manifest,
             rules.plots.output.manifest,

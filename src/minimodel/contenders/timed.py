@@ -26,7 +26,8 @@ from minimodel.floor.timers import Sampler, autograd_call, first_heads
 @dataclass(frozen=True)
 class TimingCase:
     """One timing point on the GPU: fp16 inputs drawn on the device from `seed`; the eager time's
-    budgets (`warmup_ms`, `rep_ms`) and one sample's (`sample_ms`)."""
+    budgets (`warmup_ms`, `rep_ms`; without `rep_ms`, no eager time is taken) and one sample's
+    (`sample_ms`)."""
 
     B: int
     H: int
@@ -35,7 +36,7 @@ class TimingCase:
     causal: bool
     seed: int
     warmup_ms: float
-    rep_ms: float
+    rep_ms: float | None
     sample_ms: float = 40.0
     host_cost: bool = False  # also read the host's cost per call (`timers.host_ms`)
     sample_warmup_ms: float = 0.0  # untimed replays before each sample (`timers.Sampler.sample`)

@@ -31,6 +31,10 @@ TIMING_SUMMARY = "gpu/timing/timing.json"
 TIMING_SAMPLES = "gpu/timing/samples.csv"
 TIMING_KEY = ("direction", "grid", "B", "H", "N", "d", "causal", "impl")  # a timing row's, and its samples'
 TIMING_SAMPLES_COLUMNS = (*TIMING_KEY, "sample", "ms")
+# the timing stage's compiles made ahead (rule gpu_warm): one row per timing pass and implementation
+# whose first call compiles, its status and seconds
+WARM = "gpu/warm/warm.csv"
+WARM_SUMMARY = "gpu/warm/warm.json"
 GPU_BYTES = "gpu/bytes/bytes.csv"
 GPU_KERNELS = "gpu/bytes/kernels.csv"
 GPU_BYTES_SUMMARY = "gpu/bytes/bytes.json"
@@ -48,7 +52,7 @@ MANIFEST = "manifest.json"  # beside every output, one per folder below
 # Each rule's folder, holding its manifest.
 FOLDERS = {"symbolic": "symbolic", "cpu_bytes_part": "cpu/bytes/{dtype}", "cpu_bytes": "cpu",
            "cpu_roofline": "cpu/roofline", "gpu_correctness": "gpu/correctness",
-           "gpu_timing": "gpu/timing", "gpu_bytes": "gpu/bytes", "plots": PLOTS,
+           "gpu_warm": "gpu/warm", "gpu_timing": "gpu/timing", "gpu_bytes": "gpu/bytes", "plots": PLOTS,
            "readme": README_FOLDER, "verify": "verify", "compare": COMPARE}
 
 
@@ -147,6 +151,7 @@ FAILED_CHECK = "failed its correctness check"
 OUT_OF_MEMORY = "out of memory"
 UNSUPPORTED = "unsupported"
 NO_GPU_TIMING = "no CUDA device on this machine: GPU timing was not possible"
+NO_GPU_WARM = "no CUDA device on this machine: nothing was compiled ahead of the timing stage"
 # Why bfloat16 is skipped under Triton's CPU interpreter: the kernel's cases, a Triton contender's.
 BF16_INTERPRETER_REASON = "tl.dot on bf16 operands is wrong under Triton's interpreter (3.6)"
 

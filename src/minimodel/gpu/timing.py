@@ -26,6 +26,7 @@ also a fraction of a ceiling of the same machine state. The rows are built and r
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 
@@ -91,36 +92,20 @@ def run(cfg: dict, random_seed: int, cpu_prediction: dict | None = None, progres
     child process that lives for the whole stage.
     """
     clock = Clock()
-    children = [Child(c, registry.SEARCH) for c in contenders]
-    with clock.on("contenders' processes started"):
-        for child in children:  # started before the ceilings: no idle GPU between them and the points
-            child.start()
-    impls = implementations(children)
-    always = {impl.name: impl for impl in impls[:len(contract.IMPLEMENTATIONS)]}  # in each grid's order
-    contenders_timed = impls[len(contract.IMPLEMENTATIONS):]
-    with clock.on("ceilings"):
-        ceilings = gpu_ceilings(cfg["warmup_ms"])
     rows, samples = [], []
-    try:
-        for i, p in enumerate(tqdm(grids.points(cfg), desc="timing", file=progress)):
+    # started before the ceilings: no idle GPU between them and the points
+    with started(contenders, clock) as children:
+        impls = implementations(children)
+        always = {impl.name: impl for impl in impls[:len(contract.IMPLEMENTATIONS)]}  # in each grid's order
+        contenders_timed = impls[len(contract.IMPLEMENTATIONS):]
+        with clock.on("ceilings"):
+            ceilings = gpu_ceilings(cfg["warmup_ms"])
+        for p, direction, case in tqdm(list(passes(cfg, random_seed)), desc="timing", file=progress):
             order = [always[name] for name in contract.IMPLEMENTATIONS_BY_GRID[p.grid]] + contenders_timed
-            for direction in directions(cfg):
-                host_cost = p.grid == contract.LAB_GRID and direction == contract.FORWARD
-                case = TimingCase(p.B, p.H, p.N, p.d, p.causal, random_seed + i, cfg["warmup_ms"],
-                                  cfg["rep_ms"], cfg["sample_ms"], host_cost, cfg["sample_warmup_ms"])
-                got, taken = time_pass(p, direction, order, case, cfg["samples"], ceilings, clock)
-                rows += got
-                samples += taken
-    finally:
-        for child in children:
-            child.stop()
-    for child in children:  # after the bar: one line each on the console, and in the log
-        mine = [r for r in rows if r["impl"] == child.contender.name]
-        failed = [r["status"] for r in mine if str(r["status"]).startswith(contract.FAILED)]
-        ran = sum(not str(r["status"]).startswith(contract.SKIPPED) for r in mine)
-        line = failure_line(child.contender.name, failed, ran, child.log)
-        if line:
-            print(line, file=progress)
+            got, taken = time_pass(p, direction, order, case, cfg["samples"], ceilings, clock)
+            rows += got
+            samples += taken
+    say_failures(children, rows, progress)
     add_ratios(rows)
     machine = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__,
                "triton": triton.__version__}
@@ -152,6 +137,44 @@ def run(cfg: dict, random_seed: int, cpu_prediction: dict | None = None, progres
 def directions(cfg: dict) -> tuple[str, ...]:
     """The directions timed: the forward, then with `backward` the backward alone and fwd+bwd."""
     return contract.DIRECTIONS if cfg["backward"] else (contract.FORWARD,)
+
+
+def passes(cfg: dict, random_seed: int):
+    """(point, direction, TimingCase) of every pass the stage times, in the order it times them:
+    the grids' points (`grids.points`), each in every direction; a point's inputs are drawn from
+    `random_seed` + its index. The lab grid's forward also reads the host's cost per call."""
+    for i, p in enumerate(grids.points(cfg)):
+        for direction in directions(cfg):
+            host_cost = p.grid == contract.LAB_GRID and direction == contract.FORWARD
+            yield p, direction, TimingCase(p.B, p.H, p.N, p.d, p.causal, random_seed + i,
+                                           cfg["warmup_ms"], cfg["rep_ms"], cfg["sample_ms"], host_cost,
+                                           cfg["sample_warmup_ms"])
+
+
+@contextlib.contextmanager
+def started(contenders, clock: Clock):
+    """A child process (`Child`) for each of `contenders`, started (its module imported) and
+    stopped at the end of the block."""
+    children = [Child(c, registry.SEARCH) for c in contenders]
+    try:
+        with clock.on("contenders' processes started"):
+            for child in children:
+                child.start()
+        yield children
+    finally:
+        for child in children:
+            child.stop()
+
+
+def say_failures(children, rows: list[dict], progress) -> None:
+    """One line on the console (and in the log) for each contender with failed rows."""
+    for child in children:
+        mine = [r for r in rows if r["impl"] == child.contender.name]
+        failed = [r["status"] for r in mine if str(r["status"]).startswith(contract.FAILED)]
+        ran = sum(not str(r["status"]).startswith(contract.SKIPPED) for r in mine)
+        line = failure_line(child.contender.name, failed, ran, child.log)
+        if line:
+            print(line, file=progress)
 
 
 def no_gpu_rows(cfg: dict) -> list[dict]:

@@ -187,9 +187,10 @@ def prepare_alone_if_need_be(impl, case: TimingCase, direction: str, inputs, mak
 
 
 def time_pass(point: Point, direction: str, impls, case: TimingCase, samples: int,
-              ceilings: dict, clock: Clock | None = None) -> tuple[list[dict], list[dict]]:
+              ceilings: dict | None, clock: Clock | None = None) -> tuple[list[dict], list[dict]]:
     """(rows, sample rows) of every implementation in `impls` at `point` in `direction`; the wall
-    seconds they took added to `clock`."""
+    seconds they took added to `clock`. Without `ceilings` (`minimodel.gpu.warm`'s first calls),
+    the rows are not rated against them."""
     clock = Clock() if clock is None else clock
     inputs = timing_inputs(case, 3 if direction == contract.FORWARD else 4)
     with clock.on("reference"):
@@ -237,4 +238,4 @@ def time_pass(point: Point, direction: str, impls, case: TimingCase, samples: in
         sample_rows += [{**key, "sample": i, "ms": ms} for i, ms in enumerate(values)]
     del inputs
     torch.cuda.empty_cache()  # the point's inputs are gone: hand their memory back
-    return [with_rates(row, ceilings) for row in rows.values()], sample_rows
+    return [with_rates(row, ceilings) if ceilings else row for row in rows.values()], sample_rows

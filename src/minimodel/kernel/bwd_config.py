@@ -10,7 +10,7 @@ from typing import NamedTuple
 import torch
 
 from minimodel.kernel import gluon_backward, gluon_bwd_dqpass, gluon_bwd_ws, hopper
-from minimodel.kernel.config import HOPPER, device_arch
+from minimodel.kernel.config import HOPPER, device_arch, device_sms
 from minimodel.kernel.inputs import INTERPRETED
 
 
@@ -220,11 +220,45 @@ WS_MIN_N = 1024
 class DqPass(NamedTuple):
     """Where the policy runs the Gluon dQ pass (`gluon_bwd_dqpass`) beside the warp-specialized
     dK/dV kernel: its K/V stages, its consumer warpgroups (64 query rows each), and the shortest N
-    it is picked for (the tl pass below)."""
+    it is picked for (the tl pass below; with three consumers, see `dq_consumers`)."""
 
     stages: int
     consumers: int = gluon_bwd_dqpass.CONSUMERS
     min_n: int = WS_MIN_N
+
+
+# Three consumers take 192 query rows a program: they need many waves of programs over the SMs,
+# or the last, partial wave costs more than the third warpgroup saves. On the H200
+# (notes/backward.md, tools/dq_pass_probe.py, the dQ pass alone): at FlashAttention's
+# (4, 32, 4096, 64) 2,816 programs (21 waves on 132 SMs) ran 1.04x the tl pass's speed; at the lab
+# grid's (2, 4, 4096, 64) 176 programs (1.3 waves) ran 0.73x. Between the two, untimed, the policy
+# asks for 8 waves, where a partial last wave is at most an eighth of the pass.
+THREE_CONSUMERS_MIN_WAVES = 8
+
+
+def dq_programs(n: int, heads: int, consumers: int) -> int:
+    """Programs of the Gluon dQ pass: query tiles of 64 rows per consumer, times B·H (`heads`)."""
+    return heads * -(-n // (gluon_bwd_dqpass.ROWS * consumers))
+
+
+def dq_consumers(head_dim: int, causal: bool, n: int, heads: int | None = None,
+                 sms: int | None = None) -> int | None:
+    """The Gluon dQ pass's consumer warpgroups at (B·H = `heads`, N = n) on a device of `sms` SMs;
+    None where the tl pass runs. Two consumers from the pass's `min_n`; where the policy's pass has
+    three (d = 64 not causal), three from `min_n` where their programs fill
+    `THREE_CONSUMERS_MIN_WAVES` waves, two where two's programs fit in one wave (at the lab
+    grid's (2, 4, 1024, 64), 64 programs: 1.30x the tl pass), else the tl pass (at (2, 4, 4096,
+    64), 256 programs: two consumers 0.99x). Without `heads` or `sms`, by N alone."""
+    dq_pass = GLUON_DQ_PASS[(head_dim, bool(causal))]
+    if dq_pass.consumers != 3:
+        return dq_pass.consumers if n >= dq_pass.min_n else None
+    if heads is None or sms is None:
+        return 3 if n >= dq_pass.min_n else None
+    if n >= dq_pass.min_n and dq_programs(n, heads, 3) >= THREE_CONSUMERS_MIN_WAVES * sms:
+        return 3
+    if n >= WS_MIN_N and dq_programs(n, heads, 2) <= sms:
+        return 2
+    return None
 
 
 # (BLOCK_M2, BLOCK_N2, num_warps_q) of the Gluon dQ pass with 2 or 3 consumers: 64 query rows each,
@@ -242,12 +276,14 @@ GLUON_DQ_PASS = {(64, False): DqPass(4, consumers=3, min_n=4096), (64, True): Dq
 
 
 def gluon_ws_config(head_dim: int, causal: bool, atomic_dq: bool = False, tma_dq: bool = False,
-                    ordered_dq: bool = False, gluon_dq: bool = False) -> BwdConfig:
+                    ordered_dq: bool = False, gluon_dq: bool = False,
+                    consumers: int | None = None) -> BwdConfig:
     """The warp-specialized Gluon kernel's configuration at a head dim it is built for (64, 128):
     with atomic_dq its dQ is added in the kernel by fp32 atomics, with tma_dq by TMA reductions
     (either: not deterministic), with ordered_dq by TMA reductions in a fixed order
-    (deterministic), else a dQ pass runs after it: the Gluon one with gluon_dq (its stages and
-    consumers from `GLUON_DQ_PASS`, whatever N), else the tl one of the Hopper table."""
+    (deterministic), else a dQ pass runs after it: the Gluon one with gluon_dq (its stages from
+    `GLUON_DQ_PASS`, its consumers `consumers` or that table's, whatever N), else the tl one of the
+    Hopper table."""
     if head_dim not in gluon_backward.HEAD_DIMS:
         raise ValueError(f"the Gluon backward is built for head dims {gluon_backward.HEAD_DIMS}, "
                          f"got {head_dim}")
@@ -261,7 +297,7 @@ def gluon_ws_config(head_dim: int, causal: bool, atomic_dq: bool = False, tma_dq
     if not gluon_dq:
         return cfg
     dq_pass = GLUON_DQ_PASS[(head_dim, bool(causal))]
-    m2, n2, warps = GLUON_DQ_TILES[dq_pass.consumers]
+    m2, n2, warps = GLUON_DQ_TILES[consumers or dq_pass.consumers]
     return replace(cfg, BLOCK_M2=m2, BLOCK_N2=n2, num_warps_q=warps, num_stages_q=dq_pass.stages,
                    GLUON_DQ=True)
 
@@ -276,19 +312,21 @@ def tl_bwd_config(head_dim: int, causal: bool, device_type: str, arch: int = HOP
 
 
 def get_bwd_config(head_dim: int, causal: bool, device_type: str, arch: int = HOPPER,
-                   n: int | None = None, deterministic: bool = True) -> BwdConfig:
+                   n: int | None = None, deterministic: bool = True, heads: int | None = None,
+                   sms: int | None = None) -> BwdConfig:
     """The configuration `flash_attn_backward` takes when none is given (arch: compute
-    capability as major·10 + minor; n: the sequence length, None for the tl table): on Hopper,
-    compiled, at the head dims it is built for and N >= WS_MIN_N, the warp-specialized Gluon
-    kernel, its dQ by a dQ pass (deterministic: the Gluon one from `GLUON_DQ_PASS`'s N on,
-    else the tl one) or, with deterministic False, by TMA reductions in the kernel
-    (faster; dQ's last bits vary between calls); the tl kernels' table everywhere else,
-    deterministic either way (the one-partition Gluon kernel is `gluon_bwd_config`, asked for
-    explicitly)."""
+    capability as major·10 + minor; n: the sequence length, None for the tl table; heads: B·H and
+    sms: the device's SMs, for the dQ pass's programs): on Hopper, compiled, at the head dims it
+    is built for and N >= WS_MIN_N, the warp-specialized Gluon kernel, its dQ by a dQ pass
+    (deterministic: the Gluon one where `dq_consumers` picks it, else the tl one) or, with
+    deterministic False, by TMA reductions in the kernel (faster; dQ's last bits vary between
+    calls); the tl kernels' table everywhere else, deterministic either way (the one-partition
+    Gluon kernel is `gluon_bwd_config`, asked for explicitly)."""
     if (device_type == "cuda" and arch == HOPPER and not INTERPRETED and head_dim in gluon_backward.HEAD_DIMS
             and n is not None and n >= WS_MIN_N):
-        gluon_dq = deterministic and n >= GLUON_DQ_PASS[(head_dim, bool(causal))].min_n
-        return gluon_ws_config(head_dim, causal, tma_dq=not deterministic, gluon_dq=gluon_dq)
+        consumers = dq_consumers(head_dim, causal, n, heads, sms) if deterministic else None
+        return gluon_ws_config(head_dim, causal, tma_dq=not deterministic, gluon_dq=consumers is not None,
+                               consumers=consumers)
     return tl_bwd_config(head_dim, causal, device_type, arch)
 
 
@@ -296,9 +334,10 @@ def default_bwd_config(q: torch.Tensor, causal: bool, deterministic: bool = True
     """The configuration `flash_attn_backward` runs for q of shape (B, H, N, d) when none is given.
     deterministic False is not honoured while `torch.use_deterministic_algorithms` is on."""
     arch = device_arch(q.device) if q.device.type == "cuda" else HOPPER
+    sms = device_sms(q.device) if q.device.type == "cuda" else None
     deterministic = deterministic or torch.are_deterministic_algorithms_enabled()
     return get_bwd_config(q.shape[-1], causal, q.device.type, arch, n=q.shape[-2],
-                          deterministic=deterministic)
+                          deterministic=deterministic, heads=q.shape[0] * q.shape[1], sms=sms)
 
 
 def gluon_ok(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.Tensor | None = None) -> bool:

@@ -69,6 +69,16 @@ def device_arch(device: torch.device) -> int:
     return _arch(device.index or 0)
 
 
+@functools.cache
+def _sms(device_index: int) -> int:
+    return torch.cuda.get_device_properties(device_index).multi_processor_count
+
+
+def device_sms(device: torch.device) -> int:
+    """Streaming multiprocessors of a CUDA device (132 on the H200), read once."""
+    return _sms(device.index or 0)
+
+
 def portable_config(head_dim: int) -> FwdConfig:
     """Pointer loads with tiles that fit every architecture's shared memory without spilling.
 

@@ -189,16 +189,22 @@ def _code_modules(smk, script: Path) -> list[Path] | None:
 
 
 def _group(smk, name: str) -> set[str]:
-    return set(getattr(smk.input, name, []) if name in smk.input.keys() else [])
+    """The paths of the rule's input group `name` (a single path or a list of them)."""
+    if name not in smk.input.keys():
+        return set()
+    paths = getattr(smk.input, name)
+    return {paths} if isinstance(paths, str) else set(paths)
 
 
 def _data_inputs(smk, exempt: bool = False) -> list[str]:
-    """The rule's inputs less its `code` group, which the manifest records as modules.
+    """The rule's inputs less its `code` group, which the manifest records as modules, and its
+    `after` group: outputs of a rule it only runs after, which it does not read (gpu_timing
+    after gpu_warm): nothing of it was made from them.
 
     With `exempt`, also less its `benchmarks` group: Snakemake writes those tables itself, after
     a rule's manifest, so no manifest vouches for them.
     """
-    skip = _group(smk, "code") | (_group(smk, "benchmarks") if exempt else set())
+    skip = _group(smk, "code") | _group(smk, "after") | (_group(smk, "benchmarks") if exempt else set())
     return [p for p in smk.input if p not in skip]
 
 

@@ -1,0 +1,30 @@
+"""Rule `gpu_warm`: the timing stage's first calls made ahead, filling the machine's compile caches;
+a table saying so without CUDA."""
+
+import pandas as pd
+import torch
+
+import minimodel.entry  # noqa: F401 (first: compiled or interpreted is decided on import)
+from minimodel.contenders import registry
+from minimodel.floor import contract
+from minimodel.floor.provenance import machine
+from minimodel.floor.provenance.io import write_csv, write_json
+from minimodel.floor.provenance.manifest import stage
+from minimodel.gpu import warm
+
+with stage(snakemake) as st:
+    cfg = snakemake.params.cfg
+    if machine.gpu_required(snakemake.params.require_cuda):
+        machine.require_cuda()
+    if torch.cuda.is_available():
+        result = warm.run(cfg, snakemake.params.random_seed, progress=st.progress,
+                          contenders=registry.from_params(snakemake.params.contenders))
+        rows = result.pop("rows")
+        result["device"] = torch.cuda.get_device_name(0)
+        st.extra.update(backend="cuda", device=result["device"])
+    else:
+        rows = warm.no_gpu_rows(cfg)
+        result = {"device": None, "status": contract.NO_GPU_WARM}
+        st.extra.update(backend="none", status=contract.NO_GPU_WARM)
+    write_csv(snakemake.output.table, pd.DataFrame(rows, columns=warm.COLUMNS))
+    write_json(snakemake.output.summary, result)
