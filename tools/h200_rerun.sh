@@ -13,7 +13,7 @@
 #                                                       # while the queue runs, rerun.tgz once it has ended)
 #     tools/h200_rerun.sh start [DIR] [SECONDS]         # H200: launch, then wait until SECONDS (540)
 #                                                       # after the call began: one call of 600 s
-# A run is set by COMMIT (default 143f73a: the code the committed reference hashes, 28bb38c's, with
+# A run is set by COMMIT (default ed76290: the code the committed reference hashes, b7352f1's, with
 # that reference in its tree, which the run's `compare` reads), FROM (a run whose finished stages are
 # kept: a committed run, or what `wait` packed of an interrupted one; empty: a run from nothing),
 # TO, FORCE (a stage run again in the copy of FROM; empty: none) and CONFIG (more `--config` items),
@@ -24,9 +24,8 @@
 # A rerun of the reference (the whole workflow from nothing, as a user reproducing it runs it), then
 # another (the timing stage again, in a copy of the reference: FORCE=gpu_warm runs the warm-up, then
 # the timing; FORCE=gpu_timing, as reruns 6 and 7 did before gpu_warm, compiles inside the stage):
-#     COMMIT=$(git rev-parse HEAD) TO=results/h200-rerun-8 tools/h200_rerun.sh prepare
-#     COMMIT=$(git rev-parse HEAD) FROM=results/reference/nvidia-h200 TO=results/h200-rerun-9 FORCE=gpu_warm \
-#         tools/h200_rerun.sh prepare
+#     TO=results/h200-rerun-8 tools/h200_rerun.sh prepare
+#     FROM=results/reference/nvidia-h200 TO=results/h200-rerun-9 FORCE=gpu_warm tools/h200_rerun.sh prepare
 # A run that a lost lease ended goes on from what `wait` packed (its finished stages): unpack
 # partial.tgz into DIR/partial, then FROM=DIR/partial/NAME/results/NAME (and its TO) for `prepare`
 # (rerun 5 was finished so, from its committed partial: FROM=results/reruns/h200-rerun-5).
@@ -44,9 +43,9 @@ plain() {  # the run's configuration (a run's env sourced first)
 case "${1:-}" in
 prepare)
     DIR=${2:-.whl}
-    COMMIT=$(git rev-parse "${COMMIT:-143f73ad971481f2cdfc21878ced4bb9904ef043}")
+    COMMIT=$(git rev-parse "${COMMIT:-ed76290d3223d148fae3b5fd4c049aeade81c283}")
     FROM=${FROM-}
-    TO=${TO:-results/h200-rerun-5}
+    TO=${TO:?set TO: the run's folder, results/h200-rerun-N or the reference's}
     FORCE=${FORCE-}
     CONFIG=${CONFIG:-}
     NAME=$(basename "$TO")
