@@ -123,13 +123,10 @@ def test_gpu_warm_runs_before_the_timing_and_never_beside_the_measurements(tiny_
     def planned(*args):
         stats = snakemake(tiny_run.root, "-n", *args).stdout.split("Job stats:")[1].split("\n\n")[0]
         return {line.split()[0] for line in stats.splitlines()[3:]} - {"total", "all"}  # past its header
-    measured = {"gpu_timing", "gpu_bytes"}
-    assert planned("--forcerun", "gpu_warm") & measured == {"gpu_timing"}
-    dag = snakemake(tiny_run.root, "--dag").stdout
-    ids = {label: node for node, label in re.findall(r'(\d+)\[label = "(\w+)', dag)}
-    edges = set(re.findall(r"(\d+) -> (\d+)", dag))
-    assert (ids["gpu_warm"], ids["gpu_timing"]) in edges
-    assert not {(ids["gpu_warm"], ids[rule]) for rule in ("gpu_bytes", "gpu_correctness")} & edges
+    # gpu_timing waits for it (forced again, it runs again); neither gpu_bytes nor gpu_correctness
+    # depends on it
+    gpu = {"gpu_timing", "gpu_bytes", "gpu_correctness"}
+    assert planned("--forcerun", "gpu_warm") & gpu == {"gpu_timing"}
     # two cores, both ready: one after the other all the same
     own = copy_of_tiny_run(tiny_run, tmp_path / "project")
     said = snakemake(own, "--forcerun", "gpu_warm", "gpu_bytes", "--until", "gpu_warm", "gpu_bytes").stderr
