@@ -134,3 +134,12 @@ def test_gpu_warm_runs_before_the_timing_and_never_beside_the_measurements(tiny_
                         r"|^Finished jobid: \d+ \(Rule: (gpu_warm|gpu_bytes)\)", said, flags=re.M)
     order = [("start", a) if a else ("end", b) for a, b in events]
     assert len(order) == 4 and order[0][0] == "start" and order[1] == ("end", order[0][1]), said
+
+
+@pytest.mark.workflow
+def test_a_resources_list_without_gpu_measure_is_refused_before_any_job(tiny_run):
+    proc = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--cores", "2", "--configfile",
+                           str(tiny_run.root / "config" / "tiny.yaml"), "--resources", "gpu=1"],
+                          cwd=tiny_run.root, env=user_env(), capture_output=True, text=True)
+    assert proc.returncode == 1 and "Job stats" not in proc.stdout
+    assert proc.stderr.strip().splitlines()[-1].startswith("--resources limits gpu but not gpu_measure")

@@ -15,6 +15,19 @@ if (
         "workflow/profiles/slurm`, or add `--workflow-profile none`."
     )
 
+# A --resources of the user's own replaces the default profile's list: with `gpu` but without
+# `gpu_measure`, gpu_warm could run beside gpu_timing or gpu_bytes and land in their numbers.
+if (
+    "gpu" in workflow.global_resources
+    and "gpu_measure" not in workflow.global_resources
+    and not workflow.remote_exec
+):
+    raise SystemExit(
+        "--resources limits gpu but not gpu_measure: gpu_warm could then run beside gpu_timing "
+        "or gpu_bytes, and its kernels would land in their numbers. Give both: "
+        "--resources gpu=1 gpu_measure=1 (workflow/profiles/default's)."
+    )
+
 
 rule gpu_correctness:
     """Stage 3: the Triton kernel against a float64 reference (notes/labs.md, lab 02 D); interpreter without CUDA."""
