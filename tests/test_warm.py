@@ -23,6 +23,16 @@ from minimodel.gpu import grids, timing, warm
 CFG = configcheck.load_config()["gpu"]["timing"]
 
 
+def snakemake(root, *args, check=True):
+    """Snakemake on the tiny config in `root` (one at a time in the shared run), as a user starts it."""
+    with one_at_a_time(root):
+        proc = subprocess.run([sys.executable, "-m", "snakemake", "--cores", "2", "--configfile",
+                               str(root / "config" / "tiny.yaml"), *args], cwd=root, env=user_env(),
+                              capture_output=True, text=True)
+    if check:
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc
+
 def test_the_passes_are_the_stages_in_its_order_with_its_seeds():
     passes = list(timing.passes(CFG, 7))
     points = grids.points(CFG)
@@ -112,14 +122,6 @@ def test_without_cuda_gpu_warm_says_so_and_the_timing_does_not_record_it(tmp_pat
 def test_gpu_warm_runs_before_the_timing_and_never_beside_the_measurements(tiny_run, tmp_path):
     """gpu_timing waits for gpu_warm; gpu_bytes does not depend on it, yet never runs beside it
     (`gpu_measure`), and a warm-up forced again reruns the timing but not the bytes."""
-    def snakemake(root, *args):
-        with one_at_a_time(root):
-            proc = subprocess.run([sys.executable, "-m", "snakemake", "--cores", "2", "--configfile",
-                                   str(root / "config" / "tiny.yaml"), *args], cwd=root, env=user_env(),
-                                  capture_output=True, text=True)
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        return proc
-
     def planned(*args):
         stats = snakemake(tiny_run.root, "-n", *args).stdout.split("Job stats:")[1].split("\n\n")[0]
         return {line.split()[0] for line in stats.splitlines()[3:]} - {"total", "all"}  # past its header
@@ -138,8 +140,6 @@ def test_gpu_warm_runs_before_the_timing_and_never_beside_the_measurements(tiny_
 
 @pytest.mark.workflow
 def test_a_resources_list_without_gpu_measure_is_refused_before_any_job(tiny_run):
-    proc = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--cores", "2", "--configfile",
-                           str(tiny_run.root / "config" / "tiny.yaml"), "--resources", "gpu=1"],
-                          cwd=tiny_run.root, env=user_env(), capture_output=True, text=True)
+    proc = snakemake(tiny_run.root, "-n", "--resources", "gpu=1", check=False)
     assert proc.returncode == 1 and "Job stats" not in proc.stdout
     assert proc.stderr.strip().splitlines()[-1].startswith("--resources limits gpu but not gpu_measure")
