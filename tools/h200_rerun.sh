@@ -3,9 +3,11 @@
 # after the other (notes/timing.md, "The stage in the refresh of the reference"): `prepare` here,
 # once per run, then on the H200 `start` in the call that carries DIR/c (after those that stashed
 # the CUDA 13 tree's parts DIR/cu1, DIR/cu2, ..., `tools/h200_wheels.sh`), then `wait` in as many
-# calls as it takes. A call carries at most 64 MiB with the working tree (24 MB since rerun 4), so
-# DIR/rerun goes with the last part's call if it fits there (`prepare` says), else in a call of its
-# own; either runs `stash`, and `launch` finds the runs there.
+# calls as it takes, all of a block's calls issued in one batch: the machine goes back 30 s after
+# a call returns, and a pause between two calls lost reruns 8 and 9 so (notes/timing.md). A call
+# carries at most 64 MiB with the working tree (24 MB since rerun 4), so DIR/rerun goes with the
+# last part's call if it fits there (`prepare` says), else in a call of its own; either runs
+# `stash`, and `launch` finds the runs there.
 #     tools/h200_rerun.sh prepare [DIR]                 # here: queue a run (the code at COMMIT, the run to copy)
 #     tools/h200_rerun.sh stash [DIR]                   # H200: DIR/rerun into /tmp/stash/rerun
 #     tools/h200_rerun.sh launch [DIR]                  # H200: install, then the queued runs, detached, in turn
