@@ -280,6 +280,19 @@ def one_at_a_time(root: Path):
     return FileLock(shared.home / "tiny_run.snakemake.lock")
 
 
+def snakemake(workdir, *args, check=True, cwd=None, env=None, **popen):
+    """Snakemake as a user starts it: no PYTHONPATH, so the installed minimodel is another tree's
+    (`env`: variables set beside the user's; `popen`: more of subprocess.run's arguments)."""
+    with one_at_a_time(workdir):
+        proc = subprocess.run(
+            [sys.executable, "-m", "snakemake", "--cores", "2", "--configfile",
+             str(workdir / "config" / "tiny.yaml"), *args], cwd=cwd or workdir,
+            env={**user_env(), **(env or {})}, capture_output=True, text=True, **popen)
+    if check and proc.returncode:
+        pytest.fail(f"snakemake {' '.join(args)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}")
+    return proc
+
+
 def copy_of_tiny_run(tiny: TinyRun, root: Path) -> Path:
     """A copy of the shared run's project in `root`, its results and Snakemake's records with
     their times as they are, so that Snakemake finds it as up to date as the original."""

@@ -6,13 +6,11 @@ import contextlib
 import dataclasses
 import json
 import re
-import subprocess
-import sys
 
 import pandas as pd
 import pytest
 import torch
-from conftest import HAS_CUDA, copy_of_tiny_run, one_at_a_time, snakemake_until, user_env
+from conftest import HAS_CUDA, copy_of_tiny_run, snakemake, snakemake_until
 
 from minimodel.contenders import parse
 from minimodel.contenders.timed import TimingCase
@@ -22,16 +20,6 @@ from minimodel.gpu import grids, timing, warm
 
 CFG = configcheck.load_config()["gpu"]["timing"]
 
-
-def snakemake(root, *args, check=True):
-    """Snakemake on the tiny config in `root` (one at a time in the shared run), as a user starts it."""
-    with one_at_a_time(root):
-        proc = subprocess.run([sys.executable, "-m", "snakemake", "--cores", "2", "--configfile",
-                               str(root / "config" / "tiny.yaml"), *args], cwd=root, env=user_env(),
-                              capture_output=True, text=True)
-    if check:
-        assert proc.returncode == 0, proc.stderr[-3000:]
-    return proc
 
 def test_the_passes_are_the_stages_in_its_order_with_its_seeds():
     passes = list(timing.passes(CFG, 7))

@@ -17,25 +17,12 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import copy_of_tiny_run, copy_project, one_at_a_time, user_env
+from conftest import copy_of_tiny_run, copy_project, snakemake, user_env
 
 from minimodel.floor import contract
 from minimodel.floor.provenance import code, io, manifest, reading, verify
 
 pytestmark = pytest.mark.workflow
-
-
-def snakemake(workdir, *args, check=True, cwd=None, env=None, **popen):
-    """Snakemake as a user starts it: no PYTHONPATH, so the installed minimodel is another tree's
-    (`env`: variables set beside the user's; `popen`: more of subprocess.run's arguments)."""
-    with one_at_a_time(workdir):
-        proc = subprocess.run(
-            [sys.executable, "-m", "snakemake", "--cores", "2", "--configfile",
-             str(workdir / "config" / "tiny.yaml"), *args], cwd=cwd or workdir,
-            env={**user_env(), **(env or {})}, capture_output=True, text=True, **popen)
-    if check and proc.returncode:
-        pytest.fail(f"snakemake {' '.join(args)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}")
-    return proc
 
 
 @pytest.fixture
