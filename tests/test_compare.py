@@ -78,7 +78,7 @@ def without_samples(folder: Path) -> None:
 
 def test_a_timing_ratio_is_judged_by_its_grids_band(run):
     """A run without samples is judged by max(band, 10 %): FlashAttention's grid's forward band is
-    14.5 %."""
+    14.0 %."""
     without_samples(run)
 
     def slower_kernel(factor, grid):
@@ -89,7 +89,7 @@ def test_a_timing_ratio_is_judged_by_its_grids_band(run):
         return edit
 
     band = compare.timing_band("flashattention", 4096)
-    assert band == 0.145
+    assert band == 0.14
     edit_csv(run / "gpu/timing/timing.csv", slower_kernel(1.12, "flashattention"))
     assert compare.compare_runs(run, REFERENCE)[1]["verdict"] == "agree"  # inside the band
     edit_csv(run / "gpu/timing/timing.csv", slower_kernel(1.04, "flashattention"))  # 16.5 % in all

@@ -16,6 +16,7 @@ from minimodel import __main__ as cli
 from minimodel.floor.provenance import io, manifest, verify
 from minimodel.floor.provenance.reading import find_manifests, load_manifest
 from minimodel.report import compare
+from minimodel.report.compare import bands
 
 ROOT = Path(__file__).resolve().parents[1]
 REFERENCE = ROOT / "results" / "reference" / "nvidia-h200"
@@ -219,6 +220,27 @@ def test_the_reruns_of_the_28bb38c_reference_are_intact_and_keep_their_verdicts(
     assert then["compared"] == 3135 and then["reference"] == "results/reference/nvidia-h200"
     assert then["parts"]["timing"] == {compare.AGREE: 504 - len(own), compare.DISAGREE: len(own)} if own \
         else then["parts"]["timing"] == {compare.AGREE: 504}
+
+
+@pytest.mark.parametrize("rerun", ["h200-rerun-8", "h200-rerun-9"])
+def test_the_reruns_of_the_b7352f1_reference_are_intact_and_agree_with_it(monkeypatch, rerun):
+    """results/reruns/h200-rerun-8, the whole workflow (finished in a second lease from the stages its
+    first had made), and h200-rerun-9, the timing stage again in a copy of the reference, both in the
+    reference's own code (ed76290; docs/reproducing.md): every manifest as its rule wrote it, each
+    own verdict agree on all 3,135 numbers, and HEAD's compare agrees with it. Their compare is
+    stale by the bands alone, which count them since."""
+    monkeypatch.chdir(ROOT)
+    folder = ROOT / "results" / "reruns" / rerun
+    report = verify.check(folder)
+    assert report.damaged == [] and len(report.manifests) == len(find_manifests(folder)) == 13
+    assert {(f.path, f.rule) for f in report.stale} == expected_stale(folder)
+    assert {rule for _, rule in expected_stale(folder)} <= {"compare"}
+    then = json.loads((folder / "compare" / "verdict.json").read_text())
+    assert (then["verdict"], then["compared"], then["disagreements"]) == ("agree", 3135, [])
+    assert then["reference"] == "results/reference/nvidia-h200"
+    assert then["timing_rules"] == {bands.BY_SAMPLES: 445, bands.BY_STATUS: 59}
+    _, now = compare.compare_runs(folder, REFERENCE)
+    assert (now["verdict"], now["compared"], now["disagreements"]) == ("agree", 3135, [])
 
 
 def test_a_copy_of_the_reference_verifies_as_the_reference_does(tmp_path, monkeypatch):
