@@ -51,8 +51,8 @@ differs at p = 0.009 over every pass (0.068 before b7352f1's reruns), in the bac
 1.53 % at 4096, 1.66 % at 16384): the grid keeps one band a pass. Read by the scale of each
 group at each N (the ratios apart on their own) the bands give 0.02 false alarms a run of the
 reruns, before the significance test, and 0.0085 by the groups' own scales; each such scale is
-read from 18 to 216 changes. The families do not differ
-by pass or grid at 5 % (p = 0.11 and 0.09): one band.
+read from 18 to 216 changes. The families do not differ by pass or grid at 5 % (p = 0.11 and
+0.09): one band.
 
 The ratios apart: within a group, one ratio can move more than the others, when one
 implementation's time is less repeatable between processes than the rest's; it then gets a band of
