@@ -6,11 +6,11 @@
 # and the tree's checksum; where DIR/c and the working tree would pass 64 MiB, its largest wheels
 # go in DIR/cw instead, stashed in a call of their own. Run from the repository root; DIR defaults
 # to .whl (ignored by git).
-#     tools/h200_wheels.sh [DIR]
+#     tools/gpu-machine/h200_wheels.sh [DIR]
 # On the H200: one call per part, carrying DIR/cuN: `mkdir -p /tmp/stash && cp DIR/cuN/* /tmp/stash/`
-# (the last one may carry DIR/rerun too: `tools/h200_rerun.sh stash`), and one carrying DIR/cw
-# where there is one: `mkdir -p /tmp/stash/w && cp DIR/cw/* /tmp/stash/w/`; then, carrying DIR/c,
-# `tools/h200_site.sh DIR` (notes/timing.md). The script prints the calls.
+# (the last one may carry DIR/rerun too: `tools/gpu-machine/h200_rerun.sh stash`), and one carrying
+# DIR/cw where there is one: `mkdir -p /tmp/stash/w && cp DIR/cw/* /tmp/stash/w/`; then, carrying
+# DIR/c, `tools/gpu-machine/h200_site.sh DIR`. The script prints the calls.
 set -euo pipefail
 DIR=${1:-.whl}
 PLATFORM=(--only-binary=:all: --python-version 3.12 --platform manylinux_2_28_x86_64
@@ -49,13 +49,13 @@ for f in "$tmp"/part_*; do
     mv "$f" "$DIR/cu$((i + 1))/cu13.part_$i"
 done
 (cd "$tmp" && sha256sum cu13.tar.xz) > "$DIR/c/cu13.sha256"
-# FA4 imports cutlass.cute: refuse a set without it (a rerun lost its FA4 rows to that once)
+# FA4 imports cutlass.cute: refuse a set without it (a run would lose its FA4 rows)
 # (grep reads the whole listing: with -q it would stop early, and pipefail would read unzip's SIGPIPE)
 unzip -l "$DIR"/c/w/nvidia_cutlass_dsl_libs_core-*.whl | grep "dsl_packages/cutlass/cute/__init__.py" >/dev/null ||
     { echo "no cutlass.cute in the CuTe DSL's wheels" >&2; exit 1; }
 # DIR/c beside the working tree, counted as the device tool counts a call (the disk's blocks), with
 # 2 MiB kept for the tree to grow: the largest wheels go to DIR/cw until it fits; DIR/c/wheels.txt
-# names every wheel, so that tools/h200_site.sh can tell a set with one left unstashed
+# names every wheel, so that h200_site.sh can tell a set with one left unstashed
 ls "$DIR/c/w" | LC_ALL=C sort > "$DIR/c/wheels.txt"
 treek=$(git ls-files -z --cached --others --exclude-standard | du -ck --files0-from=- | tail -1 | cut -f1)
 while [ $(( treek + $(du -sk "$DIR/c" | cut -f1) )) -gt $(( 65536 - 2048 )) ]; do
@@ -67,4 +67,4 @@ wc -l < "$DIR/c/wheels.txt"
 echo "on the H200, with the working tree of $tree bytes:"
 for d in "$DIR"/cu[0-9]*; do echo "  carrying $d: mkdir -p /tmp/stash && cp $d/* /tmp/stash/"; done
 if [ -d "$DIR/cw" ]; then echo "  carrying $DIR/cw: mkdir -p /tmp/stash/w && cp $DIR/cw/* /tmp/stash/w/"; fi
-echo "  carrying $DIR/c: bash tools/h200_site.sh $DIR"
+echo "  carrying $DIR/c: bash tools/gpu-machine/h200_site.sh $DIR"

@@ -1,39 +1,34 @@
 #!/bin/bash
-# Reruns of the committed H200 reference with the reference's own code, queued on the lent H200 one
-# after the other (notes/timing.md, "The stage in the refresh of the reference"): `prepare` here,
-# once per run, then on the H200 `start` in the call that carries DIR/c (after those that stashed
-# the CUDA 13 tree's parts DIR/cu1, DIR/cu2, ..., `tools/h200_wheels.sh`), then `wait` in as many
-# calls as it takes, all of a block's calls issued in one batch: the machine goes back 30 s after
-# a call returns, and a pause between two calls lost reruns 8 and 9 so (notes/timing.md). A call
-# carries at most 64 MiB with the working tree (24 MB since rerun 4), so DIR/rerun goes with the
-# last part's call if it fits there (`prepare` says), else in a call of its own; either runs
-# `stash`, and `launch` finds the runs there.
-#     tools/h200_rerun.sh prepare [DIR]                 # here: queue a run (the code at COMMIT, the run to copy)
-#     tools/h200_rerun.sh stash [DIR]                   # H200: DIR/rerun into /tmp/stash/rerun
-#     tools/h200_rerun.sh launch [DIR]                  # H200: install, then the queued runs, detached, in turn
-#     tools/h200_rerun.sh wait [SECONDS]                # H200: wait, then pack into $OUT (partial.tgz
-#                                                       # while the queue runs, rerun.tgz once it has ended)
-#     tools/h200_rerun.sh start [DIR] [SECONDS]         # H200: launch, then wait until SECONDS (540)
-#                                                       # after the call began: one call of 600 s
-# A run is set by COMMIT (default ed76290: the code the committed reference hashes, b7352f1's, with
-# that reference in its tree, which the run's `compare` reads), FROM (a run whose finished stages are
-# kept: a committed run, or what `wait` packed of an interrupted one; empty: a run from nothing),
-# TO, FORCE (a stage run again in the copy of FROM; empty: none) and CONFIG (more `--config` items),
-# in the environment of `prepare`, which writes them beside the run (DIR/rerun/NAME/env, NAME the
-# last part of TO) and appends NAME to DIR/rerun/queue; the code goes once per commit
-# (DIR/rerun/code-COMMIT.tar.gz). `rm -rf DIR/rerun` empties the queue. Each run goes in its own
-# folder on the H200 (/tmp/runs/NAME), one Snakemake at a time, so that no run times beside another.
-# A rerun of the reference (the whole workflow from nothing, as a user reproducing it runs it), then
-# another (the timing stage again, in a copy of the reference: FORCE=gpu_warm runs the warm-up, then
-# the timing; FORCE=gpu_timing, as reruns 6 and 7 did before gpu_warm, compiles inside the stage):
-#     TO=results/h200-rerun-8 tools/h200_rerun.sh prepare
-#     FROM=results/reference/nvidia-h200 TO=results/h200-rerun-9 FORCE=gpu_warm tools/h200_rerun.sh prepare
-# A run that a lost lease ended goes on from what `wait` packed (its finished stages): unpack
-# partial.tgz into DIR/partial, then FROM=DIR/partial/NAME/results/NAME (and its TO) for `prepare`
-# (rerun 5 was finished so, from its committed partial: FROM=results/reruns/h200-rerun-5).
-# The refresh of the reference, the whole workflow at the committed HEAD (about 22 minutes on the H200):
+# Runs of the workflow on the lent H200, queued one after the other, each with the code of a given
+# commit: `prepare` here, once per run, then on the H200 `start` in the call that carries DIR/c
+# (after the calls that stashed the CUDA 13 tree's parts DIR/cu1, DIR/cu2, ..., h200_wheels.sh),
+# then `wait` in as many calls as it takes, all issued in one batch: the machine goes back 30 s
+# after a call returns. A call carries at most 64 MiB with the working tree, so DIR/rerun goes with
+# the last part's call where it fits there (`prepare` says which), else in a call of its own;
+# either runs `stash`, and `launch` finds the runs there. Run from the repository root.
+#     tools/gpu-machine/h200_rerun.sh prepare [DIR]         # here: queue a run (the code at COMMIT, the run to copy)
+#     tools/gpu-machine/h200_rerun.sh stash [DIR]           # H200: DIR/rerun into /tmp/stash/rerun
+#     tools/gpu-machine/h200_rerun.sh launch [DIR]          # H200: install, then the queued runs, detached, in turn
+#     tools/gpu-machine/h200_rerun.sh wait [SECONDS]        # H200: wait, then pack into $OUT (partial.tgz
+#                                                           # while the queue runs, rerun.tgz once it has ended)
+#     tools/gpu-machine/h200_rerun.sh start [DIR] [SECONDS] # H200: launch, then wait until SECONDS (540)
+#                                                           # after the call began: one call of 600 s
+# A run is set by COMMIT (default ed76290, the code of the committed reference), FROM (a run whose
+# finished stages are kept: a committed run, or what `wait` packed of an interrupted one; empty: a
+# run from nothing), TO, FORCE (a stage run again in the copy of FROM; empty: none) and CONFIG (more
+# `--config` items), in the environment of `prepare`, which writes them beside the run
+# (DIR/rerun/NAME/env, NAME the last part of TO) and appends NAME to DIR/rerun/queue; the code goes
+# once per commit (DIR/rerun/code-COMMIT.tar.gz). `rm -rf DIR/rerun` empties the queue. Each run
+# goes in its own folder on the H200 (/tmp/runs/NAME), one Snakemake at a time, so that no run
+# times beside another. A whole rerun of the reference, and the timing stage again in a copy of it
+# (FORCE=gpu_warm runs the warm-up, then the timing):
+#     TO=results/h200-rerun-N tools/gpu-machine/h200_rerun.sh prepare
+#     FROM=results/reference/nvidia-h200 TO=results/h200-rerun-N FORCE=gpu_warm tools/gpu-machine/h200_rerun.sh prepare
+# A run that the machine's return cut short goes on from what `wait` packed (its finished stages):
+# unpack partial.tgz into DIR/partial, then FROM=DIR/partial/NAME/results/NAME (and its TO).
+# A refresh of the reference, the whole workflow at the committed HEAD (about 22 minutes on the H200):
 #     COMMIT=$(git rev-parse HEAD) FROM= FORCE= TO=results/reference/nvidia-h200 \
-#         CONFIG=overwrite_reference=True tools/h200_rerun.sh prepare
+#         CONFIG=overwrite_reference=True tools/gpu-machine/h200_rerun.sh prepare
 set -euo pipefail
 RUNS=/tmp/runs
 kib() { du -sk "$@" | awk '{s += $1} END {print s}'; }
@@ -54,8 +49,8 @@ prepare)
     plain
     rm -rf "${DIR:?}/rerun/$NAME" && mkdir -p "$DIR/rerun/$NAME"
     code=$DIR/rerun/code-$COMMIT.tar.gz
-    # the tree at COMMIT less the committed reruns (the workflow reads only the reference there):
-    # 2.6 MB against 10 at 143f73a, so that the queue goes with the last part's call
+    # the tree at COMMIT less any committed reruns (the workflow reads only the reference there),
+    # so that the queue goes with the last part's call
     [ -f "$code" ] || git archive --format=tar.gz "$COMMIT" -- . ':(exclude)results/reruns' > "$code"
     declare -p COMMIT FROM TO FORCE CONFIG > "$DIR/rerun/$NAME/env"
     grep -qx "$NAME" "$DIR/rerun/queue" 2>/dev/null || echo "$NAME" >> "$DIR/rerun/queue"
@@ -80,8 +75,7 @@ prepare)
     tar -czf "$DIR/rerun/$NAME/run.tgz" -C "$scratch" "$TO"
     echo "queued in $DIR/rerun/queue: $(tr '\n' ' ' < "$DIR/rerun/queue")"
     # which call carries DIR/rerun: the last part's, where it fits beside the working tree, counted
-    # as the device tool counts it (the disk's blocks: a call of 66.8 MB in bytes was refused), or
-    # a call of its own
+    # as the device tool counts it (the disk's blocks, not bytes), or a call of its own
     tree=$(git ls-files -z --cached --others --exclude-standard | du -ck --files0-from=- | tail -1 | cut -f1)
     last=$(ls -d "$DIR"/cu[0-9]* 2>/dev/null | sort -V | tail -1)
     if [ -n "$last" ]; then
@@ -165,9 +159,8 @@ wait)
     # the PID the launch wrote: a pattern for pgrep would match this command's own line
     while kill -0 "$(cat "$RUNS/pid")" 2>/dev/null && [ "$waited" -lt "$limit" ]; do
         sleep 5; waited=$((waited + 5))
-        # every minute, so that a lease that ends before the runs do (the machine is given back
-        # with the session's device time, or 30 s after a call returns) or a call cut at its limit
-        # leaves the finished stages behind: a later run can start from them (FROM)
+        # every minute, so that a machine given back before the runs end, or a call cut at its
+        # limit, leaves the finished stages behind: a later run can start from them (FROM)
         if [ $((waited % 60)) -eq 0 ]; then pack partial.tgz; fi
     done
     cat "$RUNS/queue.log"
