@@ -133,6 +133,9 @@ IMPLEMENTATIONS_BY_GRID = {LAB_GRID: [TRITON, NAIVE, *SDPA_BACKENDS],
                            FLASHATTENTION_GRID: [TRITON, *SDPA_BACKENDS, NAIVE]}
 # The byte model's schemes that the GPU's DRAM bytes are set beside (gpu/bytes/bytes.csv's `impl`).
 NAIVE_SCHEME, FLASH_SCHEME = "naive", "flash"
+# Decode's flash scheme (symbolic/decode.csv's `scheme`, beside NAIVE_SCHEME): the KV cache cut into
+# splits read by programs of their own, their partial outputs merged by a combine step.
+SPLIT_KV_SCHEME = "split-kv"
 # The byte model's naive attention with its softmax in fp32, half precision only (symbolic/bytes.csv's
 # `scheme`, beside the two above).
 NAIVE_FP32_SOFTMAX_SCHEME = "naive_fp32_softmax"
