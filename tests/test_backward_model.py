@@ -62,11 +62,11 @@ def test_flash_backward_dq_reduced_in_the_l2_counted_by_hand():
 
 
 def test_dq_reduced_in_the_l2_is_what_the_h200_read_for_the_in_kernel_path():
-    """notes/tuning/bwd_ncu_kernels_h200.csv (ncu on an H200, 2026-12-02): the DRAM reads of every
+    """tests/data/bwd_ncu_kernels_h200.csv (ncu on an H200): the DRAM reads of every
     kernel of one call of the Gluon kernel's TMA-dQ path (zero fill, preprocess, dK/dV with dQ,
     cast) at (4, 16, 4096, 128) and (4, 32, 4096, 64), not causal, within 2 % of the model's; the
     read-modify-write model, which the stage set beside it before, reads about 7 times as much."""
-    kernels = pd.read_csv(project.root() / "notes" / "tuning" / "bwd_ncu_kernels_h200.csv", thousands=",")
+    kernels = pd.read_csv(DATA / "bwd_ncu_kernels_h200.csv", thousands=",")
     for heads, d_ in ((64, 128), (128, 64)):
         call = f"(4, {heads // 4}, 4096, {d_}) causal=False"
         read = kernels.loc[kernels["call"] == f"tma {call}", "dram__bytes_read.sum"]
