@@ -1,5 +1,5 @@
 """Nsight Compute beside the backward kernels a user would compare: the kernel's paths, FA4's and
-cuDNN's, at the issue's two points, one backward call each (issue 39's evidence).
+cuDNN's, at FlashAttention's grid at N = 4096 (or the points given), one backward call each.
 
     PYTHONPATH=src:tools python3 tools/bwd_ncu.py --out DIR [--ways default ws tma ordered fa4 cudnn]
     PYTHONPATH=src:tools python3 tools/bwd_ncu.py --out DIR --ways ordered tma \
@@ -36,7 +36,7 @@ from minimodel.gpu.hbm_probe import minimodel_bytes_marker
 from minimodel.kernel.backward import backward_fn
 from minimodel.kernel.bwd_config import gluon_ws_config
 
-POINTS = [(4, 16, 4096, 128), (4, 32, 4096, 64)]  # FlashAttention's grid at N = 4096, as the issue's
+POINTS = [(4, 16, 4096, 128), (4, 32, 4096, 64)]  # FlashAttention's grid at N = 4096
 # metric name prefixes wanted, each with the suffix that makes it a number per kernel
 WANTED = {
     "gpu__time_duration": ".sum",

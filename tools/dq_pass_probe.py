@@ -152,6 +152,8 @@ def main(argv=None) -> int:
                         help="the timing grid whose points are timed (default: FlashAttention's)")
     parser.add_argument("--csv")
     a = parser.parse_args(argv)
+    if not torch.cuda.is_available():
+        parser.error("the dQ passes run on a CUDA device only")
     variants = [{**tiles, "pingpong": a.pingpong} for tiles in a.tiles or [variant("64,4")]]
     failed = 0 if a.no_check else check(variants)
     grid = grids.lab_grid if a.grid == contract.LAB_GRID else grids.flashattention_grid

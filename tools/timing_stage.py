@@ -1,9 +1,9 @@
 """The timing stage outside Snakemake, and two of its tables judged as `compare` judges them.
 
-On a GPU machine without Snakemake (the lent H200 carries no workflow packages), `run` times every
-point of a config's grids exactly as the rule `gpu_timing` does (`minimodel.gpu.timing.run`) and
-writes the stage's three files under OUT, at their places in a run folder (contract.TIMING,
-contract.TIMING_SAMPLES, contract.TIMING_SUMMARY), with no manifest. `judge` sets two such folders
+On a GPU machine without Snakemake, `run` times every point of a config's grids exactly as the
+rule `gpu_timing` does (`minimodel.gpu.timing.run`) and writes the stage's three files under OUT,
+at their places in a run folder (contract.TIMING, contract.TIMING_SAMPLES, contract.TIMING_SUMMARY),
+with no manifest. `judge` sets two such folders
 (or run folders, the committed reference among them) side by side through compare's timing part
 (`minimodel.report.compare.timing.judge`), reading the tables directly, and prints the verdict, the
 families, every ratio that is not agree, and how far the single times moved by implementation:
