@@ -24,9 +24,10 @@ ENV = {"python": "3.12.3", "torch": "9.9", "device": "cuda: Some Other GPU",
        "gpu": {"name": "Some Other GPU", "driver": "999.1", "cuda_runtime": "99.0"}, "host": "elsewhere"}
 
 
-def write_rule(root: Path, rule: str, outputs: dict, inputs=(), modules=()) -> Path:
-    """What rule `rule` leaves in the checkout `root`: its outputs, and its manifest beside them."""
-    folder = root / "results" / rule
+def write_rule(root: Path, rule: str, outputs: dict, inputs=(), modules=(), run: str = "results") -> Path:
+    """What rule `rule` leaves in the checkout `root`: its outputs, and its manifest beside them,
+    in the run folder `run` (relative to `root`)."""
+    folder = root / run / rule
     for name, text in outputs.items():
         io.write_text(folder / name, text)
     (root / "scripts").mkdir(exist_ok=True)
@@ -135,6 +136,75 @@ def test_a_moved_checkout_and_a_copied_run_folder_still_verify(checkout, tmp_pat
     (copy / "second" / "out.txt").write_text("tampered\n")
     assert cli.main(["verify", str(copy)]) == 1
     assert f"damaged  {copy}/second/out.txt: bytes differ" in capsys.readouterr().out
+
+
+@pytest.fixture
+def reruns(tmp_path, monkeypatch):
+    """A checkout whose run made in `results/rerun-1` (rules of the workflow's layout: symbolic,
+    plots reading its table, compare reading it and a reference run's) was moved since into
+    `results/reruns/rerun-1`, as committed reruns are."""
+    monkeypatch.setattr(manifest, "environment", lambda: ENV)
+    root = tmp_path / "checkout"
+    reference = "results/reference/m"
+    write_rule(root, "symbolic", {"bytes.csv": "n\n0\n"}, run=reference)
+    made = root / "results" / "rerun-1"
+    write_rule(root, "symbolic", {"bytes.csv": "n\n1\n"}, run="results/rerun-1")
+    table = made / "symbolic" / "bytes.csv"
+    write_rule(root, "plots", {"fig.png": "png"}, inputs=[table], run="results/rerun-1")
+    write_rule(root, "compare", {"verdict.json": "{}"}, run="results/rerun-1",
+               inputs=[table, root / reference / "symbolic" / "bytes.csv"])
+    (root / "results" / "reruns").mkdir()
+    shutil.move(made, root / "results" / "reruns" / "rerun-1")
+    monkeypatch.chdir(root)
+    return root
+
+
+def test_a_run_moved_into_another_run_folder_verifies_where_it_now_is(reruns, capsys):
+    # each manifest's run is found from its rule's folder in the layout: `results/rerun-1/...` is
+    # read at `results/reruns/rerun-1/...`, and the reference it read where it always was
+    assert cli.main(["verify", "results", "--strict"]) == 0
+    assert cli.main(["verify", "results/reruns/rerun-1", "--strict"]) == 0
+    assert cli.main(["verify", "results/reruns/rerun-1/compare", "--strict"]) == 0
+    assert "3 manifests checked under results: nothing damaged, nothing stale" in capsys.readouterr().out
+
+
+def test_a_moved_run_still_shows_what_was_tampered_with(reruns):
+    moved = Path("results/reruns/rerun-1")
+    (moved / "symbolic" / "bytes.csv").write_text("n\n2\n")
+    (moved / "plots" / "fig.png").unlink()
+    assert findings(verify.check("results"), verify.DAMAGED) == [
+        (f"{moved}/plots/fig.png", "missing, an output of rule plots", "plots"),
+        (f"{moved}/symbolic/bytes.csv", "bytes differ from what rule symbolic wrote", "symbolic")]
+    # the reference a moved run read is outside it: changed, the run is stale, not damaged
+    Path("results/reference/m/symbolic/bytes.csv").write_text("n\n9\n")
+    (moved / "symbolic" / "bytes.csv").write_text("n\n1\n")
+    (moved / "plots" / "fig.png").write_text("png")
+    report = verify.check(moved)
+    assert report.damaged == []
+    assert findings(report, verify.STALE) == [
+        ("results/reference/m/symbolic/bytes.csv", "data changed", "compare")]
+
+
+def test_a_checkout_holding_a_moved_run_verifies_when_moved_itself(reruns, tmp_path, monkeypatch):
+    moved = tmp_path / "elsewhere" / "checkout"
+    shutil.copytree(reruns, moved)
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["verify", str(moved / "results"), "--root", str(moved), "--strict"]) == 0
+    monkeypatch.chdir(moved)
+    assert cli.main(["verify", "results", "--strict"]) == 0
+    (moved / "results" / "reruns" / "rerun-1" / "compare" / "verdict.json").write_text('{"verdict": 1}')
+    assert cli.main(["verify", "results"]) == 1
+
+
+def test_a_stage_folder_moved_within_a_run_is_read_where_it_lies_and_missed_by_its_readers(reruns):
+    """A rule's folder moved deeper into its run: its manifest still vouches for its outputs where
+    they lie now; the rules that read them find them missing."""
+    odd = Path("results/reruns/rerun-1/old/symbolic")
+    shutil.move("results/reruns/rerun-1/symbolic", odd)
+    damaged = findings(verify.check("results"), verify.DAMAGED)
+    assert ("results/reruns/rerun-1/old/symbolic/bytes.csv", "bytes differ from what rule symbolic wrote",
+            "symbolic") not in damaged
+    assert ("results/reruns/rerun-1/symbolic/bytes.csv", "missing", "plots") in damaged
 
 
 def test_a_copied_run_without_its_checkout_is_intact_and_says_where_to_look(checkout, tmp_path,

@@ -16,6 +16,7 @@ import json
 import os
 from pathlib import Path, PurePosixPath
 
+from minimodel.floor import contract
 from minimodel.floor.provenance.io import sha256_file
 
 MANIFEST_NAME = "manifest.json"
@@ -148,22 +149,47 @@ def _problems(manifest: dict, where, outputs_only: bool) -> list[str]:
     return problems
 
 
+def depth_in_run(manifest: dict, here: Path) -> int | None:
+    """How many trailing parts of a manifest's path lie inside its run folder, by the folder its
+    rule writes in a run (`contract.FOLDERS`): `gpu/timing/manifest.json` is 3. None when the rule
+    is not the workflow's, or when the path the manifest records for itself, or the path it lies
+    at now, does not end in that folder (a run of another layout)."""
+    folder = contract.FOLDERS.get(manifest["rule"])
+    if folder is None or not manifest.get("manifest"):
+        return None
+    layout = (*PurePosixPath(folder).parts, MANIFEST_NAME)
+    recorded, now = PurePosixPath(manifest["manifest"]).parts, here.parts
+    if len(recorded) < len(layout) or len(now) < len(layout):
+        return None
+    tail = now[-len(layout):]
+    fits = all(want.startswith("{") or want == got for want, got in zip(layout, tail, strict=True))
+    return len(layout) if fits and recorded[-len(layout):] == tail else None
+
+
 def locate(folder: Path, manifest_path: Path, manifest: dict, default: Path):
     """A function from a path the manifest records to where that file lies now.
 
-    The manifest records its own path as `<run>/<sub>/manifest.json`; the run folder may since
-    have been copied or moved to `folder`, so a recorded `<run>/<x>` is read at `folder/<x>`.
+    The manifest records its own path as `<run>/<sub>/manifest.json`, and `<sub>` is the folder its
+    rule writes in a run (`depth_in_run`); the run may since have been copied or moved anywhere,
+    into another run folder's `reruns/` included, so a recorded `<run>/<x>` is read at `<x>` of
+    the folder the manifest lies in now, less `<sub>`. A manifest of a rule the layout does not
+    know lies in the run folder `folder`. Recorded paths outside `<run>` (code, a reference run)
+    are read from the checkout (`manifest_root`).
     """
     recorded = PurePosixPath(manifest.get("manifest") or "")
-    inside = manifest_path.relative_to(folder).parts
     root = manifest_root(manifest_path, manifest, default)
-    if len(recorded.parts) < len(inside) or recorded.parts[-len(inside):] != inside:
+    depth = depth_in_run(manifest, manifest_path)
+    if depth is None and manifest_path.is_relative_to(folder):
+        inside = manifest_path.relative_to(folder).parts
+        if len(recorded.parts) >= len(inside) and recorded.parts[-len(inside):] == inside:
+            depth = len(inside)
+    if depth is None:
         return lambda p: root / p  # no record of its own path (older runs): as `verify` reads it
-    run = recorded.parts[:-len(inside)]
+    run, now = recorded.parts[:-depth], Path(*manifest_path.parts[:-depth])
 
     def where(p: str) -> Path:
         parts = PurePosixPath(p).parts
-        return folder.joinpath(*parts[len(run):]) if parts[:len(run)] == run else root / p
+        return now.joinpath(*parts[len(run):]) if parts[:len(run)] == run else root / p
     return where
 
 

@@ -34,7 +34,6 @@ from minimodel.floor.provenance.reading import (
     find_manifests,
     load_manifest,
     locate,
-    manifest_root,
     owner_in_run,
     self_hash_problem,
 )
@@ -52,7 +51,8 @@ DESCRIPTION = f"""\
 Check a run folder against its manifests: what is damaged, what is stale, where it ran.
 
 Every {MANIFEST_NAME} under FOLDER is read, and every file it records re-hashed, from any
-directory:
+directory, where it lies now: a run copied or moved since it was made (into another run's
+folder too) is read where it is, each manifest's run found from the folder its rule writes:
 
   damaged  a file of the run folder whose bytes no longer match the manifest that recorded
            it (an output, a table another rule read, an edited manifest), or a missing one
@@ -186,10 +186,7 @@ class _Checker:
         return self.hashes[path]
 
     def where(self, manifest_path: Path, manifest: dict):
-        if manifest_path.is_relative_to(self.folder):
-            return locate(self.folder, manifest_path, manifest, self.default_root)
-        root = manifest_root(manifest_path, manifest, self.default_root)
-        return lambda p: root / p
+        return locate(self.folder, manifest_path, manifest, self.default_root)
 
     def outputs(self, owner: Path) -> dict[Path, str] | None:
         """Where `owner`'s outputs lie now, with the sha256 it recorded; None when the manifest
