@@ -1,52 +1,32 @@
-"""The timing stage outside Snakemake, and two of its tables judged as `compare` judges them.
+"""Two timing tables judged as `compare` judges them: does a run's timing agree with the reference's,
+and where did it move?
 
-On a GPU machine without Snakemake, `run` times every point of a config's grids exactly as the
-rule `gpu_timing` does (`minimodel.gpu.timing.run`) and writes the stage's three files under OUT,
-at their places in a run folder (contract.TIMING, contract.TIMING_SAMPLES, contract.TIMING_SUMMARY),
-with no manifest. `judge` sets two such folders
-(or run folders, the committed reference among them) side by side through compare's timing part
+`judge` sets two folders that hold the timing stage's tables at their places in a run folder
+(contract.TIMING, and contract.TIMING_SAMPLES where there is one: a run folder, the committed
+reference, or an extract of one without manifests) side by side through compare's timing part
 (`minimodel.report.compare.timing.judge`), reading the tables directly, and prints the verdict, the
 families, every ratio that is not agree, and how far the single times moved by implementation:
 
-    python tools/timing_stage.py run --configfile examples/contenders.yaml --out /tmp/run_a
-    python tools/timing_stage.py judge /tmp/run_a results/reference/nvidia-h200
+    python tools/timing_stage.py judge RUN results/reference/nvidia-h200 [--out DIR]
+
+Exit 0 when every row agrees, 1 when one disagrees.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 import minimodel.entry  # noqa: F401 (first: compiled or interpreted is decided on import)
-from minimodel.contenders import registry
 from minimodel.floor import contract
-from minimodel.floor.provenance import configcheck
-from minimodel.floor.provenance.io import write_csv, write_json
-from minimodel.gpu import timing
+from minimodel.floor.provenance.io import write_csv
 from minimodel.report.compare import ratios, samples
 from minimodel.report.compare import timing as judged
 from minimodel.report.compare.rows import AGREE, DISAGREE
-
-
-def run(configfiles: list[str], out: Path) -> None:
-    """The stage's three files under `out`, from the config the workflow would get."""
-    config = configcheck.load_config(*configfiles)
-    start = time.monotonic()
-    result = timing.run(config["gpu"]["timing"], config["random_seed"], progress=sys.stderr,
-                        contenders=registry.selected(config, "timing"))
-    result["wall_s"] = round(time.monotonic() - start, 1)
-    rows, taken = result.pop("rows"), result.pop("samples")
-    for path in (contract.TIMING, contract.TIMING_SAMPLES, contract.TIMING_SUMMARY):
-        (out / path).parent.mkdir(parents=True, exist_ok=True)
-    write_csv(out / contract.TIMING, pd.DataFrame(rows))
-    write_csv(out / contract.TIMING_SAMPLES, pd.DataFrame(taken, columns=contract.TIMING_SAMPLES_COLUMNS))
-    write_json(out / contract.TIMING_SUMMARY, result)
-    print(f"timing: {len(rows)} rows, {len(taken)} samples in {result['wall_s']} s -> {out}")
 
 
 def tables(folder: Path) -> tuple[pd.DataFrame, samples.Samples]:
@@ -101,17 +81,11 @@ def judge(run_folder: Path, ref_folder: Path, out: Path | None) -> int:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    timed = sub.add_parser("run", help="time a config's grids as the rule gpu_timing does")
-    timed.add_argument("--configfile", nargs="*", default=[])
-    timed.add_argument("--out", type=Path, required=True)
     compared = sub.add_parser("judge", help="judge RUN's timing against REF's, as compare does")
     compared.add_argument("run", type=Path)
     compared.add_argument("ref", type=Path)
     compared.add_argument("--out", type=Path, help="a folder for timing_verdict.csv, every judged row")
     args = parser.parse_args(argv)
-    if args.command == "run":
-        run(args.configfile, args.out)
-        return 0
     return judge(args.run, args.ref, args.out)
 
 
