@@ -1,21 +1,18 @@
-"""The timing bands, derived again from the committed pairs of H200 runs they were set from
-(`compare.bands`' docstring states these numbers), each run as its timing.csv (the key, status and
-ms columns in tests/data):
-- the reference of 21e12cb (`git show f7bfa29:results/reference/nvidia-h200/gpu/timing/timing.csv`)
-  and the run before it (`git show 33adea8:...`), every pass;
-- the reference of c8af775 (`git show 20686fb:...`) and the timing stage's run of 89ec4a1
-  (notes/tuning/timing_w40_h200.csv), the forward alone;
-- each committed rerun (results/reruns, each whole) against its reference: two of the c8af775
-  reference (the code of bc0ebbe, 2026-12-02: the full workflow, then its timing stage again), two
-  of the 1800db6 reference (timing_1800db6.csv; the code of 0667873, 2026-12-02 and 03: the full
-  workflow from nothing, then its timing stage again), two of the 28bb38c reference
-  (timing_28bb38c.csv; the code of 143f73a, 2026-12-03: the full workflow, its timing stage in a
-  second lease; then its timing stage again, whose own compare said disagree under the bands of
-  then) and a third (the code of 099fe47, 2026-12-03: its timing stage again, whose own compare,
-  by the bands of the six reruns before it, said agree), and two of the b7352f1 reference
-  (timing_b7352f1.csv; the code of ed76290, 2026-12-04: the full workflow, its first stages in an
-  earlier lease; then its timing stage again), whose own compares, by the bands of the seven reruns
-  before them, said agree.
+"""The timing bands, derived again from the pairs of H200 runs they were set from (`compare.bands`'
+docstring states these numbers), each run as its timing table (the key, status and ms columns, in
+tests/data):
+- the reference of 21e12cb (timing_21e12cb.csv) and the run before it (timing_33adea8.csv), every
+  pass;
+- the reference of c8af775 (timing_c8af775.csv) and the timing stage's run of 89ec4a1
+  (timing_89ec4a1_forward.csv), the forward alone;
+- each H200 rerun against the reference it was made against (timing_h200-rerun-N.csv; the whole
+  runs are in git history, docs/reproducing.md's Reruns table names the commit of each): two of the
+  c8af775 reference (the full workflow, then its timing stage again), two of the 1800db6 reference
+  (timing_1800db6.csv; the full workflow from nothing, then its timing stage again), three of the
+  28bb38c reference (timing_28bb38c.csv; the full workflow, then its timing stage again twice: the
+  first of those said disagree under the bands of then, the second, by the bands of the six reruns
+  before it, agree), and two of the b7352f1 reference (timing_b7352f1.csv; the full workflow, then
+  its timing stage again), which by the bands of the seven reruns before them said agree.
 Held out by reference: the bands derived without a reference's reruns hold each of them."""
 
 from pathlib import Path
@@ -29,8 +26,8 @@ from minimodel.floor import contract
 from minimodel.report.compare import bands, ratios
 
 DATA = Path(__file__).resolve().parent / "data"
-RERUNS = DATA.parents[1] / "results" / "reruns"
-# each committed rerun, the reference it was made against, and its ratios that are numbers in both
+# each H200 rerun (tests/data/timing_<rerun>.csv), the reference it was made against, and its ratios
+# that are numbers in both
 RERUN_OF = [("h200-rerun-1", "c8af775", 444), ("h200-rerun-2", "c8af775", 444),
             ("h200-rerun-3", "1800db6", 445), ("h200-rerun-4", "1800db6", 445),
             ("h200-rerun-5", "28bb38c", 445), ("h200-rerun-6", "28bb38c", 445),
@@ -44,7 +41,7 @@ def timing(name: str) -> pd.DataFrame:
 
 def rerun_pair(rerun: str, against: str) -> tuple[pd.DataFrame, pd.DataFrame]:
     reference = timing(against)
-    return reference, pd.read_csv(RERUNS / rerun / contract.TIMING)[reference.columns]
+    return reference, timing(rerun)[reference.columns]
 
 
 def first_pairs() -> list[tuple[pd.DataFrame, pd.DataFrame]]:

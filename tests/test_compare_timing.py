@@ -17,6 +17,7 @@ from minimodel.report import compare
 from minimodel.report.compare import bands, families, ratios, samples, timing
 from minimodel.report.compare.rows import AGREE, DISAGREE, NOT_COMPARABLE
 
+DATA = Path(__file__).resolve().parent / "data"
 K = 10  # samples a side
 BETWEEN = 0.025 / 1.96 / np.sqrt(2)  # a run's shift of one time: single times +-2.5 % at p95 between runs
 WITHIN = 0.01  # one sample's noise within a run
@@ -114,6 +115,25 @@ def test_the_whole_comparison_decides_as_the_hundred_reruns_do(base):
         table = judged(frames(base, run), frames(base, ref))
         assert (table["verdict"] == DISAGREE).sum() == grid.disagree(run, ref)
     assert (table["verdict"] == DISAGREE).sum() > 0
+
+
+def test_a_real_h200_rerun_agrees_with_the_reference_it_reran():
+    """h200-rerun-8, the whole workflow run again on an H200 in the committed reference's code, its
+    timing table and samples kept in tests/data (the whole run is in git history: docs/reproducing.md's
+    Reruns table), against the reference: no ratio or family disagrees; 445 ratios are judged by their
+    samples and 59 by their status, as its own compare judged them."""
+    run = (pd.read_csv(DATA / "timing_h200-rerun-8.csv"), pd.read_csv(DATA / "samples_h200-rerun-8.csv.gz"))
+    ref = (pd.read_csv(REFERENCE / contract.TIMING), pd.read_csv(REFERENCE / contract.TIMING_SAMPLES))
+    table = judged(run, ref)
+    assert not (table["verdict"] == NOT_COMPARABLE).any()
+    assert (table["verdict"] == DISAGREE).sum() == 0
+    assert table.loc[table["part"] == timing.NAME, "rule"].value_counts().to_dict() == {
+        bands.BY_SAMPLES: 445, bands.BY_STATUS: 59}
+    # and it is its data that agrees: the same run with the kernel 10 % slower at every point does not
+    slower = run[0].assign(ms=np.where(run[0]["impl"] == contract.TRITON, 1.1, 1.0) * run[0]["ms"])
+    kernel = run[1]["impl"] == contract.TRITON
+    samples_slower = run[1].assign(ms=np.where(kernel, 1.1, 1.0) * run[1]["ms"])
+    assert (judged((slower, samples_slower), ref)["verdict"] == DISAGREE).sum() > 0
 
 
 def test_a_slowdown_at_three_points_is_named_and_nothing_else(base):

@@ -1,6 +1,5 @@
 """`python -m minimodel verify` and the workflow's `verify` rule: damage, staleness, environment."""
 
-import json
 import os
 import runpy
 import shutil
@@ -15,8 +14,6 @@ from test_manifest import Namedlist
 from minimodel import __main__ as cli
 from minimodel.floor.provenance import io, manifest, verify
 from minimodel.floor.provenance.reading import find_manifests, load_manifest
-from minimodel.report import compare
-from minimodel.report.compare import bands
 
 ROOT = Path(__file__).resolve().parents[1]
 REFERENCE = ROOT / "results" / "reference" / "nvidia-h200"
@@ -243,74 +240,6 @@ def test_the_committed_reference_passes_plain_verify_and_names_its_stale_code(mo
         assert any(line.startswith(f"stale    {path}: ") for line in out)
     assert any(line.startswith("environment  cuda: NVIDIA H200") for line in out)
     assert cli.main(["verify", str(REFERENCE), "--strict"]) == (1 if report.stale else 0)
-
-
-def test_the_committed_rerun_is_intact_and_agreed_with_the_reference(monkeypatch):
-    """results/reruns/h200-rerun-1, the reference rerun on an H200 as a user would (docs/reproducing.md):
-    every file its manifests vouch for is as written, and its verdict is the one the docs give."""
-    monkeypatch.chdir(ROOT)
-    rerun = ROOT / "results" / "reruns" / "h200-rerun-1"
-    report = verify.check(rerun)
-    assert report.damaged == [] and len(report.manifests) == len(find_manifests(rerun)) == 12
-    verdict = json.loads((rerun / "compare" / "verdict.json").read_text())
-    assert (verdict["verdict"], verdict["compared"], verdict["disagreements"]) == ("agree", 3135, [])
-    assert verdict["reference"] == "results/reference/nvidia-h200"
-
-
-@pytest.mark.parametrize(("rerun", "own"), [
-    ("h200-rerun-5", []),
-    ("h200-rerun-6", [{"part": "timing", "item": "fwd+bwd: lab (2, 4, 64, 64) causal",
-                       "metric": "kernel/fa4 (fwd+bwd)",
-                       "reason": "beyond its band and significant (Holm-adjusted p = 2.9e-06)"}]),
-    ("h200-rerun-7", [])])
-def test_the_reruns_of_the_28bb38c_reference_are_intact_and_keep_their_verdicts(monkeypatch, rerun, own):
-    """results/reruns/h200-rerun-5, an H200 rerun of the 28bb38c reference whose machine was given
-    back inside the timing stage, finished in a later lease from the stages it had packed, and
-    h200-rerun-6 and h200-rerun-7, its timing stage again in a copy of the reference
-    (docs/reproducing.md): every manifest as its rule wrote it, and their own verdicts as the docs
-    give them. Their own compare (the code of 143f73a; 099fe47 for rerun 7) is stale, not damaged:
-    the bands changed after it (and so is any rule whose code changed since). Rerun 6's own compare
-    said disagree on one ratio, beyond the band of then; rerun 7's, by the bands the six reruns
-    before it gave, said agree. That reference was replaced by b7352f1's (ed76290; it is
-    ed76290^'s results/reference/nvidia-h200): its timing table is tests/data/timing_28bb38c.csv,
-    against which tests/test_compare_bands.py holds all three within HEAD's bands, and within the
-    bands derived without them."""
-    monkeypatch.chdir(ROOT)
-    rerun = ROOT / "results" / "reruns" / rerun
-    report = verify.check(rerun)
-    assert report.damaged == [] and len(report.manifests) == len(find_manifests(rerun)) == 12
-    # stale only by code changed since it ran (its own compare's bands, at least), and its compare
-    # by the reference it read, since replaced
-    replaced = {(f.path, f.rule) for f in report.stale if str(f.path).startswith("results/reference/")}
-    assert {(f.path, f.rule) for f in report.stale} - replaced == expected_stale(rerun)
-    assert {rule for _, rule in replaced} == {"compare"}
-    assert "compare" in {rule for _, rule in expected_stale(rerun)}
-    then = json.loads((rerun / "compare" / "verdict.json").read_text())
-    assert then["verdict"] == ("disagree" if own else "agree") and then["disagreements"] == own
-    assert then["compared"] == 3135 and then["reference"] == "results/reference/nvidia-h200"
-    assert then["parts"]["timing"] == {compare.AGREE: 504 - len(own), compare.DISAGREE: len(own)} if own \
-        else then["parts"]["timing"] == {compare.AGREE: 504}
-
-
-@pytest.mark.parametrize("rerun", ["h200-rerun-8", "h200-rerun-9"])
-def test_the_reruns_of_the_b7352f1_reference_are_intact_and_agree_with_it(monkeypatch, rerun):
-    """results/reruns/h200-rerun-8, the whole workflow (finished in a second lease from the stages its
-    first had made), and h200-rerun-9, the timing stage again in a copy of the reference, both in the
-    reference's own code (ed76290; docs/reproducing.md): every manifest as its rule wrote it, each
-    own verdict agree on all 3,135 numbers, and HEAD's compare agrees with it. Their compare is
-    stale by the bands alone, which count them since."""
-    monkeypatch.chdir(ROOT)
-    folder = ROOT / "results" / "reruns" / rerun
-    report = verify.check(folder)
-    assert report.damaged == [] and len(report.manifests) == len(find_manifests(folder)) == 13
-    assert {(f.path, f.rule) for f in report.stale} == expected_stale(folder)
-    assert {rule for _, rule in expected_stale(folder)} <= {"compare"}
-    then = json.loads((folder / "compare" / "verdict.json").read_text())
-    assert (then["verdict"], then["compared"], then["disagreements"]) == ("agree", 3135, [])
-    assert then["reference"] == "results/reference/nvidia-h200"
-    assert then["timing_rules"] == {bands.BY_SAMPLES: 445, bands.BY_STATUS: 59}
-    _, now = compare.compare_runs(folder, REFERENCE)
-    assert (now["verdict"], now["compared"], now["disagreements"]) == ("agree", 3135, [])
 
 
 def test_a_copy_of_the_reference_verifies_as_the_reference_does(tmp_path, monkeypatch):

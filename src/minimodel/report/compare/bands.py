@@ -12,7 +12,8 @@ row's `ms`):
   moved 7.6 % (and flex's 6.7 % the other way); kernel/flex at the lab grid's N = 64 moved 16-20 %
   (flex's compiled kernel there runs in 11 or 13.5 us, and which one a run gets changes between
   runs);
-- each committed rerun (results/reruns) against the reference it was made against, every pass,
+- each H200 rerun against the reference it was made against (their timing tables in tests/data;
+  docs/reproducing.md's Reruns table names the commit that holds each whole), every pass,
   10 samples a row: two of the c8af775 reference, two of 1800db6's, three of 28bb38c's, two of
   b7352f1's; 444 or 445 ratios and 48 families each.
 3,250 ratios on FlashAttention's grid, 658 on the lab grid's N < 1024 and 656 above, 493 families.
