@@ -11,7 +11,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from conftest import copy_project
+
+from minimodel.floor.provenance import devices
 
 ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "src" / "minimodel"
@@ -206,3 +209,33 @@ def test_no_import_waits_for_a_switch():
     # an import after code (E402) was how a switch once had to come first; the entry made it needless
     waiting = [str(p.relative_to(ROOT)) for p in CODE if "noqa: E402" in p.read_text()]
     assert waiting == []
+
+
+# The rules whose jobs run no kernel: they import no torch where no GPU can be (1.5 s of CPU a job;
+# `floor/provenance/devices.py`). Every other script may import it, and the package's stages do.
+NO_KERNEL_SCRIPTS = ("symbolic", "plots", "readme", "compare", "compare_verdict", "verify")
+
+
+def top_level_imports(path: Path) -> list[str]:
+    """A file's import statements at its top level, as written."""
+    return [ast.unparse(node) for node in ast.parse(path.read_text()).body
+            if isinstance(node, ast.Import | ast.ImportFrom)]
+
+
+def imports_torch(scripts) -> bool:
+    """Whether a process that imports what `scripts` import and records a manifest's machine
+    (`machine.environment`) imports torch, TRITON_INTERPRET unset as in a job."""
+    lines = {line for name in scripts for line in top_level_imports(ROOT / "scripts" / f"{name}.py")}
+    code = "\n".join(["import sys", *sorted(lines, key=lambda line: "minimodel.entry" not in line),
+                      "from minimodel.floor.provenance import machine", "machine.environment()",
+                      "print('torch' in sys.modules)"])
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.split()[-1].lower())
+
+
+@pytest.mark.skipif(devices.may_have_gpu(), reason="checks a machine without a GPU's device nodes")
+def test_a_job_that_runs_no_kernel_imports_no_torch_where_no_gpu_can_be():
+    assert not imports_torch(NO_KERNEL_SCRIPTS)
+    assert imports_torch(["cpu_roofline"])  # the check sees torch where a job takes it

@@ -5,6 +5,10 @@ the versions of the packages that make the numbers, a sha256 of the whole instal
 GPU with its driver, CUDA runtime, cuDNN, compute capability and clocks, the host name and, inside
 a SLURM job, the job's id, name, partition and nodes.
 
+Torch is imported for the GPU's record only where a GPU may be (`devices.cuda_available`): on
+Linux without a GPU driver's device nodes the record is the CPU's, as torch would have it, and a
+job that runs no kernel imports no torch.
+
 `require_cuda()` is called by the GPU stages when the run is meant for a GPU (`gpu_required`:
 `gpu.require_cuda: true`, or, by default, inside a SLURM job that was given GPUs, as the SLURM
 profile's GPU rules are): instead of falling back to Triton's interpreter or a no-GPU table,
@@ -25,6 +29,8 @@ from pathlib import Path
 
 import triton
 
+from minimodel.floor.provenance import devices
+
 SLURM_GPU_VARIABLES = ("SLURM_GPUS", "SLURM_JOB_GPUS", "SLURM_GPUS_ON_NODE", "SLURM_STEP_GPUS")
 SLURM_VARIABLES = {"job_id": "SLURM_JOB_ID", "job_name": "SLURM_JOB_NAME",
                    "partition": "SLURM_JOB_PARTITION", "nodes": "SLURM_JOB_NODELIST",
@@ -44,14 +50,11 @@ def cpu_description() -> str:
 
 def device_description() -> str:
     """The accelerator that torch sees, or the CPU when there is none."""
-    try:
+    if devices.cuda_available():
         # not at the top: the Snakefile's process imports this module, and no torch
         import torch
 
-        if torch.cuda.is_available():
-            return f"cuda: {torch.cuda.get_device_name(0)}"
-    except ImportError:
-        pass
+        return f"cuda: {torch.cuda.get_device_name(0)}"
     return cpu_description()
 
 
@@ -83,13 +86,11 @@ def _nvidia_smi(*fields: str) -> list[str] | None:
 
 def gpu() -> dict | None:
     """The first CUDA device: name, capability, memory, driver, CUDA runtime, cuDNN, clocks."""
-    try:
-        # not at the top: the Snakefile's process imports this module, and no torch
-        import torch
-    except ImportError:
+    if not devices.cuda_available():
         return None
-    if not torch.cuda.is_available():
-        return None
+    # not at the top: the Snakefile's process imports this module, and no torch
+    import torch
+
     props = torch.cuda.get_device_properties(0)
     info = {
         "name": props.name,
