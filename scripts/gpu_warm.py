@@ -1,5 +1,6 @@
 """Rule `gpu_warm`: the timing stage's first calls made ahead, filling the machine's compile caches;
-a table saying so without CUDA."""
+a table saying so without CUDA. An error outside a row stops the warm-up, not the run: its table
+and summary say where and why (`warm.run`)."""
 
 import pandas as pd
 import torch
@@ -22,6 +23,8 @@ with stage(snakemake) as st:
         rows = result.pop("rows")
         result["device"] = torch.cuda.get_device_name(0)
         st.extra.update(backend="cuda", device=result["device"])
+        if "stopped" in result:
+            st.extra.update(stopped=result["stopped"])
     else:
         rows = warm.no_gpu_rows(cfg)
         result = {"device": None, "status": contract.NO_GPU_WARM}

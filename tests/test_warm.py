@@ -4,6 +4,7 @@ gpu_bytes without making them stale (GPU parts skip)."""
 
 import contextlib
 import dataclasses
+import io
 import json
 import re
 
@@ -79,6 +80,58 @@ def test_every_pass_prepares_the_kernel_and_each_contender_with_the_first_calls_
     assert list(rows.columns) == list(warm.COLUMNS) and len(rows) == 3 * len(passes)
     assert rows["seconds"].eq(0.75).all()  # its preparation and its one sample; no ms column
     assert result["seconds"]["prepare mine"] == pytest.approx(0.25 * len(passes), abs=0.1)
+
+
+def _ok_rows(point, direction, impls, case, samples, ceilings, clock):
+    for impl in impls:
+        clock[f"prepare {impl.name}"] += 0.25
+    return [{**dataclasses.asdict(point), "direction": direction, "impl": impl.name, "status": "ok",
+             "checked": True} for impl in impls], []
+
+
+def test_an_error_outside_a_row_stops_the_warm_up_keeps_its_rows_and_says_so(monkeypatch, capsys):
+    calls = []
+
+    def time_pass(point, direction, impls, *args):
+        calls.append((point, direction))
+        if len(calls) == 3:
+            raise MemoryError("no room for the inputs\nsecond line")
+        return _ok_rows(point, direction, impls, *args)
+    monkeypatch.setattr(warm, "time_pass", time_pass)
+    progress = io.StringIO()
+    result = warm.run(CFG, 3, progress=progress)
+    passes = [(p, d) for p, d, _ in timing.passes(CFG, 3)]
+    rows = pd.DataFrame(result["rows"], columns=warm.COLUMNS)
+    assert len(rows) == len(passes) and rows["status"].iloc[:2].eq("ok").all()
+    stopped = rows.iloc[2:]
+    assert stopped["impl"].isna().all() and stopped["status"].eq(result["stopped"]).all()
+    assert [(r.grid, r.N, r.d, r.causal, r.direction) for r in stopped.itertuples()] == \
+        [(p.grid, p.N, p.d, p.causal, d) for p, d in passes[2:]]
+    assert result["stopped"] == ("failed: the warm-up stopped at this pass "
+                                 "(MemoryError: no room for the inputs)")
+    assert f"gpu_warm stopped after 2 of {len(passes)} passes (MemoryError" in progress.getvalue()
+    assert "Traceback" in capsys.readouterr().err  # the rule's log
+    assert result["seconds"]["prepare triton"] == 0.5
+
+
+def test_a_contender_that_does_not_start_stops_the_warm_up_before_any_pass(monkeypatch):
+    @contextlib.contextmanager
+    def started(contenders, clock):
+        raise RuntimeError("mine could not be imported")
+        yield
+    monkeypatch.setattr(warm.timing, "started", started)
+    monkeypatch.setattr(warm, "time_pass", _ok_rows)
+    result = warm.run(CFG, 0, [_Child("mine").contender])
+    rows = pd.DataFrame(result["rows"])
+    assert len(rows) == len(list(timing.passes(CFG, 0))) and rows["impl"].isna().all()
+    assert rows["status"].eq("failed: the warm-up stopped at this pass "
+                             "(RuntimeError: mine could not be imported)").all()
+
+
+def test_without_an_error_the_result_says_nothing_stopped(monkeypatch):
+    monkeypatch.setattr(warm, "time_pass", _ok_rows)
+    result = warm.run({**CFG, "lab_n": CFG["lab_n"][:1], "fa_n": []}, 0)
+    assert "stopped" not in result and pd.DataFrame(result["rows"])["status"].eq("ok").all()
 
 
 @pytest.mark.gpu

@@ -19,13 +19,16 @@ preparation took; no time of theirs is a measurement (this stage runs beside
 `gpu_correctness`, sharing its GPU), and nothing reads them but a person asking where the time
 went.
 
-The workflow runs it beside `gpu_correctness`, and `gpu_timing` and `gpu_bytes` after it, so
-that its GPU work never lands inside a measurement (`workflow/rules/gpu.smk`).
+The workflow runs it beside `gpu_correctness`, `gpu_timing` after it, and `gpu_bytes` never
+beside it, before or after (`gpu_measure`; no edge joins them, so forcing the warm-up does not
+make the DRAM counts again), so that its GPU work never lands inside a measurement
+(`workflow/rules/gpu.smk`). What raises outside a row stops the warm-up but not the run (`run`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import traceback
 
 from tqdm import tqdm
 
@@ -50,20 +53,40 @@ def first_calls(case):
 
 def run(cfg: dict, random_seed: int, contenders=(), progress=None) -> dict:
     """Every timing pass's first calls of the kernel and `contenders` (each in its child), in the
-    stage's order: {"rows": one per (pass, implementation), "seconds": by what they went on}."""
+    stage's order: {"rows": one per (pass, implementation), "seconds": by what they went on}.
+
+    An implementation's failure at a pass is its row's status, as in the timing stage. What raises
+    outside a row (a contender's child that does not start, a pass's inputs) stops the warm-up but
+    fails nothing: the warm-up only saves the timing stage time, and that stage compiles what was
+    not compiled ahead. The rows made are kept, each pass not warmed gets one row saying why, the
+    result's "stopped" says so too, and the traceback goes to the log (stderr)."""
     clock = Clock()
     rows = []
-    with timing.started(contenders, clock) as children:
-        warmed = [Local(name) for name in WARMED] + [Remote(child) for child in children]
-        for p, direction, case in tqdm(list(timing.passes(cfg, random_seed)), desc="warm", file=progress):
-            spent = Clock()
-            got, _ = time_pass(p, direction, warmed, first_calls(case), 1, None, spent)
-            for row in got:
-                row["seconds"] = round(spent[f"prepare {row['impl']}"] + spent[f"sample {row['impl']}"], 3)
-                rows.append({column: row.get(column) for column in COLUMNS})
-            clock.update(spent)
-    timing.say_failures(children, rows, progress)
-    return {"rows": rows, "seconds": {what: round(s, 1) for what, s in clock.most_common()}}
+    passes = list(timing.passes(cfg, random_seed))
+    done = 0
+    result = {}
+    try:
+        with timing.started(contenders, clock) as children:
+            warmed = [Local(name) for name in WARMED] + [Remote(child) for child in children]
+            for p, direction, case in tqdm(passes, desc="warm", file=progress):
+                spent = Clock()
+                got, _ = time_pass(p, direction, warmed, first_calls(case), 1, None, spent)
+                for row in got:
+                    impl = row["impl"]
+                    row["seconds"] = round(spent[f"prepare {impl}"] + spent[f"sample {impl}"], 3)
+                    rows.append({column: row.get(column) for column in COLUMNS})
+                clock.update(spent)
+                done += 1
+            timing.say_failures(children, rows, progress)
+    except Exception as err:  # any error: the warm-up only saves time
+        traceback.print_exc()
+        reason = f"{type(err).__name__}: {(str(err).strip().splitlines() or [''])[0]}"
+        result["stopped"] = f"{contract.FAILED}: the warm-up stopped at this pass ({reason})"
+        rows += [{**dataclasses.asdict(p), "direction": direction, "impl": None, "status": result["stopped"],
+                  "checked": None, "seconds": None} for p, direction, _ in passes[done:]]
+        print(f"gpu_warm stopped after {done} of {len(passes)} passes ({reason}); the timing stage "
+              "compiles the rest itself (the traceback is in the rule's log)", file=progress)
+    return {"rows": rows, "seconds": {what: round(s, 1) for what, s in clock.most_common()}, **result}
 
 
 def no_gpu_rows(cfg: dict) -> list[dict]:
