@@ -9,6 +9,7 @@ import pytest
 import torch
 from conftest import DEVICE, HAS_CUDA
 
+from minimodel.floor import decode_grid
 from minimodel.floor.correctness_rule import tolerance
 from minimodel.floor.decode_ref import naive_decode
 from minimodel.kernel import decode
@@ -86,7 +87,7 @@ def test_the_policy_splits_when_the_programs_leave_sms_idle():
     # batch 64 × 8 KV heads fill the SMs: one split, no combine
     assert get_decode_config(64, 8, 131072, 128, 132).splits == 1
     # a short cache is not cut below MIN_KEYS_PER_SPLIT keys a split
-    assert get_decode_config(1, 8, 1024, 128, 132).splits == 1024 // decode.MIN_KEYS_PER_SPLIT
+    assert get_decode_config(1, 8, 1024, 128, 132).splits == 1024 // decode_grid.MIN_KEYS_PER_SPLIT
     cfg = get_decode_config(1, 8, 1024, 128, 132, splits=7)
     assert cfg.splits == 7 and cfg.as_row()["cfg_sm_count"] == 132
     with pytest.raises(ValueError, match="num_splits must be a positive whole number"):

@@ -48,12 +48,22 @@ COMPARE = "compare"  # comparison.csv, verdict.json, comparison.png
 LOGS = "logs"  # logs/<rule>.log
 BENCHMARKS = "benchmarks"  # benchmarks/<rule>.tsv
 MANIFEST = "manifest.json"  # beside every output, one per folder below
+# Decode (a few new tokens against a KV cache; floor/byte_model/decode.py), through every stage: its
+# closed forms and its grid's model rows, the CPU's counted bytes, the GPU's checks and timings, its figures
+DECODE_SYMBOLIC = "symbolic/decode/decode.csv"  # point × scheme × splits: bytes, FLOPs, intensity, bound
+DECODE_FORMULAS = "symbolic/decode/formulas.csv"
+DECODE_CPU = "cpu/decode/decode.csv"  # point × scheme × splits: counted bytes beside the model
+DECODE_GPU = "gpu/decode/decode.csv"  # point × implementation: correctness, time, GB/s
+DECODE_GPU_SUMMARY = "gpu/decode/decode.json"
+DECODE_PLOTS = "plots/decode"  # plots/decode/<figure>.png, one per DECODE_FIGURES
 
 # Each rule's folder, holding its manifest.
 FOLDERS = {"symbolic": "symbolic", "cpu_bytes_part": "cpu/bytes/{dtype}", "cpu_bytes": "cpu",
            "cpu_roofline": "cpu/roofline", "gpu_correctness": "gpu/correctness",
            "gpu_warm": "gpu/warm", "gpu_timing": "gpu/timing", "gpu_bytes": "gpu/bytes", "plots": PLOTS,
-           "readme": README_FOLDER, "verify": "verify", "compare": COMPARE}
+           "readme": README_FOLDER, "verify": "verify", "compare": COMPARE,
+           "decode_symbolic": "symbolic/decode", "decode_cpu": "cpu/decode", "decode_gpu": "gpu/decode",
+           "decode_plots": DECODE_PLOTS}
 
 
 def manifest(rule: str) -> str:
@@ -85,6 +95,9 @@ FIGURES = {
     "backward_bytes_vs_n": "Backward",
     "backward_tflops_vs_n": "Backward",
 }
+
+# Decode's figures (rule decode_plots, drawn by report/decode_plots.py), as FIGURES.
+DECODE_FIGURES = {"decode_bytes": "Decode", "decode_bandwidth": "Decode"}
 
 # ---- names inside the tables -----------------------------------------------------------------
 # The timing grids (timing.csv's `grid`): lab 02's, and FlashAttention's benchmark grid.

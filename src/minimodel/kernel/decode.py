@@ -32,6 +32,7 @@ import triton
 import triton.language as tl
 
 from minimodel.floor import contract
+from minimodel.floor.decode_grid import split_policy
 from minimodel.floor.decode_ref import check_decode
 
 SUPPORTED_HEAD_DIMS = (64, 128, 256)
@@ -41,8 +42,6 @@ INTERPRETED = triton.knobs.runtime.interpret
 # The SM count the policy assumes where there is no device to ask (under the interpreter): the H100's
 # and H200's; the config records the count it was given.
 DEFAULT_SMS = 132
-MAX_SPLITS = 64
-MIN_KEYS_PER_SPLIT = 512  # shorter splits spend more on their partials and the combine than they save
 LOG2E = 1.4426950408889634
 
 
@@ -62,16 +61,10 @@ class DecodeConfig:
 
 def get_decode_config(batch: int, heads_kv: int, max_seqlen: int, head_dim: int, sm_count: int = DEFAULT_SMS,
                       splits: int | None = None) -> DecodeConfig:
-    """The split count and tile: enough (sequence, KV head, split) programs to give every SM one,
-    never a split shorter than MIN_KEYS_PER_SPLIT keys, one split where B × H_kv already fills
-    80 % of the SMs; `splits` given is taken as it is."""
+    """The split count (`floor.decode_grid.split_policy`, or `splits` as given) and the tile."""
     block_n = {64: 128, 128: 64, 256: 32}[head_dim]
     if splits is None:
-        programs = batch * heads_kv
-        if programs >= 0.8 * sm_count:
-            splits = 1
-        else:
-            splits = max(1, min(sm_count // programs, MAX_SPLITS, max_seqlen // MIN_KEYS_PER_SPLIT))
+        splits = split_policy(batch, heads_kv, max_seqlen, sm_count)
     elif not isinstance(splits, int) or isinstance(splits, bool) or splits < 1:
         raise ValueError(f"num_splits must be a positive whole number or None (the policy), got {splits!r}")
     return DecodeConfig(splits=splits, BLOCK_N=block_n, num_warps=4, num_stages=3, sm_count=sm_count)
