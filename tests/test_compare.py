@@ -2,6 +2,7 @@
 
 import json
 import shutil
+import tempfile
 from pathlib import Path
 
 import pandas as pd
@@ -179,10 +180,34 @@ def test_inputs_that_differ_are_listed(run):
     assert "symbolic: environment: torch: 9.9.9 (reference: 2.11.0)" in verdict["inputs_that_differ"]
 
 
-def test_the_cli_never_writes_into_a_committed_reference(monkeypatch, capsys):
+def test_a_committed_reference_compared_without_out_is_written_to_a_folder_of_its_own(
+        reference_untouched, tmp_path, monkeypatch, capsys):
+    """A committed reference as the run, no --out: the verdict, its tables in a new temporary
+    folder, said; nothing written into the reference. An --out inside it is refused."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     monkeypatch.chdir(REFERENCE.parents[2])
-    assert compare.main([str(REFERENCE.relative_to(REFERENCE.parents[2]))]) == 2
+    assert compare.main([str(REFERENCE.relative_to(REFERENCE.parents[2]))]) == 0
+    said = capsys.readouterr().out.splitlines()
+    [out] = [Path(line.split()[2].rstrip(":")) for line in said if line.startswith("  written to ")]
+    assert out.parent == tmp_path and out.name.startswith("minimodel-compare-nvidia-h200-nvidia-h200-")
+    assert json.loads((out / "verdict.json").read_text())["verdict"] == compare.AGREE
+    assert compare.main([str(REFERENCE), "--out", str(REFERENCE / "cmp")]) == 2
     assert "read, never written" in capsys.readouterr().err
+
+
+def test_a_run_compared_without_out_writes_beside_the_workflows_comparison(run, monkeypatch, capsys):
+    """No --out: RUN/compare-<reference's folder name>, said, whether or not the workflow's own
+    RUN/compare exists; the same command again replaces it."""
+    monkeypatch.chdir(run.parent)
+    assert compare.main(["run"]) == 0
+    out = run / f"compare-{REFERENCE.name}"
+    assert f"  written to {out}: comparison.csv (every row), verdict.json, comparison.png" in \
+        capsys.readouterr().out.splitlines()
+    assert {p.name for p in out.iterdir()} == {"comparison.csv", "verdict.json", "comparison.png"}
+    (out / "verdict.json").write_text("{}")
+    assert compare.main([str(run), str(REFERENCE)]) == 0
+    assert json.loads((out / "verdict.json").read_text())["verdict"] == compare.AGREE
+    assert not (run / "compare").exists()
 
 
 @pytest.fixture
@@ -291,7 +316,9 @@ def reference_untouched():
 def test_the_cli_never_writes_into_a_committed_reference_from_any_folder(reference_untouched, tmp_path,
                                                                          monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    assert compare.main([str(REFERENCE), str(REFERENCE)]) == 2
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    assert compare.main([str(REFERENCE), str(REFERENCE)]) == 0
+    assert compare.main([str(REFERENCE), str(REFERENCE), "--out", str(REFERENCE / "compare")]) == 2
     err = capsys.readouterr().err.splitlines()
     assert err == [f"compare: refusing to write into {REFERENCE / 'compare'}: it is inside the committed "
                    f"reference runs ({REFERENCE.parent}), which are read, never written; pass --out with "

@@ -133,14 +133,17 @@ def test_a_case_without_a_verdict_is_not_a_pass(column):
 
 
 def test_the_cli_never_replaces_the_comparison_a_rule_wrote(run, tmp_path, capsys):
-    """RUN/compare, the default --out, holds the workflow's own comparison once the workflow ran:
-    refused, not replaced (its manifest would no longer vouch for it)."""
+    """RUN/compare holds the workflow's own comparison once the workflow ran: a comparison without
+    --out goes beside it (RUN/compare-<reference>), one with --out into it is refused, and it is
+    never replaced (its manifest would no longer vouch for it)."""
     made = run / "compare"
     made.mkdir()
     (made / "verdict.json").write_text(json.dumps({"verdict": AGREE}))
     (made / "manifest.json").write_text("{}")
-    assert compare.main([str(run), str(REFERENCE)]) == 2
-    assert "holds a workflow rule's outputs" in capsys.readouterr().err
-    assert json.loads((made / "verdict.json").read_text()) == {"verdict": AGREE}
+    assert compare.main([str(run), str(REFERENCE)]) == 0
+    assert f"written to {run / ('compare-' + REFERENCE.name)}:" in capsys.readouterr().out
     assert compare.main([str(run), str(REFERENCE), "--out", str(made)]) == 2
+    assert "holds a workflow rule's outputs" in capsys.readouterr().err
+    assert {p.name for p in made.iterdir()} == {"verdict.json", "manifest.json"}
+    assert json.loads((made / "verdict.json").read_text()) == {"verdict": AGREE}
     assert compare.main([str(run), str(REFERENCE), "--out", str(tmp_path / "elsewhere")]) == 0

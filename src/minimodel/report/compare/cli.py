@@ -31,21 +31,27 @@ The machine's own ceilings (the roofline) are not compared.
 
 Both folders are first checked against their own manifests (`minimodel.report.runs`).
 Writes `comparison.csv` (one row per judged number, its `rule` the way it was judged),
-`verdict.json` and `comparison.png` whatever the verdict, then prints a summary of a few lines. The
-verdict is "agree" (exit 0: not comparable is not a failure), "disagree" when something that
-should agree does not, or "nothing compared" when no number could be compared at all (exit 1
-for both); a folder that cannot be compared, or an --out inside a committed reference or holding
-a rule's outputs (the run's own compare/, which the workflow wrote), exits 2.
+`verdict.json` and `comparison.png` whatever the verdict, then prints a summary of a few lines and
+where it wrote them: --out, else RUN/compare-<the reference's folder name> (`default_out`), beside
+the workflow's own comparison, RUN/compare, which its rule wrote and its manifest vouches for, so
+the two never meet; a run that is a committed reference is read, never written, and its comparison
+goes to a new temporary folder. The verdict is "agree" (exit 0: not comparable is not a failure),
+"disagree" when something that should agree does not, or "nothing compared" when no number could
+be compared at all (exit 1 for both); a folder that cannot be compared, or an --out inside a
+committed reference or holding a rule's outputs (the run's own compare/), exits 2.
 docs/reproducing.md says how the timing verdict decides.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import tempfile
 from pathlib import Path
 
-from minimodel.floor import commands
+from minimodel.floor import commands, contract
+from minimodel.floor.provenance import project
 from minimodel.report import runs
 from minimodel.report.compare.figure import write
 from minimodel.report.compare.rows import AGREE
@@ -58,19 +64,33 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("reference", nargs="?", default=str(REFERENCE),
                         help=f"the run to compare against (default {REFERENCE})")
     parser.add_argument("--out", help="where to write comparison.csv, verdict.json, comparison.png "
-                                      "(default: RUN/compare, unless the workflow's rule wrote it)")
+                                      f"(default: RUN/{contract.COMPARE}-<REFERENCE's folder name>, beside "
+                                      f"the workflow's own RUN/{contract.COMPARE}; a temporary folder when "
+                                      "RUN is a committed reference)")
+
+
+def default_out(run: str | os.PathLike, reference: str | os.PathLike) -> Path:
+    """Where a comparison without --out goes: RUN/compare-<the reference's folder name>, never the
+    workflow's RUN/compare; a new temporary folder when RUN is a committed reference (read, never
+    written)."""
+    run, reference = Path(run).resolve(), Path(reference).resolve()
+    if project.inside(run, runs.committed_references()):
+        return Path(tempfile.mkdtemp(prefix=f"minimodel-compare-{run.name}-{reference.name}-"))
+    return run / f"{contract.COMPARE}-{reference.name}"
 
 
 def run(args: argparse.Namespace) -> int:
     try:
         # resolved before anything is read: a relative --out, `..` or a symlink cannot slip in
-        out = runs.check_writable(args.out or Path(args.run) / "compare")
+        out = runs.check_writable(args.out) if args.out else None
         table, verdict = compare_runs(args.run, args.reference)
+        out = out or runs.check_writable(default_out(args.run, args.reference))
     except RunError as err:
         print(f"compare: {err}", file=sys.stderr)
         return 2
     write(table, verdict, out)
     print(summary_text(verdict))
+    print(f"  written to {out}: comparison.csv (every row), verdict.json, comparison.png")
     return 0 if verdict["verdict"] == AGREE else 1
 
 
