@@ -30,7 +30,7 @@ from minimodel.contenders.catalog import Where, runs_at
 from minimodel.floor import contract
 from minimodel.floor.provenance import project
 from minimodel.gpu import ncu as ncu_tool
-from minimodel.gpu.hbm_plan import DTYPE, model_columns, plan, planned_rows
+from minimodel.gpu.hbm_plan import DTYPE, model_columns, plan_indexed, planned_rows
 from minimodel.gpu.hbm_probe import MARKED, PROBE, RAISED_AFTER_MARK, RESTART
 from minimodel.gpu.ncu import KERNEL_COLUMNS, NCU_METRICS, NCU_OPTIONS
 from minimodel.kernel import launch_config
@@ -70,7 +70,7 @@ def measure(cfg: dict, l2_bytes: int, random_seed: int, ncu: str, workdir: str |
     free_bytes, _ = torch.cuda.mem_get_info()
     by_name = {c.name: c for c in contenders}
     rows = [{**row, "input_seed": random_seed + i, **_unmeasured(_initial_status(row, free_bytes, by_name))}
-            for i, row in enumerate(plan(cfg, l2_bytes, contenders))]
+            for i, row in plan_indexed(cfg, l2_bytes, contenders)]
     parts = []
     for contender in (None, *contenders):
         impls = contract.BYTES_SCHEMES if contender is None else (contender.name,)

@@ -61,7 +61,20 @@ def device_bytes(impl: str, heads: int, n: int, d: int, direction: str = contrac
 
 def plan(cfg: dict, l2_bytes: int, contenders=()) -> list[dict]:
     """Every point of `gpu.bytes`, one row per implementation and pass, in the order they are
-    measured (module docstring); contenders are `minimodel.contenders.Contender`s."""
+    measured (module docstring); contenders are `minimodel.contenders.Contender`s. A shard's
+    config (`shard`: key -> value of a row, `minimodel.gpu.shards`) keeps the rows it selects."""
+    return [row for _, row in plan_indexed(cfg, l2_bytes, contenders)]
+
+
+def plan_indexed(cfg: dict, l2_bytes: int, contenders=()) -> list[tuple[int, dict]]:
+    """`plan`'s rows, each with its index in the whole plan: row i's inputs are drawn from
+    random_seed + i, in a shard as in the whole stage."""
+    selection = cfg.get("shard") or {}
+    return [(i, row) for i, row in enumerate(_whole_plan(cfg, l2_bytes, contenders))
+            if all(row[key] == value for key, value in selection.items())]
+
+
+def _whole_plan(cfg: dict, l2_bytes: int, contenders=()) -> list[dict]:
     points = []
     for regime in REGIMES:
         for d in cfg["head_dims"]:
