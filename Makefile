@@ -36,6 +36,9 @@ test-pandas3: install
 		sys.exit(0 if pandas.__version__.startswith('3.') else f'pandas {pandas.__version__}, not 3')"
 	PYTHONPATH=$(abspath $(PANDAS3)) $(BIN)/python -m pytest -n auto -p no:cacheprovider tests/test_compare*.py
 
+test-digests: install  # the kernels compiled for sm_90 against tests/data/kernel_digests.csv (about 2 min)
+	MINIMODEL_KERNEL_DIGESTS=1 $(BIN)/python -m pytest -p no:cacheprovider tests/test_kernel_digests.py
+
 verify: install
 	$(BIN)/python -m minimodel verify results
 

@@ -47,7 +47,6 @@ KNOWN_SPILLS = {(64, True, DQ_ORDERED): 8}
 # warpgroup MMAs, exp2, fp32 reductions to global memory (the atomics into dQ), mbarrier operations,
 # CTA barriers, local-memory stores and loads (spills), TMA loads, TMA reductions
 OPCODES = ("HGMMA", "MUFU", "REDG", "SYNCS", "BAR", "STL", "LDL", "UTMALDG", "UTMAREDG", "ATOMG")
-_TYPES = {torch.float16: "*fp16", torch.bfloat16: "*bf16", torch.float32: "*fp32", torch.int32: "*i32"}
 
 
 def compile_ws(cfg, d: int, causal: bool, dtype=torch.float16, n: int = 4096, arch: int = 90):
@@ -60,9 +59,7 @@ def compile_ws(cfg, d: int, causal: bool, dtype=torch.float16, n: int = 4096, ar
         kernel, _, args, options = config_launch(t, t, t, t, dq, rows, rows, 0.125, cfg, causal)
     else:
         kernel, _, args, options = dkdv_launch(t, t, t, t, dq, t, t, rows, rows, 0.125, cfg, causal)
-    types = {k: (_TYPES[v.dtype] if isinstance(v, torch.Tensor) else kernel_report._as_types({k: v})[k])
-             for k, v in args.items()}
-    return kernel_report.compile_for(kernel, types, options, arch)
+    return kernel_report.compile_for(kernel, kernel_report._as_types(args), options, arch)
 
 
 def report(cfg, d: int, causal: bool, dtype=torch.float16) -> dict:

@@ -9,9 +9,10 @@
     python tools/kernel_report.py --policy --arch 80 --no-sass   # the same fits, without SASS counts
 
 Each kernel of `minimodel.kernel.flash` is compiled for sm_90 (the H100/H200) exactly as a
-launch on a contiguous (B, H, N, d) fp16 problem would specialize it — integer arguments equal
-to 1 become constants, pointers and multiples of 16 carry Triton's divisibility hint — with
-Triton's own ptxas, and the cubin is read with the cuobjdump Triton ships. Nothing runs, so this
+launch on a contiguous (B, H, N, d) problem (float16, or `--dtype bfloat16`) would specialize
+it — integer arguments equal to 1 become constants, pointers and multiples of 16 carry
+Triton's divisibility hint — with Triton's own ptxas, and the cubin is read with the cuobjdump
+Triton ships. Nothing runs, so this
 works on a machine with no GPU: it says before any device time is spent whether a configuration
 fits in shared memory, whether it spills, and how its instruction mix moves (e.g. how many
 special-function exp2 against fused multiply-adds), as notes/kernel.md uses it.
@@ -72,37 +73,44 @@ def _signature(kernel, args: dict) -> tuple[dict, dict, dict]:
     return signature, constants, attrs
 
 
+# A tensor argument's pointer type in Triton's signature, by its dtype.
+POINTER_TYPES = {torch.float16: "*fp16", torch.bfloat16: "*bf16", torch.float32: "*fp32", torch.int32: "*i32"}
+DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
 def _as_types(args: dict) -> dict:
     """A launch's arguments as Triton's signature sees them: pointers and descriptors as their
     types, numbers as they are (`_signature` specializes them as a launch would)."""
     def as_type(v):
         if isinstance(v, torch.Tensor):
-            return f"*{'fp16' if v.dtype == torch.float16 else 'fp32'}"
+            if v.dtype not in POINTER_TYPES:
+                raise TypeError(f"a tensor argument of dtype {v.dtype}; typed here: {list(POINTER_TYPES)}")
+            return POINTER_TYPES[v.dtype]
         return v if isinstance(v, int | float) else mangle_type(v)
 
     return {name: as_type(v) for name, v in args.items()}
 
 
-def _launch(config, shape: tuple[int, int, int, int], causal: bool):
-    """(kernel, arguments as types, options) of `flash_attn_forward`'s launch on a contiguous fp16
-    problem of this shape, from the package's own `arguments` (CPU tensors: only their shapes,
-    strides and dtype are read)."""
-    t = torch.empty(shape, dtype=torch.float16)
+def _launch(config, shape: tuple[int, int, int, int], causal: bool, dtype=torch.float16):
+    """(kernel, arguments as types, options) of `flash_attn_forward`'s launch on a contiguous
+    problem of this shape and dtype (float16 or bfloat16), from the package's own `arguments` (CPU
+    tensors: only their shapes, strides and dtype are read)."""
+    t = torch.empty(shape, dtype=dtype)
     make = flash.arguments_of(config)
     kernel, _, args, options = make(t, t, t, t, t, 0.125, config, causal, False)
     return kernel, _as_types(args), options
 
 
-def kernel_args(config, shape: tuple[int, int, int, int], causal: bool):
+def kernel_args(config, shape: tuple[int, int, int, int], causal: bool, dtype=torch.float16):
     """The kernel `flash_attn_forward` launches for `config` and the arguments it passes."""
-    return _launch(config, shape, causal)[:2]
+    return _launch(config, shape, causal, dtype)[:2]
 
 
-def compile_cubin(config, shape, causal: bool, arch: int = 90):
+def compile_cubin(config, shape, causal: bool, arch: int = 90, dtype=torch.float16):
     """Compile for sm_`arch` without a GPU; returns Triton's compiled kernel (cubin in .asm)."""
     if flash.INTERPRETED:
         raise RuntimeError("kernel_report compiles the real kernels: run it without TRITON_INTERPRET=1")
-    kernel, args, options = _launch(config, shape, causal)
+    kernel, args, options = _launch(config, shape, causal, dtype)
     return compile_for(kernel, args, options, arch)
 
 
@@ -124,10 +132,11 @@ def _cuobjdump(cubin: bytes, flag: str) -> str:
                               capture_output=True, text=True, check=True).stdout
 
 
-def report(config, shape=(1, 1, 4096, 64), causal: bool = False, arch: int = 90, sass: bool = True) -> dict:
+def report(config, shape=(1, 1, 4096, 64), causal: bool = False, arch: int = 90, sass: bool = True,
+           dtype=torch.float16) -> dict:
     """Registers per thread, spill stack bytes, shared memory bytes (and whether it fits), SASS
     counts (without `sass`, None: the disassembly is about 40 % of a kernel's report)."""
-    compiled = compile_cubin(config, shape, causal, arch)
+    compiled = compile_cubin(config, shape, causal, arch, dtype)
     cubin = compiled.asm["cubin"]
     usage = _cuobjdump(cubin, "--dump-resource-usage")
     shared = int(compiled.metadata.shared)
@@ -165,9 +174,9 @@ def policy_configs(arch: int) -> list[tuple]:
     return found
 
 
-def _report_row(cfg, shape, causal, arch, sass: bool = True) -> dict:
+def _report_row(cfg, shape, causal, arch, sass: bool = True, dtype=torch.float16) -> dict:
     try:
-        return report(cfg, shape, causal, arch, sass)
+        return report(cfg, shape, causal, arch, sass, dtype)
     except Exception as err:  # e.g. a shape Triton cannot lower
         return {"error": f"{type(err).__name__}: {str(err).splitlines()[0][:120]}"}
 
@@ -195,11 +204,13 @@ def main(argv=None) -> int:
     parser.add_argument("--no-sass", dest="sass", action="store_false",
                         help="registers, spills and shared memory only: no SASS instruction counts "
                              "(the disassembly is about 40 %% of each kernel's report)")
+    parser.add_argument("--dtype", choices=sorted(DTYPES), default="float16",
+                        help="the inputs' element type (default float16)")
     parser.add_argument("--csv", type=Path, help="also write the table here")
     args = parser.parse_args(argv)
     if args.policy:
         rows = [{"arch": args.arch, "d": d, "causal": causal, **cfg.as_dict(),
-                 **_report_row(cfg, (1, 1, 4096, d), causal, args.arch, args.sass)}
+                 **_report_row(cfg, (1, 1, 4096, d), causal, args.arch, args.sass, DTYPES[args.dtype])}
                 for cfg, d, causal in policy_configs(args.arch)]
         return _print(rows, args.csv, check=True)
     rows, seen = [], {}
@@ -214,8 +225,9 @@ def main(argv=None) -> int:
                        policy.get_fwd_config(d, causal, "cuda", n, shape[0] * shape[1], args.sms, args.arch))
                 key = (cfg, d, causal)
                 if key not in seen:  # the same kernel serves many N: compile it once
-                    seen[key] = _report_row(cfg, shape, causal, args.arch, args.sass)
-                rows.append({"d": d, "causal": causal, "N": n, **cfg.as_dict(), **seen[key]})
+                    seen[key] = _report_row(cfg, shape, causal, args.arch, args.sass, DTYPES[args.dtype])
+                rows.append({"d": d, "causal": causal, "N": n, "dtype": args.dtype, **cfg.as_dict(),
+                             **seen[key]})
     return _print(rows, args.csv)
 
 
