@@ -38,6 +38,11 @@ WARM_SUMMARY = "gpu/warm/warm.json"
 GPU_BYTES = "gpu/bytes/bytes.csv"
 GPU_KERNELS = "gpu/bytes/kernels.csv"
 GPU_BYTES_SUMMARY = "gpu/bytes/bytes.json"
+# One shard of a GPU stage (minimodel.gpu.shards): its rows and where they stand in the stage's table,
+# gathered into the stage's tables above by the stage's rule; each shard's folder holds its manifest.
+CORRECTNESS_SHARD = "gpu/correctness/shards/{shard}/shard.json"
+TIMING_SHARD = "gpu/timing/shards/{shard}/shard.json"
+GPU_BYTES_SHARD = "gpu/bytes/shards/{shard}/shard.json"
 PLOTS = "plots"  # plots/<figure>.png, one per FIGURES
 RESULTS_README = "README.md"
 README_FOLDER = "readme"  # the README's manifest
@@ -61,6 +66,8 @@ DECODE_PLOTS = "plots/decode"  # plots/decode/<figure>.png, one per DECODE_FIGUR
 FOLDERS = {"symbolic": "symbolic", "cpu_bytes_part": "cpu/bytes/{dtype}", "cpu_bytes": "cpu",
            "cpu_roofline": "cpu/roofline", "gpu_correctness": "gpu/correctness",
            "gpu_warm": "gpu/warm", "gpu_timing": "gpu/timing", "gpu_bytes": "gpu/bytes", "plots": PLOTS,
+           "gpu_correctness_shard": "gpu/correctness/shards/{shard}",
+           "gpu_timing_shard": "gpu/timing/shards/{shard}", "gpu_bytes_shard": "gpu/bytes/shards/{shard}",
            "readme": README_FOLDER, "verify": "verify", "compare": COMPARE,
            "decode_symbolic": "symbolic/decode", "decode_cpu": "cpu/decode", "decode_gpu": "gpu/decode",
            "decode_plots": DECODE_PLOTS}
@@ -153,6 +160,8 @@ SPLIT_KV_SCHEME = "split-kv"
 # `scheme`, beside the two above).
 NAIVE_FP32_SOFTMAX_SCHEME = "naive_fp32_softmax"
 BYTES_SCHEMES = (NAIVE_SCHEME, FLASH_SCHEME)
+# Its points' regimes (gpu/bytes/bytes.csv's `regime`): Q, K, V and O fit in the L2, or not.
+BYTES_REGIMES = ("one head", "many heads")
 
 # Status words. timing.csv: `OK`, else why not. gpu/bytes/bytes.csv: `MEASURED`, else a sentence
 # that starts with `NOT_MEASURED` (nothing could be measured) or `SKIPPED` (this point was not).

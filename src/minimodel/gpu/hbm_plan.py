@@ -35,7 +35,7 @@ from minimodel.floor.byte_model import forward as forward_model
 from minimodel.gpu.ncu import NCU_METRICS
 
 DTYPE = "float16"
-REGIMES = ("one head", "many heads")
+REGIMES = contract.BYTES_REGIMES
 ELEMENT_BYTES = forward_model.DTYPE_BYTES[DTYPE]
 MODEL_COLUMNS = ("model_B_r", "model_B_c", "model_read_bytes", "model_write_bytes",
                  *(f"model_{convention}_bytes" for convention in contract.CONVENTIONS))
