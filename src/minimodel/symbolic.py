@@ -1,8 +1,9 @@
 """Stage 1: the byte model's tables (notes/labs.md: lab 01 A and B, theory 02; notes/backward.md),
 from the closed forms of `minimodel.floor.byte_model`: the tidy table of bytes, FLOPs and intensity in
 every pass (`byte_table`, the pass a parameter; all of them: `tidy_table`), every derived closed
-form (`formulas_table`; the forward's beside the lab's), and the lab's printed table (`lab_table`,
-`format_lab_table`). It writes tables only: the other stages read the closed forms from
+form (`formulas_table`; the forward's beside the lab's), the lab's printed table (`lab_table`,
+`format_lab_table`), and decode's rows and closed forms (`decode_table`, `decode_formulas_table`).
+It writes tables only: the other stages read the closed forms from
 `minimodel.floor.byte_model`.
 
 Run `python -m minimodel.symbolic` to print the lab's table (L1 and L2 sizes from the config).
@@ -13,8 +14,8 @@ from __future__ import annotations
 import pandas as pd
 import sympy as sp
 
-from minimodel.floor import contract
-from minimodel.floor.byte_model import backward
+from minimodel.floor import contract, decode_grid
+from minimodel.floor.byte_model import backward, decode
 from minimodel.floor.byte_model.forward import (
     DTYPE_BYTES,
     SCHEMES,
@@ -126,6 +127,43 @@ def backward_formulas_table() -> pd.DataFrame:
     forward + backward."""
     return pd.concat([formulas_table(direction) for direction in backward.BACKWARD_DIRECTIONS],
                      ignore_index=True)
+
+
+def decode_table(cfg: dict) -> pd.DataFrame:
+    """Decode's model rows (`contract.DECODE_SYMBOLIC`), one per point of the config's `decode` grid
+    (`floor.decode_grid.points`, the KV-cache cap applied) and scheme: the naive decode, the split-KV
+    decode with one split, and with the splits the policy picks on `cfg["sm_count"]` SMs where
+    that is more than one. Bytes (read and written), the K and V caches' share, FLOPs, intensity,
+    and the least time at `cfg["bandwidth_bytes_per_s"]` (bytes ÷ bandwidth) in microseconds."""
+    rows = []
+    for point in decode_grid.points(cfg, cfg["max_cache_bytes"]):
+        lengths = point.cache_seqlens
+        policy = decode_grid.split_policy(point.batch, point.heads_kv, max(lengths), cfg["sm_count"])
+        shape = (point.batch, point.heads_q, point.heads_kv, point.len_q, lengths, point.head_dim,
+                 point.dtype_bytes)
+        f = decode.flops(point.heads_q, point.len_q, lengths, point.head_dim)
+        for scheme, splits in ((contract.NAIVE_SCHEME, 1), (contract.SPLIT_KV_SCHEME, 1),
+                               *(((contract.SPLIT_KV_SCHEME, policy),) if policy > 1 else ())):
+            rw = decode.bytes_by_rw(scheme, *shape, splits)
+            total = rw["R"] + rw["W"]
+            rows.append({**point.row(), "scheme": scheme, "splits": splits, "bytes": total,
+                         "bytes_read": rw["R"], "bytes_written": rw["W"],
+                         "kv_cache_bytes": 2 * sum(lengths) * point.heads_kv * point.head_dim
+                         * point.dtype_bytes,
+                         "flops": f, "intensity": f / total,
+                         "bound_us": decode.bound_seconds(total, cfg["bandwidth_bytes_per_s"]) * 1e6})
+    return pd.DataFrame(rows)
+
+
+def decode_formulas_table() -> pd.DataFrame:
+    """Decode's closed forms, as text (`contract.DECODE_FORMULAS`): each scheme with and without its
+    optional step (the naive mask's pass when L_q > 1, the split-KV combine when S > 1)."""
+    cases = {contract.NAIVE_SCHEME: ("L_q = 1", "L_q > 1: the mask's pass over S"),
+             contract.SPLIT_KV_SCHEME: ("S = 1: O written by the split kernel", "S > 1: partials, combine")}
+    return pd.DataFrame([{"scheme": scheme, "case": case,
+                          "bytes": str(decode.derived_bytes(scheme, optional))}
+                         for scheme in decode.SCHEMES
+                         for optional, case in zip((False, True), cases[scheme], strict=True)])
 
 
 def lab_table(grid=contract.LAB_TABLE_POINTS, B_r_: int = LAB_TILE[0], B_c_: int = LAB_TILE[1],

@@ -51,6 +51,8 @@ rule verify:
             rules.gpu_bytes.output.manifest,
             rules.plots.output.manifest,
             rules.readme.output.manifest,
+            rules.decode_symbolic.output.manifest,
+            rules.decode_cpu.output.manifest,
         ]
         + ([rules.compare.output.manifest] if COMPARE_REFERENCE else []),
         code=code("scripts/verify.py"),
