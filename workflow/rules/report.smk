@@ -53,6 +53,8 @@ rule verify:
             rules.readme.output.manifest,
             rules.decode_symbolic.output.manifest,
             rules.decode_cpu.output.manifest,
+            rules.decode_gpu.output.manifest,
+            rules.decode_plots.output.manifest,
         ]
         + ([rules.compare.output.manifest] if COMPARE_REFERENCE else []),
         code=code("scripts/verify.py"),

@@ -60,6 +60,7 @@ DECODE_FORMULAS = "symbolic/decode/formulas.csv"
 DECODE_CPU = "cpu/decode/decode.csv"  # point × scheme × splits: counted bytes beside the model
 DECODE_GPU = "gpu/decode/decode.csv"  # point × implementation: correctness, time, GB/s
 DECODE_GPU_SUMMARY = "gpu/decode/decode.json"
+DECODE_GPU_SAMPLES = "gpu/decode/samples.csv"  # every sample: the point's key columns, impl, sample, ms
 DECODE_PLOTS = "plots/decode"  # plots/decode/<figure>.png, one per DECODE_FIGURES
 
 # Each rule's folder, holding its manifest.
