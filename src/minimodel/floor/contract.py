@@ -82,8 +82,9 @@ def manifest(rule: str) -> str:
 # What a comparison reads of each run (the compare rule lists them as its inputs).
 COMPARED_TABLES = (SYMBOLIC_BYTES, SYMBOLIC_FORMULAS, SYMBOLIC_BACKWARD_FORMULAS, SYMBOLIC_LAB_TABLE,
                    CPU_BYTES, CORRECTNESS, TIMING, TIMING_SUMMARY, GPU_BYTES, GPU_BYTES_SUMMARY)
-# ... and what a run made before them lacks (the timing samples), read and checked where it has them.
-COMPARED_OPTIONAL_TABLES = (TIMING_SAMPLES,)
+# ... and what a run made before them lacks (the timing samples, decode's tables), read and checked
+# where it has them.
+COMPARED_OPTIONAL_TABLES = (TIMING_SAMPLES, DECODE_SYMBOLIC, DECODE_CPU, DECODE_GPU, DECODE_GPU_SUMMARY)
 COMPARED_MANIFESTS = tuple(manifest(rule) for rule in
                            ("symbolic", "cpu_bytes", "cpu_roofline", "gpu_correctness", "gpu_timing",
                             "gpu_bytes"))

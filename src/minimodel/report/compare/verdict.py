@@ -17,11 +17,20 @@ from pathlib import Path
 import pandas as pd
 
 from minimodel.report import runs
-from minimodel.report.compare import correctness, cpu_bytes, families, gpu_bytes, inputs, symbolic, timing
+from minimodel.report.compare import (
+    correctness,
+    cpu_bytes,
+    decode,
+    families,
+    gpu_bytes,
+    inputs,
+    symbolic,
+    timing,
+)
 from minimodel.report.compare.rows import AGREE, COLUMNS, DISAGREE, NOT_COMPARABLE
 from minimodel.report.runs import REFERENCE
 
-PARTS = (symbolic, cpu_bytes, correctness, timing, gpu_bytes, inputs)
+PARTS = (symbolic, cpu_bytes, correctness, timing, gpu_bytes, decode, inputs)
 NOTHING = "nothing compared"  # the verdict when every part was not comparable: no agreement shown
 EXACT = {"exact parts": 0.0}  # the tolerance of every number that must be identical
 SHOWN = 10  # disagreements the console shows, before "and N more"
