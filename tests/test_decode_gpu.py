@@ -18,9 +18,9 @@ GRID = {"len_q": [1, 4], "kv_len": [1024], "batch": [2], "heads": [[32, 8]], "he
 
 def test_without_a_gpu_every_timed_row_says_so():
     rows = pd.DataFrame(decode.no_gpu_rows(GRID, 16 * 10**9))
-    assert len(rows) == 4 * 7  # points × the kernel, naive and five contenders
+    assert len(rows) == 4 * 8  # points × the kernel, at one split too, naive and five contenders
     assert (rows["status"] == contract.NO_GPU_TIMING).all()
-    assert list(rows["impl"][:2]) == [contract.TRITON, contract.NAIVE]
+    assert list(rows["impl"][:3]) == [contract.TRITON, contract.TRITON_ONE_SPLIT, contract.NAIVE]
     point = decode_grid.DecodePoint(2, 1, 32, 8, 128, 1024, False, "bfloat16")
     assert rows["least_bytes"].iloc[0] == decode.least_bytes(point) == (2 * 2 * 1024 * 8 * 128
                                                                         + 2 * 2 * 32 * 128) * 2
@@ -50,7 +50,7 @@ def test_the_figures_draw_the_model_and_say_when_nothing_was_timed(tmp_path):
     assert len(drawn) == 0 and contract.NO_GPU_TIMING in fig.axes[0].texts[0].get_text()
     timed = rows.assign(status=contract.OK, gb_per_s=1000.0)
     _, drawn = decode_plots.decode_bandwidth(timed, {"bandwidth_bytes_per_s": 4e12, "device": "H"})
-    assert len(drawn) == 7 and set(drawn["L_q"]) == {1}  # uniform lengths, the first query length
+    assert len(drawn) == 8 and set(drawn["L_q"]) == {1}  # uniform lengths, the first query length
 
 
 @requires_gpu

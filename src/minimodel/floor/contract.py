@@ -150,6 +150,9 @@ IMPLEMENTATIONS = (TRITON, NAIVE, *SDPA_BACKENDS)
 # path, FlexAttention, the flash_attn package (FlashAttention-2) and FlashAttention-4
 # (`flash_attn.cute`, pip's flash-attn-4). A user's contender is named by the config.
 TRITON_TL, FLEX, FLASH_ATTN, FA4 = "triton_tl", "flex", "flash_attn", "fa4"
+# The decode kernel held to one split (no combine), timed beside it: what its split-KV buys
+# (gpu/decode/decode.csv's `impl`).
+TRITON_ONE_SPLIT = "triton_one_split"
 # What each grid times, in this order.
 IMPLEMENTATIONS_BY_GRID = {LAB_GRID: [TRITON, NAIVE, *SDPA_BACKENDS],
                            FLASHATTENTION_GRID: [TRITON, *SDPA_BACKENDS, NAIVE]}

@@ -40,9 +40,9 @@ SAMPLE_COLUMNS = (*decode_grid.KEY, "total_kv", "impl", "sample", "ms")  # contr
 
 
 def implementations(cfg: dict) -> list[str]:
-    """The kernel and naive, then the config's contenders, in the table's order."""
-    return [contract.TRITON, contract.NAIVE, *(c for c in cfg["contenders"] if c not in
-                                                (contract.TRITON, contract.NAIVE))]
+    """The kernel, the kernel held to one split, naive, then the config's contenders: the table's order."""
+    always = [contract.TRITON, contract.TRITON_ONE_SPLIT, contract.NAIVE]
+    return always + [c for c in cfg["contenders"] if c not in always]
 
 
 def least_bytes(point: decode_grid.DecodePoint) -> float:

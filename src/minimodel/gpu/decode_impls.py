@@ -5,7 +5,7 @@ user would call it, on the case's tensors in FlashAttention's kvcache layout (q 
 caches (B, L_cache, H_kv, d), `cache_seqlens`):
 
 - `triton`: this project's split-KV kernel, `minimodel.kernel.decode.flash_decode` (its config in
-  `info`);
+  `info`); `triton_one_split`: the same held to one split, no combine (what the splits buy);
 - `naive`: `floor.decode_ref.naive_decode`, sequence by sequence;
 - `sdpa_flash`, `sdpa_efficient`, `sdpa_cudnn`: PyTorch's SDPA with that backend alone, on the
   caches' transposed views (GQA through `enable_gqa`). With every sequence the caches' length, the
@@ -33,7 +33,8 @@ from minimodel.floor import contract
 from minimodel.floor.decode_ref import naive_decode
 from minimodel.kernel.decode import flash_decode
 
-IMPLEMENTATIONS = (contract.TRITON, contract.NAIVE, *contract.SDPA_BACKENDS, contract.FLEX, contract.FA4)
+IMPLEMENTATIONS = (contract.TRITON, contract.TRITON_ONE_SPLIT, contract.NAIVE, *contract.SDPA_BACKENDS,
+                   contract.FLEX, contract.FA4)
 FLEX_RECOMPILE_LIMIT = 256  # FlexAttention compiles once per shape: every point of the grid must compile
 
 
@@ -59,8 +60,10 @@ def make(name: str, case: Case):
     """(call, info) of implementation `name` at `case` (module docstring)."""
     if name not in IMPLEMENTATIONS:
         raise ValueError(f"unknown decode implementation {name!r}; accepted: {', '.join(IMPLEMENTATIONS)}")
-    if name == contract.TRITON:
-        _, cfg = flash_decode(case.q, case.k_cache, case.v_cache, case.cache_seqlens, return_config=True)
+    if name in (contract.TRITON, contract.TRITON_ONE_SPLIT):
+        splits = 1 if name == contract.TRITON_ONE_SPLIT else None
+        _, cfg = flash_decode(case.q, case.k_cache, case.v_cache, case.cache_seqlens, num_splits=splits,
+                              return_config=True)
         top = max(case.lengths)
         return (lambda: flash_decode(case.q, case.k_cache, case.v_cache, case.cache_seqlens,
                                      num_splits=cfg.splits, max_seqlen=top)), cfg.as_row()

@@ -15,6 +15,7 @@ from matplotlib.figure import Figure
 from minimodel.floor import contract
 from minimodel.report.plots import IMPL_LABELS, no_gpu_figure
 
+LABELS = {**IMPL_LABELS, contract.TRITON_ONE_SPLIT: "this kernel, one split (no combine)"}
 SCHEME_STYLE = {(contract.NAIVE_SCHEME, False): ("naive decode", "tab:orange"),
                 (contract.SPLIT_KV_SCHEME, False): ("split-KV, one split", "tab:blue"),
                 (contract.SPLIT_KV_SCHEME, True): ("split-KV, the policy's splits", "tab:green")}
@@ -76,7 +77,7 @@ def decode_bandwidth(table: pd.DataFrame, summary: dict):
     for ax, batch in zip(axes, batches, strict=True):
         for impl, line in rows[rows["B"] == batch].groupby("impl", sort=False):
             line = line.sort_values("kv_len")
-            ax.plot(line["kv_len"], line["gb_per_s"], "o-", label=IMPL_LABELS.get(impl, impl))
+            ax.plot(line["kv_len"], line["gb_per_s"], "o-", label=LABELS.get(impl, impl))
         ax.axhline(ceiling, color="black", linestyle="--", label=f"copy bandwidth {ceiling:,.0f} GB/s")
         ax.set(xscale="log", xlabel="KV length", ylabel="GB/s (least bytes ÷ time)", title=f"batch {batch}",
                ylim=(0, ceiling * 1.1))
