@@ -90,7 +90,8 @@ ENTRY_FILES = sorted([*(ROOT / "scripts").glob("*.py"), *(p for p in (ROOT / "to
                                                           if p != COMPILED_ENTRY),
                       ROOT / "tests" / "conftest.py", SRC / "__main__.py"])
 COMPILES_ONLY = (ROOT / "tools" / "kernel_report.py", ROOT / "tools" / "bwd_bench.py",
-                 ROOT / "tools" / "bwd_ws_report.py", ROOT / "tools" / "tma_reduce_probe.py")
+                 ROOT / "tools" / "bwd_ws_report.py", ROOT / "tools" / "tma_reduce_probe.py",
+                 ROOT / "tools" / "kernel_digests.py")
 
 
 def first_minimodel_import(path: Path, tops=("minimodel",)) -> str | None:
@@ -114,7 +115,7 @@ def test_the_compiling_tool_takes_the_compiler_at_its_entry():
     # before anything of minimodel, and before tools/tune.py, whose minimodel.entry would choose
     # the interpreter on a machine without a GPU
     tops = ("minimodel", "tune", COMPILED_ENTRY.stem)
-    for tool in ("kernel_report.py", "bwd_ws_report.py"):
+    for tool in ("kernel_report.py", "bwd_ws_report.py", "kernel_digests.py"):
         assert first_minimodel_import(ROOT / "tools" / tool, tops) == COMPILED_ENTRY.stem
     assert first_minimodel_import(COMPILED_ENTRY) is None
 
