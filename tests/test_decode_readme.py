@@ -1,0 +1,70 @@
+"""The results README's decode answers: every number read from the run's decode tables."""
+
+import json
+
+import pandas as pd
+import pytest
+
+from minimodel.floor import contract
+from minimodel.floor.provenance import project
+from minimodel.report import decode_answers, results_readme
+
+TEMPLATE = project.root() / "workflow" / "report" / "README.md.j2"
+
+
+def paths_of(results):
+    readme = {key: str(results / name) for key, name in (
+        ("symbolic", contract.SYMBOLIC_BYTES), ("cpu_bytes", contract.CPU_BYTES),
+        ("cpu_ceilings", contract.CPU_CEILINGS), ("correctness", contract.CORRECTNESS_SUMMARY),
+        ("timing", contract.TIMING_SUMMARY), ("timing_table", contract.TIMING),
+        ("gpu_bytes", contract.GPU_BYTES), ("gpu_bytes_summary", contract.GPU_BYTES_SUMMARY))}
+    readme["benchmarks"] = sorted(str(p) for p in (results / contract.BENCHMARKS).glob("cpu_*.tsv"))
+    decode = {"symbolic": results / contract.DECODE_SYMBOLIC, "cpu": results / contract.DECODE_CPU,
+              "gpu": results / contract.DECODE_GPU, "gpu_summary": results / contract.DECODE_GPU_SUMMARY,
+              "timing": results / contract.TIMING_SUMMARY}
+    return readme, decode
+
+
+def test_the_readme_states_the_decode_models_numbers(tiny_run):
+    readme_paths, decode_paths = paths_of(tiny_run.root / "results")
+    found = decode_answers.answers(decode_paths)
+    table = pd.read_csv(decode_paths["symbolic"])
+    point = decode_answers.headline_point(table)
+    assert found["model"]["point"]["kv_len"] == table["kv_len"].max() and point["L_q"] == 1
+    assert found["model"]["intensity"] == pytest.approx(point["flops"] / point["bytes"])
+    assert found["model"]["naive_over_split"] > 1 and found["model"]["splits"] > 1
+    text = results_readme.render(TEMPLATE, {**results_readme.collect(readme_paths), "decode": found})
+    section = text[text.index("## Decode"):text.index("## How long it took")]
+    print(section)
+    flat = " ".join(section.split())
+    assert f"{found['model']['intensity']:,.2f} FLOP per" in flat
+    assert f"{found['model']['bound_us']:,.1f} µs" in flat
+    assert f"{found['model']['splits']} splits" in " ".join(section.split())
+    assert "This run timed nothing" in section and contract.NO_GPU_TIMING in section
+    # without the decode answers (a readme rule that does not pass them) the section is left out
+    assert "## Decode" not in results_readme.render(TEMPLATE, results_readme.collect(readme_paths))
+
+
+def test_timed_rows_give_each_implementation_s_fraction_and_the_split_gain(tiny_run, tmp_path):
+    _, paths = paths_of(tiny_run.root / "results")
+    gpu = pd.read_csv(paths["gpu"])
+    gpu = gpu[gpu["backend"] == "cuda"].copy()
+    gpu["status"] = contract.OK
+    gpu["ms"] = 1.0
+    gpu.loc[gpu["impl"] == contract.TRITON_ONE_SPLIT, "ms"] = 3.0  # the split kernel 3x faster
+    gpu["cfg_splits"] = 4
+    gpu["gb_per_s"] = 2000.0
+    gpu["fraction_of_copy_bandwidth"] = 0.5
+    paths["gpu"] = tmp_path / "decode.csv"
+    gpu.to_csv(paths["gpu"], index=False)
+    paths["gpu_summary"] = tmp_path / "decode.json"
+    paths["gpu_summary"].write_text(json.dumps({"device": "NVIDIA H200", "bandwidth_bytes_per_s": 4e12,
+                                                "rotation": "rotated", "kernel_passed": True}))
+    paths["timing"] = tmp_path / "timing.json"
+    ceilings = {"peak_flops_per_s": 8e14, "bandwidth_bytes_per_s": 4e12}
+    paths["timing"].write_text(json.dumps({"ceilings": ceilings}))
+    found = decode_answers.answers(paths)["gpu"]
+    assert found["timed"] and found["ridge"] == 200
+    points = len(gpu) // gpu["impl"].nunique()
+    assert found["split_gain"]["best"] == 3.0 and found["split_gain"]["points"] == points
+    assert {r["impl"] for r in found["impls"]} == set(gpu["impl"])
