@@ -11,6 +11,11 @@ rule readme:
         timing_table=rules.gpu_timing.output.table,
         gpu_bytes=rules.gpu_bytes.output.table,
         gpu_bytes_summary=rules.gpu_bytes.output.summary,
+        # decode's answers (report/decode_answers.py)
+        decode_symbolic=rules.decode_symbolic.output.table,
+        decode_cpu=rules.decode_cpu.output.table,
+        decode_gpu=rules.decode_gpu.output.table,
+        decode_gpu_summary=rules.decode_gpu.output.summary,
         benchmarks=expand(
             benchfile("cpu_bytes_part_{dtype}"), dtype=config["cpu"]["dtypes"]
         )
