@@ -1,45 +1,33 @@
-"""Rule `gpu_bytes`: DRAM bytes of naive, flash and the contenders read with Nsight Compute; planned
-points without it."""
-
-import sys
-import tempfile
-from pathlib import Path
+"""Rule `gpu_bytes`: the DRAM-bytes stage's shards (rule gpu_bytes_shard) gathered into its tables,
+as the unsharded stage writes them; refused where the shards ran on different machines."""
 
 import pandas as pd
-import torch
 
 import minimodel.entry  # noqa: F401 (first: compiled or interpreted is decided on import)
-from minimodel.contenders import registry
-from minimodel.floor.provenance import machine
+from minimodel.floor import contract
 from minimodel.floor.provenance.io import write_csv, write_json
 from minimodel.floor.provenance.manifest import stage
-from minimodel.gpu import hbm, hbm_plan
+from minimodel.gpu import hbm, shards_gather
 from minimodel.gpu import ncu as ncu_tool
 
 with stage(snakemake) as st:
-    cfg, l2_bytes = snakemake.params.cfg, snakemake.params.l2_bytes
-    if machine.gpu_required(snakemake.params.require_cuda):
-        machine.require_cuda()
-    contenders = registry.from_params(snakemake.params.contenders)
-    kernels = pd.DataFrame(columns=ncu_tool.KERNEL_COLUMNS)
-    ncu = ncu_tool.find_ncu(cfg["ncu"]) if torch.cuda.is_available() else None
-    if ncu is None:
-        reason = hbm.NO_NCU if torch.cuda.is_available() else hbm.NO_CUDA
-        rows = hbm_plan.planned_rows(cfg, l2_bytes, reason, contenders)
-    else:
-        with tempfile.TemporaryDirectory() as work:
-            try:
-                rows, kernels = hbm.measure(cfg, l2_bytes, snakemake.params.random_seed, ncu, work,
-                                            contenders)
-            finally:  # ncu's own output, each profiled process's, kept in the rule's log
-                for log in sorted(Path(work).glob("*.log"), key=lambda p: p.stat().st_mtime):
-                    print(log.read_text(), file=sys.stderr)
+    shards = shards_gather.read_shards(snakemake.input.shards)
+    try:
+        rows, kernels, first = shards_gather.dram_bytes(shards)
+    except shards_gather.GatherError as err:
+        raise SystemExit(f"rule gpu_bytes: {err}") from None
     table = pd.DataFrame(rows)
-    summary = hbm.summary(table, ncu, l2_bytes)
-    st.extra.update(status=summary["status"], ncu=summary["ncu"])
+    if first["measured"]:  # the device's record is the shards' (this host may have no GPU)
+        statuses = table["status"].value_counts().to_dict()
+        summary = {**first, "statuses": statuses, "measured": int(statuses.get(contract.MEASURED, 0)),
+                   "contenders": [i for i in dict.fromkeys(table["impl"])
+                                  if i not in contract.BYTES_SCHEMES]}
+    else:
+        summary = hbm.summary(table, first["ncu"], snakemake.params.l2_bytes)
+    st.extra.update(status=summary["status"], ncu=summary["ncu"], shards=[s["name"] for s in shards])
     if not summary["measured"]:  # said on the console where it happens, not only in the log
         print(f"gpu_bytes: {summary['status']}; {snakemake.output.table} lists the {len(table)} "
               "planned points", file=st.progress)
     write_csv(snakemake.output.table, table)
-    write_csv(snakemake.output.kernels, kernels)
+    write_csv(snakemake.output.kernels, pd.DataFrame(kernels, columns=ncu_tool.KERNEL_COLUMNS))
     write_json(snakemake.output.summary, summary)

@@ -1,29 +1,27 @@
-"""Rule `gpu_correctness`: the kernel's sweep, forward and backward; the table is written, then a
-failure of either fails the rule."""
+"""Rule `gpu_correctness`: the sweep's shards (rule gpu_correctness_shard) gathered into its table
+and summary, as the unsharded sweep writes them; a failure of the kernel fails the rule."""
 
 import sys
 
 import pandas as pd
 
 import minimodel.entry  # noqa: F401 (first: compiled or interpreted is decided on import)
-from minimodel.contenders import registry
-from minimodel.floor.provenance import machine
 from minimodel.floor.provenance.io import write_csv, write_json
 from minimodel.floor.provenance.manifest import stage
-from minimodel.gpu import correctness
+from minimodel.gpu import correctness, shards_gather
 
 with stage(snakemake) as st:
-    cfg = snakemake.params.cfg
-    # with require_cuda, a machine without a usable GPU is an error, not the interpreter
-    backend = correctness.select_backend(machine.gpu_required(snakemake.params.require_cuda))
+    shards = shards_gather.read_shards(snakemake.input.shards)
+    try:
+        rows, backend, device_l2 = shards_gather.correctness(shards)
+    except shards_gather.GatherError as err:
+        raise SystemExit(f"rule gpu_correctness: {err}") from None
     random_seed = snakemake.params.random_seed
-    # the kernel's rows, then the contenders'; a contender that fails never fails the rule
-    rows = correctness.run(cfg, backend, random_seed, registry.from_params(snakemake.params.contenders),
-                           progress=st.progress)
-    summary = correctness.summarize(rows, backend, random_seed)
+    summary = correctness.summarize(rows, backend, random_seed, device_l2)
     backward = summary["backward"]
     backward_passed = None if backward is None else backward["all_passed"]
-    st.extra.update(backend=backend, all_passed=summary["all_passed"], backward_all_passed=backward_passed)
+    st.extra.update(backend=backend, all_passed=summary["all_passed"], backward_all_passed=backward_passed,
+                    shards=[s["name"] for s in shards])
     table = pd.DataFrame(rows).assign(backend=backend)
     write_csv(snakemake.output.table, table)
     write_csv(snakemake.log.table, table)  # Snakemake deletes a failed job's outputs, not its logs

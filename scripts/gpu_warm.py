@@ -11,9 +11,13 @@ from minimodel.floor import contract
 from minimodel.floor.provenance import machine
 from minimodel.floor.provenance.io import write_csv, write_json
 from minimodel.floor.provenance.manifest import stage
-from minimodel.gpu import warm
+from minimodel.gpu import device_slots, warm
 
 with stage(snakemake) as st:
+    # on a host of several GPUs, one that no measuring job holds (minimodel.gpu.device_slots)
+    held = device_slots.claim(device_slots.WARM, progress=st.progress)
+    if held is not None:
+        st.extra["gpu_slot"] = held.record()
     cfg = snakemake.params.cfg
     if machine.gpu_required(snakemake.params.require_cuda):
         machine.require_cuda()

@@ -37,8 +37,13 @@ from minimodel.floor.provenance import manifest
 DAEMONS = ("slurmctld", "slurmd")
 TOOLS = ("munged", "mungekey", "munge", "unmunge", "slurmctld", "slurmd", "sbatch", "srun",
          "squeue", "scontrol", "sinfo")
-GPU_MODEL = "testgpu"  # the fake GPU's model, as gres.conf names it
-LOCAL_RULES = ("symbolic", "cpu_bytes", "plots", "readme", "verify")
+GPU_MODEL = "testgpu"  # the fake GPUs' model, as gres.conf names it
+GPUS = 2  # the node's fake GPUs: two GPU jobs (the GPU stages' shards) run at once
+LOCAL_RULES = ("symbolic", "cpu_bytes", "gpu_correctness", "gpu_timing", "gpu_bytes", "plots", "readme",
+               "verify")
+# each GPU job of the run (config/few_shards.yaml): rule -> its shards (None: a rule of one job)
+GPU_JOBS = {"gpu_correctness_shard": ("all",), "gpu_warm": None,
+            "gpu_timing_shard": ("forward", "backward", "fwd_bwd"), "gpu_bytes_shard": ("all",)}
 pytestmark = pytest.mark.workflow
 
 
@@ -131,7 +136,7 @@ MpiDefault=none
 ReturnToService=2
 MinJobAge=300
 GresTypes=gpu
-NodeName={host} CPUs=16 RealMemory=64000 Gres=gpu:{GPU_MODEL}:1 State=UNKNOWN
+NodeName={host} CPUs=16 RealMemory=64000 Gres=gpu:{GPU_MODEL}:{GPUS} State=UNKNOWN
 PartitionName=cpu Nodes={host} Default=YES MaxTime=INFINITE State=UP
 PartitionName=gpu Nodes={host} MaxTime=INFINITE State=UP
 """
@@ -156,8 +161,9 @@ def cluster(state: Path):
     """A running one-node SLURM cluster in the folder `state`, as the environment that reaches it
     (SLURM_CONF); its daemons are stopped by their pid files afterwards."""
     host = socket.gethostname().split(".")[0]
-    gpu_device = state / "fake-gpu0"
-    _run("mknod", str(gpu_device), "c", "1", "3")  # a copy of /dev/null: gres needs a device
+    gpu_devices = [state / f"fake-gpu{i}" for i in range(GPUS)]
+    for device in gpu_devices:
+        _run("mknod", str(device), "c", "1", "3")  # a copy of /dev/null: gres needs a device
     conf = state / "slurm.conf"
     # The plugin's job step runs the rule through `srun`, but first drops every SLURM_* variable
     # but a few (snakemake-executor-plugin-slurm-jobstep 0.6.1), SLURM_CONF too: a real cluster's
@@ -171,7 +177,8 @@ def cluster(state: Path):
     try:
         munge_socket = _start_munged(state / "munge")
         conf.write_text(_slurm_conf(state, host, _free_ports(2), munge_socket))
-        (state / "gres.conf").write_text(f"Name=gpu Type={GPU_MODEL} File={gpu_device}\n")
+        (state / "gres.conf").write_text("".join(f"Name=gpu Type={GPU_MODEL} File={device}\n"
+                                                 for device in gpu_devices))
         for daemon in DAEMONS:
             _run(daemon, "-f", str(conf), env=env)
         _wait("the node", lambda: _run("sinfo", "-h", "-o", "%T", check=False, env=env).stdout.split()
@@ -188,7 +195,10 @@ def _copy_tree(root: Path) -> Path:
     # one dtype of the CPU's bytes: one cpu_bytes_part job through sbatch says what two would
     return copy_project(root, ("no_gpu_needed.yaml", "gpu:\n  require_cuda: false\n"),
                         ("no_compare.yaml", "compare:\n  reference: null\n"),
-                        ("one_dtype.yaml", "cpu:\n  dtypes: [float32]\n"))
+                        ("one_dtype.yaml", "cpu:\n  dtypes: [float32]\n"),
+                        # shards of the GPU stages: one each, but for three of the timing
+                        ("few_shards.yaml", "gpu:\n  shards:\n    correctness: []\n    timing: [direction]\n"
+                                            "    bytes: []\n"))
 
 
 def _snakemake(workdir: Path, env: dict, *args, timeout=900):
@@ -205,7 +215,11 @@ QUICK = ("--slurm-init-seconds-before-status-checks", "2", "--seconds-between-st
 SLURM_ARGS = ("--workflow-profile", "workflow/profiles/slurm", "--slurm-status-command", "squeue",
               *QUICK)
 CONFIGS = ("--configfile", "config/tiny.yaml", "config/no_gpu_needed.yaml", "config/no_compare.yaml",
-           "config/one_dtype.yaml")
+           "config/one_dtype.yaml", "config/few_shards.yaml")
+# one shard's job, forced again in the reruns below: its rule as the plugin's comment names it
+TIMING_SHARD = "gpu_timing_shard_wildcards_forward"
+FORCE_TIMING_SHARD = ("--forcerun", "results/gpu/timing/shards/forward/shard.json", "--",
+                      "results/gpu/timing/manifest.json")
 
 
 def _jobs(env: dict) -> list[dict]:
@@ -232,7 +246,7 @@ def _sbatch(said: str, rule: str, workdir: Path) -> str:
 
 def _rerun_gpu_timing(workdir: Path, env: dict, *profile_args):
     return _snakemake(workdir, env, *profile_args, "--slurm-status-command", "squeue", *QUICK, "--verbose",
-                      *CONFIGS, "--forcerun", "gpu_timing", "--until", "gpu_timing")
+                      *CONFIGS, *FORCE_TIMING_SHARD)
 
 
 def _ran(proc_said) -> dict:
@@ -255,7 +269,9 @@ def _options(reruns: Path, env: dict) -> dict:
     (reruns / "workflow" / "profiles" / "slurm_options" / "config.yaml").write_text(options)
     ran = _ran(_snakemake(reruns, env, "--workflow-profile", "workflow/profiles/slurm_options",
                           "--slurm-status-command", "squeue", *QUICK, "--verbose", *CONFIGS, "--forcerun",
-                          "gpu_timing", "gpu_bytes", "--until", "gpu_timing", "gpu_bytes"))
+                          "results/gpu/timing/shards/forward/shard.json",
+                          "results/gpu/bytes/shards/all/shard.json", "--", "results/gpu/timing/manifest.json",
+                          "results/gpu/bytes/manifest.json"))
     return {**ran, "shipped": shipped, "options": options, "jobs": _jobs(env)}
 
 
@@ -271,11 +287,12 @@ def _second_cluster(state: Path, first: dict) -> dict:
 
 def _no_usable_gpu(reruns: Path, env: dict) -> dict:
     # gpu.require_cuda left at its default: inside a SLURM job given a GPU, a GPU is demanded
-    ran = _ran(_snakemake(reruns, env, *SLURM_ARGS, "--configfile", "config/tiny.yaml", "--forcerun",
-                          "gpu_correctness", "--until", "gpu_correctness"))
-    log = reruns / "results" / "logs" / "gpu_correctness.log"
-    return {**ran, "log": log.read_text() if log.exists() else None,
-            "manifest_left": (reruns / "results" / "gpu" / "correctness" / "manifest.json").exists()}
+    ran = _ran(_snakemake(reruns, env, *SLURM_ARGS, "--configfile", "config/tiny.yaml",
+                          "config/few_shards.yaml", "--forcerun", "gpu_correctness_shard", "--until",
+                          "gpu_correctness"))
+    log = reruns / "results" / "logs" / "gpu_correctness_shard" / "all.log"
+    made = reruns / "results" / "gpu" / "correctness" / "shards" / "all" / "manifest.json"
+    return {**ran, "log": log.read_text() if log.exists() else None, "manifest_left": made.exists()}
 
 
 def make_slurm_runs(folder: Path) -> dict:
@@ -335,31 +352,33 @@ def main_run(slurm_runs) -> dict:
     and its folder."""
     main = _step(slurm_runs, "main")
     print(f"workflow through SLURM: {main['seconds']:.0f} s")
-    for rule in ("gpu_correctness", "gpu_warm", "gpu_timing", "gpu_bytes"):
-        print(_sbatch(main["said"], rule, slurm_runs[0] / "on_slurm"))
+    for rule, shards in GPU_JOBS.items():
+        print(_sbatch(main["said"], rule if shards is None else f"{rule}_wildcards_{shards[0]}",
+                      slurm_runs[0] / "on_slurm"))
     return {**main, "folder": slurm_runs[0] / "on_slurm"}
 
 
 def test_gpu_rules_went_through_sbatch_asking_for_a_gpu(main_run):
-    for rule in ("gpu_correctness", "gpu_warm", "gpu_timing", "gpu_bytes"):
+    for rule, shards in GPU_JOBS.items():
         jobs = [j for j in main_run["jobs"] if j["rule"] == rule]
-        assert len(jobs) == 1, f"{rule}: {len(jobs)} SLURM jobs"
-        job = jobs[0]
-        assert job["JobState"] == "COMPLETED" and job["Partition"] == "gpu"
-        assert "gpu:1" in job.get("TresPerJob", ""), job
-        m = manifest.load_manifest(main_run["folder"] / "results" / "gpu" / rule.split("_")[1]
-                                   / "manifest.json")
-        assert m["environment"]["slurm"]["job_id"] == job["JobId"]
-        assert m["environment"]["slurm"]["partition"] == "gpu"
-        assert m["environment"]["host"] == socket.gethostname()
+        assert len(jobs) == len(shards or (None,)), f"{rule}: {len(jobs)} SLURM jobs"
+        for shard in shards or (None,):
+            (job,) = [j for j in jobs if shard is None or j["Comment"].endswith(f"_wildcards_{shard}")]
+            assert job["JobState"] == "COMPLETED" and job["Partition"] == "gpu"
+            assert "gpu:1" in job.get("TresPerJob", ""), job
+            stage = main_run["folder"] / "results" / "gpu" / rule.split("_")[1]
+            m = manifest.load_manifest(stage / ("manifest.json" if shard is None
+                                                else f"shards/{shard}/manifest.json"))
+            assert m["environment"]["slurm"]["job_id"] == job["JobId"]
+            assert m["environment"]["slurm"]["partition"] == "gpu"
+            assert m["environment"]["host"] == socket.gethostname()
     for rule in ("cpu_bytes_part", "cpu_roofline"):
         assert any(j["rule"] == rule for j in main_run["jobs"]), rule
 
 
 def test_light_rules_ran_on_the_submitting_host(main_run):
     submitted = {j["rule"] for j in main_run["jobs"]}
-    assert submitted == {"cpu_bytes_part", "cpu_roofline", "gpu_correctness", "gpu_warm", "gpu_timing",
-                         "gpu_bytes"}
+    assert submitted == {"cpu_bytes_part", "cpu_roofline", *GPU_JOBS}
     for rule in LOCAL_RULES:
         assert f"localrule {rule}:" in main_run["said"]
     symbolic = manifest.load_manifest(main_run["folder"] / "results" / "symbolic" / "manifest.json")
@@ -385,7 +404,7 @@ def test_results_equal_those_of_a_local_run(main_run, tiny_run):
 
 
 def test_gpu_timing_gets_the_cpus_of_its_set_threads(main_run):
-    assert "--cpus-per-task=8" in _sbatch(main_run["said"], "gpu_timing", main_run["folder"]).split()
+    assert "--cpus-per-task=8" in _sbatch(main_run["said"], TIMING_SHARD, main_run["folder"]).split()
 
 
 def test_the_profile_given_as_profile_is_refused_before_any_job(slurm_runs):
@@ -398,9 +417,9 @@ def test_the_profile_given_as_profile_is_refused_before_any_job(slurm_runs):
 
 def test_the_profile_given_as_profile_without_the_default_one_submits_the_same_job(slurm_runs, main_run):
     step = _step(slurm_runs, "as_profile_alone")
-    alone = _sbatch(step["said"], "gpu_timing", slurm_runs[0] / "reruns")
+    alone = _sbatch(step["said"], TIMING_SHARD, slurm_runs[0] / "reruns")
     print(alone)
-    assert alone == _sbatch(main_run["said"], "gpu_timing", main_run["folder"])
+    assert alone == _sbatch(main_run["said"], TIMING_SHARD, main_run["folder"])
 
 
 def test_the_profiles_options_ask_for_one_gpu_model_and_the_whole_node(slurm_runs):
@@ -408,11 +427,12 @@ def test_the_profiles_options_ask_for_one_gpu_model_and_the_whole_node(slurm_run
     # the two OPTION lines, and nothing else, switched on
     assert sum(a != b for a, b in zip(step["options"].splitlines(), step["shipped"].splitlines(),
                                       strict=True)) == 2
-    for rule in ("gpu_timing", "gpu_bytes"):
+    for rule in (TIMING_SHARD, "gpu_bytes_shard_wildcards_all"):
         sbatch = _sbatch(step["said"], rule, slurm_runs[0] / "reruns")
         print(sbatch)
         assert "--exclusive" in sbatch.split() and f"--gpus={GPU_MODEL}:1" in sbatch.split()
-        job = [j for j in step["jobs"] if j["rule"] == rule][-1]  # this run's, the latest
+        # this run's, the latest
+        job = [j for j in step["jobs"] if j["rule"] == rule.split("_wildcards")[0]][-1]
         assert job["JobState"] == "COMPLETED"
         assert job["OverSubscribe"] == "NO" and job["NumCPUs"] == "16", job  # the whole node
         assert f"gpu:{GPU_MODEL}:1" in job["TresPerJob"], job

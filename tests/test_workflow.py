@@ -417,10 +417,14 @@ def test_a_failing_sweep_fails_the_rule_and_keeps_its_table(own_run):
     assert module.read_text() != source
     proc = snakemake(own_run, "--forcerun", "gpu_correctness", "--until", "gpu_correctness", check=False)
     assert proc.returncode != 0
-    assert not (own_run / "results" / "gpu" / "correctness" / "manifest.json").exists()
-    kept = pd.read_csv(own_run / "results" / "logs" / "gpu_correctness.csv")
-    ran = kept[~kept["skipped"].astype(bool)]
-    assert len(ran) > 0 and not ran["passed"].astype(bool).any()
+    # the shards that ran (minimodel.gpu.shards) left no manifest, and their cases in their logs
+    failed = [s.name for s in (own_run / "results" / "gpu" / "correctness" / "shards").iterdir()
+              if not (s / "manifest.json").exists()]
+    assert failed
+    for shard in failed:
+        kept = pd.read_csv(own_run / "results" / "logs" / "gpu_correctness_shard" / f"{shard}.csv")
+        ran = kept[~kept["skipped"].astype(bool)]
+        assert len(ran) > 0 and not ran["passed"].astype(bool).any()
 
 
 CONTENDERS = """
@@ -487,17 +491,18 @@ def test_two_contenders_one_chatty_one_with_a_helper_outside_the_checkout(tiny_r
     assert "rule gpu_correctness:" in said  # the copy was up to date: the contenders made it rerun
     assert len(said.splitlines()) < 300, said
     assert "chatty line" not in said and "\r" not in said and "it/s][" not in said
-    log = root / "results" / "logs" / "gpu_correctness.log"
+    log = root / "results" / "logs" / "gpu_correctness_shard" / "lab_grid.log"  # its one shard's
     table = pd.read_csv(root / "results" / "gpu" / "correctness" / "correctness.csv")
     ran = int((~table[table["impl"] == "chatty"]["skipped"].astype(bool)).sum())
     assert ran > 0 and log.read_text().count("chatty line ") == 2000 * ran
     failed = [line for line in said.splitlines() if line.startswith("contender ")]
     assert len(failed) == 1 and failed[0].startswith(f"contender chatty: {ran} of {ran} cases failed")
-    assert failed[0].endswith("its output is in results/logs/gpu_correctness.log")
+    assert failed[0].endswith("its output is in results/logs/gpu_correctness_shard/lab_grid.log")
     assert table[table["impl"] == "wrapped"]["passed"].astype(bool).all()
     for path in (root / "results" / "logs").glob("*.log"):
         assert "USDT" not in path.read_text(), path
-    made = json.loads((root / "results" / "gpu" / "correctness" / "manifest.json").read_text())
+    made = json.loads((root / "results" / "gpu" / "correctness" / "shards" / "lab_grid" / "manifest.json")
+                      .read_text())
     hashes = {e["path"]: e["sha256"] for e in made["inputs"]}
     assert hashes[str(helper)] == io.sha256_file(helper) and str(mine / "wrap.py") in hashes
     assert made["params"]["contender_packages"] == {"torch": __import__("torch").__version__}
@@ -506,11 +511,13 @@ def test_two_contenders_one_chatty_one_with_a_helper_outside_the_checkout(tiny_r
     dry = run("-n")
     stats = dry.stdout.split("Job stats:")[1].split("total")[0]
     assert "gpu_correctness" in stats and "gpu_bytes" not in stats, dry.stdout  # bytes runs neither
+    job = dry.stdout.split("rule gpu_correctness_shard (shard=lab_grid):")[1]  # the shard that runs them
     assert any(line.strip().lower().startswith("reason:") and str(helper) in line
-               for line in dry.stdout.split("rule gpu_correctness:")[1].splitlines()[:12]), dry.stdout
+               for line in job.splitlines()[:12]), dry.stdout
     proc = run("--until", "gpu_correctness")
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
-    made = json.loads((root / "results" / "gpu" / "correctness" / "manifest.json").read_text())
+    made = json.loads((root / "results" / "gpu" / "correctness" / "shards" / "lab_grid" / "manifest.json")
+                      .read_text())
     assert {e["path"]: e["sha256"] for e in made["inputs"]}[str(helper)] == io.sha256_file(helper)
     table = pd.read_csv(root / "results" / "gpu" / "correctness" / "correctness.csv")
     wrapped = table[(table["impl"] == "wrapped") & ~table["skipped"].astype(bool)]

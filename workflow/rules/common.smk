@@ -12,6 +12,7 @@ from minimodel.floor.provenance.project import (
     check_written_folders,
     inside,
 )
+from minimodel.gpu import device_slots, shards
 
 SRC = Path("src/minimodel")
 
@@ -164,6 +165,42 @@ def whole_machine():
         return workflow.cores
     except WorkflowError:
         return 1
+
+
+def gpu_count():
+    """K of a local run's `--resources gpu=K` (the default profile's 1); None elsewhere."""
+    given = workflow.global_resources.get("gpu")
+    return getattr(given, "value", given)
+
+
+def per_gpu():
+    """Threads of a job that measures on one GPU (gpu_timing_shard): the machine's cores shared
+    among the K GPUs of a local run, so that K measure at once; elsewhere `whole_machine`.
+    """
+    return max(1, whole_machine() // (gpu_count() or 1))
+
+
+# a shard's name (minimodel.gpu.shards.name): lower-case words joined by "_" and "-"
+SHARD_NAME = "[a-z0-9_-]+"
+
+
+def shard_plan(stage):
+    """name -> selection of each shard of GPU stage `stage` (the config's gpu.shards)."""
+    section = config["gpu"][stage]
+    try:
+        return shards.plan(stage, section, config["gpu"]["shards"][stage])
+    except ValueError as err:
+        raise SystemExit(str(err))
+
+
+def shard_config(stage, name):
+    """The config a shard of `stage` runs (its `cfg` parameter: what re-runs it when changed)."""
+    return shards.shard_config(stage, config["gpu"][stage], SHARDS[stage][name])
+
+
+def shard_outputs(stage, path):
+    """`path` (a contract name with {shard}) of every shard of `stage`: what its gather reads."""
+    return [out(path.format(shard=name)) for name in SHARDS[stage]]
 
 
 class _RuleKind:

@@ -3,7 +3,7 @@
 # the submitting host's cores and submit the GPU jobs one at a time. Refused before any job.
 if (
     "slurm_partition"
-    in workflow.resource_settings.overwrite_resources.get("gpu_timing", {})
+    in workflow.resource_settings.overwrite_resources.get("gpu_timing_shard", {})
     and "gpu" in workflow.global_resources
     and not workflow.remote_exec
 ):
@@ -29,11 +29,57 @@ if (
     )
 
 
-rule gpu_correctness:
-    """Stage 3: the Triton kernel against a float64 reference (notes/labs.md, lab 02 D); interpreter without CUDA."""
+# Each GPU stage runs as shards (minimodel.gpu.shards, the config's gpu.shards), gathered by the
+# stage's rule into its tables. Locally, `--resources gpu=K gpu_measure=K` runs up to K at once:
+# each job claims a GPU of its own (minimodel.gpu.device_slots), handed out through these variables.
+if "gpu" in workflow.global_resources and not workflow.remote_exec:
+    os.environ.update(
+        {
+            device_slots.GPUS_VARIABLE: str(gpu_count()),
+            device_slots.FOLDER_VARIABLE: str(PROJECT / ".snakemake" / "gpu-slots"),
+            device_slots.NVML_CHECK: "1",
+        }
+    )
+
+SHARDS = {stage: shard_plan(stage) for stage in shards.STAGES}
+
+
+rule gpu_correctness_shard:
+    """Stage 3: a shard of the kernel's sweep against a float64 reference (notes/labs.md, lab 02 D); interpreter without CUDA."""
     input:
-        code=code("scripts/gpu_correctness.py"),
+        code=code("scripts/gpu_correctness_shard.py"),
         contenders=contender_modules("correctness"),
+    output:
+        shard=out(C.CORRECTNESS_SHARD),
+        manifest=manifest_of("gpu_correctness_shard"),
+    log:
+        # logs outlive a failed job: the rows are kept there too, so a failing sweep shows every case
+        text=logfile("gpu_correctness_shard/{shard}"),
+        table=out(C.LOGS, "gpu_correctness_shard", "{shard}.csv"),
+    benchmark:
+        benchfile("gpu_correctness_shard/{shard}")
+    wildcard_constraints:
+        shard=SHARD_NAME,
+    conda:
+        CONDA_ENV
+    resources:
+        gpu=1,
+    params:
+        cfg=lambda w: shard_config("correctness", w.shard),
+        require_cuda=config["gpu"]["require_cuda"],
+        random_seed=config["random_seed"],
+        contenders=contender_entries("correctness"),
+        contender_packages=contender_packages("correctness"),
+    script:
+        "../../scripts/gpu_correctness_shard.py"
+
+
+rule gpu_correctness:
+    """Stage 3: the sweep's shards gathered into its table; fails where the kernel failed a case."""
+    input:
+        shards=shard_outputs("correctness", C.CORRECTNESS_SHARD),
+        manifests=shard_outputs("correctness", C.manifest("gpu_correctness_shard")),
+        code=code("scripts/gpu_correctness.py"),
     output:
         table=report(
             out(C.CORRECTNESS),
@@ -43,21 +89,12 @@ rule gpu_correctness:
         summary=out(C.CORRECTNESS_SUMMARY),
         manifest=manifest_of("gpu_correctness"),
     log:
-        # logs outlive a failed job: the table is kept there too, so a failing sweep shows every case
         text=logfile("gpu_correctness"),
         table=out(C.LOGS, "gpu_correctness.csv"),
-    benchmark:
-        benchfile("gpu_correctness")
     conda:
         CONDA_ENV
-    resources:
-        gpu=1,
     params:
-        cfg=config["gpu"]["correctness"],
-        require_cuda=config["gpu"]["require_cuda"],
         random_seed=config["random_seed"],
-        contenders=contender_entries("correctness"),
-        contender_packages=contender_packages("correctness"),
     script:
         "../../scripts/gpu_correctness.py"
 
@@ -75,10 +112,14 @@ rule gpu_warm:
         logfile("gpu_warm"),
     benchmark:
         benchfile("gpu_warm")
+    # not `gpu`: it runs beside the correctness shards, which measure nothing; `gpu_measure`:
+    # never beside a timing or DRAM-bytes shard on its GPU, whose numbers its kernels would land
+    # in. One job for every shard: its compiles land in the host's caches, which every shard on
+    # the host reads. No shard waits for it (a warm-up run again re-runs none): it starts first
+    # (`priority`), beside the sweep, which the timing shards wait for.
+    priority: 1
     conda:
         CONDA_ENV
-    # not `gpu`: it runs beside gpu_correctness, which measures nothing; `gpu_measure`: never
-    # beside gpu_timing or gpu_bytes, whose numbers its kernels would land in
     resources:
         gpu_measure=1,
     params:
@@ -91,16 +132,44 @@ rule gpu_warm:
         "../../scripts/gpu_warm.py"
 
 
-rule gpu_timing:
-    """Stage 3: the kernel timed against naive and SDPA's backends (notes/labs.md, lab 02 E); says so without CUDA."""
+rule gpu_timing_shard:
+    """Stage 3: a shard of the timing, the kernel against naive and SDPA's backends at its passes (notes/labs.md, lab 02 E); says so without CUDA."""
     input:
-        cpu_ceilings=rules.cpu_roofline.output.ceilings,
         correctness=rules.gpu_correctness.output.summary,
-        # run after gpu_warm, which fills the caches its first calls read; not data it is made
-        # from, so its manifest leaves it out (minimodel.floor.provenance.manifest: `after`)
-        after=rules.gpu_warm.output.summary,
-        code=code("scripts/gpu_timing.py"),
+        code=code("scripts/gpu_timing_shard.py"),
         contenders=contender_modules("timing"),
+    output:
+        shard=out(C.TIMING_SHARD),
+        manifest=manifest_of("gpu_timing_shard"),
+    log:
+        logfile("gpu_timing_shard/{shard}"),
+    benchmark:
+        benchfile("gpu_timing_shard/{shard}")
+    wildcard_constraints:
+        shard=SHARD_NAME,
+    conda:
+        CONDA_ENV
+    threads: per_gpu()
+    resources:
+        gpu=1,
+        gpu_measure=1,
+    params:
+        cfg=lambda w: shard_config("timing", w.shard),
+        require_cuda=config["gpu"]["require_cuda"],
+        random_seed=config["random_seed"],
+        contenders=contender_entries("timing"),
+        contender_packages=contender_packages("timing"),
+    script:
+        "../../scripts/gpu_timing_shard.py"
+
+
+rule gpu_timing:
+    """Stage 3: the timing's shards gathered into its tables; refused where they ran on different GPUs or versions."""
+    input:
+        shards=shard_outputs("timing", C.TIMING_SHARD),
+        manifests=shard_outputs("timing", C.manifest("gpu_timing_shard")),
+        cpu_ceilings=rules.cpu_roofline.output.ceilings,
+        code=code("scripts/gpu_timing.py"),
     output:
         table=report(
             out(C.TIMING),
@@ -112,29 +181,51 @@ rule gpu_timing:
         manifest=manifest_of("gpu_timing"),
     log:
         logfile("gpu_timing"),
-    benchmark:
-        benchfile("gpu_timing")
     conda:
         CONDA_ENV
-    threads: whole_machine()
-    resources:
-        gpu=1,
-        gpu_measure=1,
     params:
         cfg=config["gpu"]["timing"],
-        require_cuda=config["gpu"]["require_cuda"],
         random_seed=config["random_seed"],
-        contenders=contender_entries("timing"),
-        contender_packages=contender_packages("timing"),
     script:
         "../../scripts/gpu_timing.py"
 
 
-rule gpu_bytes:
-    """Stage 3: the GPU's DRAM bytes (Nsight Compute) of naive, the kernel and contenders beside the model; planned points without ncu."""
+rule gpu_bytes_shard:
+    """Stage 3: a shard of the GPU's DRAM bytes (Nsight Compute) of naive, the kernel and contenders beside the model; planned points without ncu."""
     input:
-        code=code("scripts/gpu_bytes.py"),
+        code=code("scripts/gpu_bytes_shard.py"),
         contenders=contender_modules("bytes"),
+    output:
+        shard=out(C.GPU_BYTES_SHARD),
+        manifest=manifest_of("gpu_bytes_shard"),
+    log:
+        logfile("gpu_bytes_shard/{shard}"),
+    benchmark:
+        benchfile("gpu_bytes_shard/{shard}")
+    wildcard_constraints:
+        shard=SHARD_NAME,
+    conda:
+        CONDA_ENV
+    resources:
+        gpu=1,
+        gpu_measure=1,
+    params:
+        cfg=lambda w: shard_config("bytes", w.shard),
+        l2_bytes=config["symbolic"]["l2_bytes"],
+        require_cuda=config["gpu"]["require_cuda"],
+        random_seed=config["random_seed"],
+        contenders=contender_entries("bytes"),
+        contender_packages=contender_packages("bytes"),
+    script:
+        "../../scripts/gpu_bytes_shard.py"
+
+
+rule gpu_bytes:
+    """Stage 3: the DRAM bytes' shards gathered into its tables; refused where they ran on different GPUs or versions."""
+    input:
+        shards=shard_outputs("bytes", C.GPU_BYTES_SHARD),
+        manifests=shard_outputs("bytes", C.manifest("gpu_bytes_shard")),
+        code=code("scripts/gpu_bytes.py"),
     output:
         table=report(
             out(C.GPU_BYTES),
@@ -146,19 +237,9 @@ rule gpu_bytes:
         manifest=manifest_of("gpu_bytes"),
     log:
         logfile("gpu_bytes"),
-    benchmark:
-        benchfile("gpu_bytes")
     conda:
         CONDA_ENV
-    resources:
-        gpu=1,
-        gpu_measure=1,
     params:
-        cfg=config["gpu"]["bytes"],
         l2_bytes=config["symbolic"]["l2_bytes"],
-        require_cuda=config["gpu"]["require_cuda"],
-        random_seed=config["random_seed"],
-        contenders=contender_entries("bytes"),
-        contender_packages=contender_packages("bytes"),
     script:
         "../../scripts/gpu_bytes.py"

@@ -28,8 +28,10 @@ from minimodel.contenders.run import Case, Child, failure_line, rule_log
 from minimodel.floor import contract
 from minimodel.floor.correctness_rule import ABS_FLOOR, TORCH_MULTIPLE
 from minimodel.floor.provenance import machine
+from minimodel.gpu.correctness_plan import backward_cases, sweep_cases
 from minimodel.gpu.implementations import Local, Remote
-from minimodel.kernel import BF16_INTERPRETER_REASON, INTERPRETED
+from minimodel.gpu.kernel_check import random_inputs
+from minimodel.kernel import INTERPRETED
 
 log = logging.getLogger(__name__)
 
@@ -45,107 +47,100 @@ def select_backend(require_cuda: bool = False) -> str:
     return "interpreter" if INTERPRETED else "cuda"
 
 
-def sweep_cases(cfg: dict, backend: str) -> list[dict]:
-    """The cases of the sweep: the lab's grid, awkward N, other head dims, each dtype, then the
-    grouped-query cases (K and V with `gqa_kv_heads` heads).
-
-    Under the interpreter the grid shrinks to cfg['interpreter'] (batch, heads, N <= max_n).
-    """
-    if backend == "interpreter":
-        small = cfg["interpreter"]
-        B, H, max_n, dtypes = small["batch"], small["heads"], small["max_n"], cfg["dtypes"]
-        run_dtypes = set(small["dtypes"])
-    else:
-        B, H, max_n, dtypes = cfg["batch"], cfg["heads"], None, cfg["dtypes"]
-        run_dtypes = set(dtypes)
-    cases = []
-    H_kv = cfg.get("gqa_kv_heads", 1)
-    if H % H_kv:
-        raise ValueError(f"gpu.correctness.gqa_kv_heads is {H_kv}, which does not divide the {H} query "
-                         f"heads of the {backend} sweep; accepted: a divisor of {H}")
-    shapes = [(n, cfg["head_dim"], H, contract.LAB_CASES) for n in cfg["n"]]
-    shapes += [(n, cfg["head_dim"], H, contract.AWKWARD_CASES) for n in cfg["awkward_n"]]
-    shapes += [(cfg["other_head_dims_n"], hd, H, contract.HEAD_DIM_CASES) for hd in cfg["other_head_dims"]]
-    grouped = [(n, cfg["head_dim"], H_kv, contract.GQA_CASES) for n in cfg.get("gqa_n", ())]
-    # the grouped cases come last, so every other case keeps the inputs it was drawn before them
-    planned = [(t, s) for t in dtypes for s in shapes] + [(t, s) for t in dtypes for s in grouped]
-    for dtype, (n, d, heads_kv, group) in planned:
-        if max_n is not None and n > max_n:
-            continue
-        for causal in (False, True):
-            case = {"B": B, "H": H, "H_kv": heads_kv, "N": n, "d": d, "causal": causal, "dtype": dtype,
-                    "group": group}
-            if dtype not in run_dtypes:
-                case["skip"] = (BF16_INTERPRETER_REASON if dtype == "bfloat16"
-                                else "not in the interpreter's dtypes")
-            cases.append(case)
-    return cases
-
-
-def backward_cases(cfg: dict, backend: str) -> list[dict]:
-    """The sweep's cases the backward runs (`sweep_cases`, in its order, each with its index there,
-    `index`): none with cfg['backward'] false; under the interpreter those with N <= backward_max_n."""
-    if not cfg["backward"]:
-        return []
-    cases = [{**c, "index": i} for i, c in enumerate(sweep_cases(cfg, backend))]
-    if backend == "interpreter":
-        cases = [c for c in cases if c["N"] <= cfg["interpreter"]["backward_max_n"]]
-    return cases
-
-
 class Planned(NamedTuple):
-    """A case of the sweep in one pass: its `Case`, its group (`contract.LAB_CASES`, ...), and why
-    the kernel leaves it out (`skip`: a dtype the interpreter's sweep does not run), or None."""
+    """A case of the sweep in one pass: its `Case`, its group (`contract.LAB_CASES`, ...), why
+    the kernel leaves it out (`skip`: a dtype the interpreter's sweep does not run), or None, and
+    whether the stage's shard runs it (`selected`; `minimodel.gpu.shards`)."""
 
     case: Case
     group: str | None = None
     skip: str | None = None
+    selected: bool = True
 
 
-def plan(cfg: dict, backend: str, random_seed: int) -> dict[str, list[Planned]]:
+def plan(cfg: dict, backend: str, random_seed: int,
+         selection: dict | None = None) -> dict[str, list[Planned]]:
     """direction -> its cases: `sweep_cases` forward, `backward_cases` backward, each case's seed
-    random_seed + its index in `sweep_cases`."""
+    random_seed + its index in `sweep_cases`; with a shard's `selection` (key -> value of a case:
+    `group`, `direction`, `dtype`), those it leaves to other shards are not `selected`."""
     device = "cuda" if backend == "cuda" else "cpu"
 
-    def planned(c, index):
+    def planned(c, index, direction):
         case = Case(c["B"], c["H"], c["H_kv"], c["N"], c["d"], c["causal"], c["dtype"], device,
                         seed=random_seed + index)
-        return Planned(case, c["group"], c.get("skip"))
+        item = {**c, "direction": direction}
+        selected = all(item[key] == value for key, value in (selection or {}).items())
+        return Planned(case, c["group"], c.get("skip"), selected)
 
-    return {contract.FORWARD: [planned(c, i) for i, c in enumerate(sweep_cases(cfg, backend))],
-            contract.BACKWARD: [planned(c, c["index"]) for c in backward_cases(cfg, backend)]}
+    forward, backward = contract.FORWARD, contract.BACKWARD
+    return {forward: [planned(c, i, forward) for i, c in enumerate(sweep_cases(cfg, backend))],
+            backward: [planned(c, c["index"], backward) for c in backward_cases(cfg, backend)]}
 
 
 def rows_of(impl, planned: dict[str, list[Planned]], random_seed: int = 0, progress=None) -> list[dict]:
-    """One implementation's rows (`minimodel.gpu.implementations`) at every planned case of each
+    """One implementation's rows (`minimodel.gpu.implementations`) at every selected case of each
     pass, in order: a skipped row where it does not run (`runs_at`, and for the kernel the plan's
     `skip`), else its check. The kernel draws its cases' inputs one after another from a generator
-    seeded with `random_seed`, one per pass; a contender, in its child, from each case's seed (the
-    same for every contender and both passes). The implementation is stopped after."""
+    seeded with `random_seed`, one per pass (those of a case another shard runs drawn and dropped,
+    so that every case gets the inputs of the whole sweep); a contender, in its child, from each
+    case's seed (the same for every contender and both passes). The implementation is stopped after."""
     rows = []
     try:
         for direction, cases in planned.items():
             generator = torch.Generator().manual_seed(random_seed)  # the kernel's inputs
             label = f"correctness {impl.name}" + (f" ({direction})" if direction != contract.FORWARD else "")
-            for case, group, skip in tqdm(cases, desc=label, file=progress, mininterval=2, disable=not cases):
+            mine = [p for p in cases if p.selected]
+            bar = tqdm(total=len(mine), desc=label, file=progress, mininterval=2, disable=not mine)
+            for case, group, skip, selected in cases:
                 why = (skip if isinstance(impl, Local) else None) or impl.runs_at(case, direction)
+                if not selected:
+                    if isinstance(impl, Local) and not why:
+                        _draw(case, direction, generator)
+                    continue
                 row = impl.skipped(case, direction, why) if why else impl.check(case, direction, generator)
                 rows.append(row if group is None else {**row, "group": group})
                 verdict = contract.SKIPPED if why else "pass" if row["passed"] else "FAIL"
                 log.info("%s %s N=%d d=%d causal=%s %s: %s", impl.name, direction, case.N, case.d,
                          case.causal, case.dtype, verdict)
+                bar.update()
+            bar.close()
     finally:
         impl.stop()
     return rows
+
+
+def _draw(case: Case, direction: str, generator: torch.Generator) -> None:
+    """The kernel's inputs of `case` drawn from `generator` and dropped, on the CPU: the draws its
+    check would make (`kernel_check.random_inputs`: Q, K, V, and a backward's dO)."""
+    count = 3 if direction == contract.FORWARD else 4
+    random_inputs(case.B, case.H, case.N, case.d, torch.float32, case.H_kv, "cpu", "contiguous", generator,
+                  count)
+
+
+def order(planned: dict[str, list[Planned]]) -> list[tuple[int, int]]:
+    """(pass, position in its pass) of each row `rows_of` gives for one implementation, in order:
+    where it stands among the whole sweep's rows of that implementation."""
+    return [(rank, position) for rank, cases in enumerate(planned.values())
+            for position, planned_case in enumerate(cases) if planned_case.selected]
 
 
 def run(cfg: dict, backend: str, random_seed: int, contenders=(), progress=None) -> list[dict]:
     """Every row of the sweep (`plan`): the kernel's (`rows_of`), then each contender's
     (`contender_rows`), each its forward rows, then its backward rows. The interpreter's smaller
     grid applies to all; the dtypes it leaves out to the kernel only."""
-    planned = plan(cfg, backend, random_seed)
+    return run_shard(cfg, backend, random_seed, contenders, progress)[0]
+
+
+def run_shard(cfg: dict, backend: str, random_seed: int, contenders=(), progress=None,
+              selection: dict | None = None) -> tuple[list[dict], list[tuple[int, int, int]]]:
+    """The rows of a shard's `selection` of the sweep (`run`'s, all of them without one) and,
+    beside them, where each stands in the whole sweep's table (implementation, pass, case: the
+    gather of the shards orders their rows by it, `minimodel.gpu.shards`)."""
+    planned = plan(cfg, backend, random_seed, selection)
     rows = rows_of(Local(contract.TRITON), planned, random_seed, progress)  # the rule fails on its failures
-    return rows + contender_rows(contenders, planned, random_seed, progress)
+    rows += contender_rows(contenders, planned, random_seed, progress)
+    each = order(planned)
+    return rows, [(impl, *at) for impl in range(1 + len(contenders)) for at in each]
 
 
 def contender_rows(contenders, planned: dict[str, list[Planned]], random_seed: int,
@@ -179,9 +174,11 @@ def _counts(rows: list[dict]) -> dict:
     return contenders
 
 
-def summarize(rows: list[dict], backend: str, random_seed: int) -> dict:
+def summarize(rows: list[dict], backend: str, random_seed: int, device_l2_bytes: int | None = None) -> dict:
     """The kernel's forward verdict (its rows) and each contender's forward counts beside it; then
-    the same of the backward (`backward`: None where the sweep ran no backward)."""
+    the same of the backward (`backward`: None where the sweep ran no backward). `device_l2_bytes`:
+    the L2 of the device the rows ran on (a gather of shards runs where there may be none); by
+    default this process's device's, on CUDA."""
     def direction(r):
         return r.get("direction", contract.FORWARD)
 
@@ -199,7 +196,8 @@ def summarize(rows: list[dict], backend: str, random_seed: int) -> dict:
         "max_err_torch_vs_fp64": max((r["err_torch_vs_fp64"] for r in ran), default=None),
         "max_err_vs_torch_fp16": max((r["err_vs_torch_fp16"] for r in ran), default=None),
         "lab_literal_all_pass": all(r["lab_literal_pass"] for r in ran),
-        "device_l2_bytes": machine.device_l2_bytes() if backend == "cuda" else None,
+        "device_l2_bytes": (device_l2_bytes if device_l2_bytes is not None
+                            else machine.device_l2_bytes() if backend == "cuda" else None),
         "contenders": _counts([r for r in forward if not kernel(r)]),
     }
     backward = [r for r in rows if direction(r) == contract.BACKWARD]

@@ -4,9 +4,11 @@
   lab_head_dim) for N in lab_n, where the kernel is also timed against naive PyTorch.
 - `contract.FLASHATTENTION_GRID`: FlashAttention's benchmark grid, batch·N = fa_tokens and
   heads·d = fa_model_dim, for N in fa_n and d in fa_head_dims.
-Each point is timed causal and not. The timing stage, its no-GPU table, and the development
-tools all take their points from here, from the config the workflow validates
-(`minimodel.floor.provenance.configcheck.load_config`).
+Each point is timed causal and not, in every pass (`directions`). The timing stage, its no-GPU
+table, and the development tools all take their points from here, from the config the workflow
+validates (`minimodel.floor.provenance.configcheck.load_config`). A shard of the stage
+(`minimodel.gpu.shards`) gives its passes instead, as `passes`, each with its point's index in
+the whole grid (its inputs' seed), so that a shard times what the whole stage would at its points.
 """
 
 from __future__ import annotations
@@ -51,6 +53,35 @@ def flashattention_grid(cfg: dict) -> list[Point]:
 def points(cfg: dict) -> list[Point]:
     """Every point the timing stage times: the lab grid, then FlashAttention's."""
     return lab_grid(cfg) + flashattention_grid(cfg)
+
+
+def directions(cfg: dict) -> tuple[str, ...]:
+    """The directions timed: the forward, then with `backward` the backward alone and fwd+bwd."""
+    return contract.DIRECTIONS if cfg["backward"] else (contract.FORWARD,)
+
+
+@dataclass(frozen=True)
+class Pass:
+    """A point in one direction, and the point's index in the whole grid (`points`): its inputs
+    are drawn from random_seed + index, in a shard as in the whole stage."""
+
+    index: int
+    point: Point
+    direction: str
+
+    def as_list(self) -> list:
+        """The pass as a shard's config lists it (`passes`)."""
+        p = self.point
+        return [self.index, p.grid, p.B, p.H, p.N, p.d, p.causal, self.direction]
+
+
+def passes(cfg: dict) -> list[Pass]:
+    """Every pass the stage times, in its order: each point (`points`) in every direction; a
+    shard's own (`cfg["passes"]`, `Pass.as_list` each) where the config is a shard's."""
+    if "passes" in cfg:
+        return [Pass(index, Point(grid, B, H, N, d, causal), direction)
+                for index, grid, B, H, N, d, causal, direction in cfg["passes"]]
+    return [Pass(i, p, direction) for i, p in enumerate(points(cfg)) for direction in directions(cfg)]
 
 
 def default_timing_config(*configfiles) -> dict:

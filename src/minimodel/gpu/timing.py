@@ -114,9 +114,7 @@ def run(cfg: dict, random_seed: int, cpu_prediction: dict | None = None, progres
     for row in rows:
         row.update(machine)  # every row says where and with what it was measured
     predictions = []
-    for p in grids.lab_grid(cfg):
-        if p.causal:
-            continue
+    for p in lab_forward_points(cfg):
         block_m = default_config(torch.empty(p.B, p.H, p.N, p.d, device="cuda"), False).BLOCK_M
         predictions.append(roofline_model.predict_speedup(ceilings, p.N, p.d, block_m, block_m, "float16"))
     return {
@@ -134,21 +132,27 @@ def run(cfg: dict, random_seed: int, cpu_prediction: dict | None = None, progres
     }
 
 
-def directions(cfg: dict) -> tuple[str, ...]:
-    """The directions timed: the forward, then with `backward` the backward alone and fwd+bwd."""
-    return contract.DIRECTIONS if cfg["backward"] else (contract.FORWARD,)
+directions = grids.directions
 
 
 def passes(cfg: dict, random_seed: int):
-    """(point, direction, TimingCase) of every pass the stage times, in the order it times them:
-    the grids' points (`grids.points`), each in every direction; a point's inputs are drawn from
-    `random_seed` + its index. The lab grid's forward also reads the host's cost per call."""
-    for i, p in enumerate(grids.points(cfg)):
-        for direction in directions(cfg):
-            host_cost = p.grid == contract.LAB_GRID and direction == contract.FORWARD
-            yield p, direction, TimingCase(p.B, p.H, p.N, p.d, p.causal, random_seed + i,
-                                           cfg["warmup_ms"], cfg["rep_ms"], cfg["sample_ms"], host_cost,
-                                           cfg["sample_warmup_ms"])
+    """(point, direction, TimingCase) of every pass the stage (or a shard of it) times, in the
+    order it times them (`grids.passes`): the grids' points, each in every direction; a point's
+    inputs are drawn from `random_seed` + its index. The lab grid's forward also reads the host's
+    cost per call."""
+    for each in grids.passes(cfg):
+        p, direction = each.point, each.direction
+        host_cost = p.grid == contract.LAB_GRID and direction == contract.FORWARD
+        yield p, direction, TimingCase(p.B, p.H, p.N, p.d, p.causal, random_seed + each.index,
+                                       cfg["warmup_ms"], cfg["rep_ms"], cfg["sample_ms"], host_cost,
+                                       cfg["sample_warmup_ms"])
+
+
+def lab_forward_points(cfg: dict) -> list[grids.Point]:
+    """The lab grid's points, not causal, that the stage (or a shard) times forward: where the
+    roofline's predictions are made."""
+    return [each.point for each in grids.passes(cfg) if each.point.grid == contract.LAB_GRID
+            and not each.point.causal and each.direction == contract.FORWARD]
 
 
 @contextlib.contextmanager
@@ -179,6 +183,12 @@ def say_failures(children, rows: list[dict], progress) -> None:
 
 def no_gpu_rows(cfg: dict) -> list[dict]:
     """Without CUDA: one row per planned point and direction saying that it could not be timed
-    (the forward's rows first)."""
-    return [{"grid": p.grid, "N": p.N, "d": p.d, "causal": p.causal, "status": contract.NO_GPU_TIMING,
-             "ms": None, "direction": direction} for direction in directions(cfg) for p in grids.points(cfg)]
+    (the forward's rows first: `no_gpu_order`)."""
+    return [{"grid": each.point.grid, "N": each.point.N, "d": each.point.d, "causal": each.point.causal,
+             "status": contract.NO_GPU_TIMING, "ms": None, "direction": each.direction}
+            for each in sorted(grids.passes(cfg), key=no_gpu_order)]
+
+
+def no_gpu_order(each: grids.Pass) -> tuple[int, int]:
+    """Where a pass's row stands in the no-GPU table: by direction, then by point."""
+    return contract.DIRECTIONS.index(each.direction), each.index
