@@ -273,7 +273,9 @@ def test_the_estimate_places_the_jobs_as_the_workflow_runs_them():
     assert shards_estimate.schedule(1, 10, {"sweep": 10}, {"t": 5}, {}) == 15  # the warm-up beside the sweep
     assert shards_estimate.schedule(2, 0, {}, {"x": 5, "y": 5}, {}) == 5  # two GPUs: side by side
     assert shards_estimate.schedule(1, 0, {}, {"x": 5, "y": 5}, {"b": 1}) == 11  # one: one after another
-    assert shards_estimate.schedule(2, 10, {"sweep": 1}, {"x": 5}, {}) == 15  # the timing after the warm-up
+    # a timing shard that starts before the warm-up ends compiles its own first calls
+    assert shards_estimate.schedule(2, 4, {"sweep": 1}, {"x": 5}, {}, {"x": 3}) == 1 + 5 + 3
+    assert shards_estimate.schedule(2, 1, {"sweep": 2}, {"x": 5}, {}, {"x": 3}) == 2 + 5
 
 
 def test_the_estimate_of_the_reference_falls_with_more_gpus():

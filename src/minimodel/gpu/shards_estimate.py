@@ -15,10 +15,10 @@ they are modelled from what it did record:
   the job's benchmark seconds is its share of the rows that ran (not skipped), beside the same
   fixed costs of a process and its contenders' start;
 - the warm-up: one job, its benchmark seconds.
-The jobs are then placed on K GPUs as the workflow runs them: a correctness shard beside the
-warm-up on one GPU, the DRAM-bytes shards after the warm-up, the timing shards after both the
-sweep and the warm-up, a measuring shard alone on its GPU; each time a GPU frees, the longest job
-that may start there starts (`schedule`).
+The jobs are then placed on K GPUs as the workflow runs them (`schedule`): the warm-up first, a
+correctness shard beside it on its GPU, the timing shards after the whole sweep, a measuring shard
+alone on its GPU; a timing shard that starts before the warm-up has ended pays its own first
+calls' compiles (gpu/warm/warm.csv's seconds of its passes).
 """
 
 from __future__ import annotations
@@ -96,32 +96,45 @@ def _by_rows(run: Path, rule: str, table: str, keys, shard_path: str) -> dict[st
     return {name: fixed + rest * s for name, s in share.items()}
 
 
-def schedule(gpus: int, warm: float, correctness: dict, timing: dict, dram: dict) -> float:
-    """The stage's wall seconds on `gpus` GPUs (module docstring): greedy, longest ready job first."""
+def schedule(gpus: int, warm: float, correctness: dict, timing: dict, dram: dict,
+             compiles: dict | None = None) -> float:
+    """The stage's wall seconds on `gpus` GPUs (module docstring): the warm-up first, then, each
+    time, the job that can start soonest (the longest of those), each on the GPU it can start on
+    soonest; a timing shard that starts before the warm-up ends compiles its own first calls
+    (`compiles`: seconds by shard)."""
     free = {g: {"gpu": 0.0, "gpu_measure": 0.0} for g in range(gpus)}
-    waiting = [("warm", warm, ("gpu_measure",), ())] + \
-        [(f"c:{n}", s, ("gpu",), ()) for n, s in correctness.items()] + \
-        [(f"b:{n}", s, ("gpu", "gpu_measure"), ("warm",)) for n, s in dram.items()] + \
-        [(f"t:{n}", s, ("gpu", "gpu_measure"), ("warm", "c:")) for n, s in timing.items()]
-    done: dict[str, float] = {}
+    free[0]["gpu_measure"] = warm_end = warm  # the warm-up starts first (its `priority`)
+    waiting = [(f"c:{n}", s, ("gpu",)) for n, s in correctness.items()] + \
+        [(f"b:{n}", s, ("gpu", "gpu_measure")) for n, s in dram.items()] + \
+        [(f"t:{n}", s, ("gpu", "gpu_measure")) for n, s in timing.items()]
+    done: dict[str, float] = {"warm": warm_end}
     while waiting:
         best = None
+        sweep_left = any(j[0].startswith("c:") for j in waiting)
         for job in sorted(waiting, key=lambda j: -j[1]):
-            needs = [t for name, t in done.items() for after in job[3] if name.startswith(after)]
-            unmet = [j for j in waiting if any(j[0].startswith(a) for a in job[3])]
-            if unmet:
-                continue
-            ready = max(needs, default=0.0)
+            if job[0].startswith("t:") and sweep_left:
+                continue  # the timing shards wait for the sweep's gather
+            ready = max((t for n, t in done.items() if n.startswith("c:")), default=0.0) \
+                if job[0].startswith("t:") else 0.0
             for g, slots in free.items():
                 start = max(ready, *(slots[s] for s in job[2]))
-                if best is None or start < best[0] or (start == best[0] and job[1] > best[1][1]):
+                if best is None or start < best[0]:
                     best = (start, job, g)
         start, job, g = best
+        took = job[1] + ((compiles or {}).get(job[0][2:], 0.0)
+                         if job[0].startswith("t:") and start < warm_end else 0.0)
         for s in job[2]:
-            free[g][s] = start + job[1]
-        done[job[0]] = start + job[1]
+            free[g][s] = start + took
+        done[job[0]] = start + took
         waiting.remove(job)
     return max(done.values())
+
+
+def _compiles(run: Path, keys) -> dict[str, float]:
+    """Each timing shard's first calls' seconds, as the warm-up made them (gpu/warm/warm.csv)."""
+    rows = pd.read_csv(run / contract.WARM).dropna(subset=["seconds"])
+    names = rows.apply(lambda r: shards.name({k: r[k] for k in keys}), axis=1)
+    return rows.groupby(names)["seconds"].sum().to_dict()
 
 
 def estimate(run: Path, config: dict) -> pd.DataFrame:
@@ -135,10 +148,11 @@ def estimate(run: Path, config: dict) -> pd.DataFrame:
                            contract.CORRECTNESS_SHARD)
     dram = _by_rows(run, "gpu_bytes", contract.GPU_BYTES, keys["bytes"], contract.GPU_BYTES_SHARD)
     warm = _benchmark(run, "gpu_warm")
+    compiles = _compiles(run, keys["timing"])
     whole = (max(_benchmark(run, "gpu_correctness"), warm) + _benchmark(run, "gpu_timing")
              + _benchmark(run, "gpu_bytes"))
     longest = round(max([*timing.values(), *correctness.values(), *dram.values(), warm]))
-    return pd.DataFrame([{"GPUs": k, "wall_s": round(schedule(k, warm, correctness, timing, dram)),
+    return pd.DataFrame([{"GPUs": k, "wall_s": round(schedule(k, warm, correctness, timing, dram, compiles)),
                           "longest_job_s": longest, "timing_shards": len(timing),
                           "unsharded_one_gpu_s": round(whole)} for k in GPUS])
 
