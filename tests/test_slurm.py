@@ -378,7 +378,7 @@ def test_gpu_rules_went_through_sbatch_asking_for_a_gpu(main_run):
 
 def test_light_rules_ran_on_the_submitting_host(main_run):
     submitted = {j["rule"] for j in main_run["jobs"]}
-    assert submitted == {"cpu_bytes_part", "cpu_roofline", *GPU_JOBS}
+    assert submitted == {"cpu_bytes_part", "cpu_roofline", "decode_cpu", "decode_gpu", *GPU_JOBS}
     for rule in LOCAL_RULES:
         assert f"localrule {rule}:" in main_run["said"]
     symbolic = manifest.load_manifest(main_run["folder"] / "results" / "symbolic" / "manifest.json")
