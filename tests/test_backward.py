@@ -19,8 +19,16 @@ from conftest import DEVICE, HAS_CUDA, requires_gpu
 from minimodel.floor.attention_ref import reference_attn
 from minimodel.floor.correctness_rule import reference_grads, tolerance
 from minimodel.gpu.kernel_check import check_backward_case
-from minimodel.kernel import BF16_INTERPRETER_REASON, attention, flash_attn_backward, flash_attn_forward
-from minimodel.kernel.backward import BwdConfig, arguments, backward_fn, get_bwd_config
+from minimodel.kernel import (
+    BF16_INTERPRETER_REASON,
+    BwdConfig,
+    attention,
+    backward_fn,
+    flash_attn_backward,
+    flash_attn_forward,
+    get_bwd_config,
+)
+from minimodel.kernel.backward import arguments
 
 BF16_SKIP = pytest.mark.skipif(not HAS_CUDA, reason=BF16_INTERPRETER_REASON)
 
@@ -86,15 +94,9 @@ def test_any_valid_tiling_gives_the_same_gradients(gen, config):
     check(1, 2, 100, 32, True, gen=gen, H_kv=1, config=config)
 
 
-@pytest.mark.parametrize("causal", [False, True])
-def test_atomic_dq_accumulation_gives_the_same_gradients(gen, causal):
-    check(1, 4, 100, 32, causal, gen=gen, H_kv=2, config=BwdConfig(32, 64, 64, 32, ATOMIC_DQ=True))
-
-
 @pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")  # the rows past N, on purpose
 @pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
-@pytest.mark.parametrize("atomic", [False, True])
-def test_rows_whose_every_score_is_very_negative_leave_no_nan(fixed_gen, atomic):
+def test_rows_whose_every_score_is_very_negative_leave_no_nan(fixed_gen):
     # every q·k ≈ -200 after scaling, so LSE ≈ -196: a zero key row past N (ragged tile) has
     # p = exp(0 - LSE), past float32's range; it must not reach a stored gradient
     d, N = 32, 100
@@ -104,7 +106,7 @@ def test_rows_whose_every_score_is_very_negative_leave_no_nan(fixed_gen, atomic)
     v, do = half(1, 1, N, d, gen=fixed_gen), half(1, 1, N, d, gen=fixed_gen)
     o, lse = flash_attn_forward(q, k, v, causal=False, return_lse=True)
     assert lse.max().item() < -150
-    got = flash_attn_backward(q, k, v, o, lse, do, False, config=BwdConfig(32, 64, 64, 32, ATOMIC_DQ=atomic))
+    got = flash_attn_backward(q, k, v, o, lse, do, False, config=BwdConfig(32, 64, 64, 32))
     exact = reference_grads(q, k, v, do, False, upcast=True)
     lowp = reference_grads(q, k, v, do, False)
     for g, e, t in zip(got, exact, lowp, strict=True):
@@ -231,6 +233,21 @@ def test_config_rules():
         BwdConfig(64, 32, 64, 32)
     with pytest.raises(ValueError, match="powers of two >= 16"):
         BwdConfig(32, 64, 48, 16)
+    # the kernels are named by flags, each checked against what it runs beside
+    with pytest.raises(ValueError, match="dkdv 'gluon', dq 'tl_pass'; accepted: dkdv one of tl, gluon_ws"):
+        BwdConfig(32, 64, 64, 32, dkdv="gluon")
+    with pytest.raises(ValueError, match="dq 'atomic'"):
+        BwdConfig(32, 64, 64, 32, dq="atomic")
+    for dq in ("gluon_pass", "in_kernel"):
+        with pytest.raises(ValueError, match=f"dq '{dq}' runs beside the gluon_ws dK/dV kernel"):
+            BwdConfig(64, 128, 128, 64, dq=dq)
+    with pytest.raises(ValueError, match="gluon_ws: BLOCK_N1 128 and num_warps_kv 12"):
+        BwdConfig(64, 64, 128, 64, 12, 2, dkdv="gluon_ws")
+    with pytest.raises(ValueError, match="in_kernel dQ: BLOCK_M1 is 64 or 128"):
+        BwdConfig(32, 128, 128, 64, 12, 2, dkdv="gluon_ws", dq="in_kernel")
+    cfg = BwdConfig(32, 64, 64, 32)
+    assert (cfg.dkdv, cfg.dq, cfg.path, cfg.dq_consumers, cfg.deterministic) == (
+        "tl", "tl_pass", "tl", None, True)
     assert get_bwd_config(64, True, "cuda").BLOCK_N1 % get_bwd_config(64, True, "cuda").BLOCK_M1 == 0
     assert get_bwd_config(32, False, "cuda") == get_bwd_config(64, False, "cuda")
     assert get_bwd_config(128, True, "cuda", arch=86) != get_bwd_config(128, True, "cuda", arch=90)

@@ -1,18 +1,15 @@
-"""The backward's Gluon dK/dV kernels for Hopper (`minimodel.kernel.gluon_backward`, one partition;
-`gluon_bwd_ws`, warp-specialized, with dQ by the tl pass, the Gluon pass (`gluon_bwd_dqpass`) or
-in the kernel): where the
-policy lets them run, what they compile to for sm_90 (on any machine), and, on an H200, every sweep
-case with each path forced, against float64 under the project's rule (minimodel.gpu.kernel_check).
+"""The backward's Gluon kernels for Hopper (`BwdConfig.dkdv` "gluon_ws", `gluon_bwd_ws`, with dQ by
+the tl pass, the Gluon pass (`gluon_bwd_dqpass`) or in the kernel): where the policy lets them run,
+what they compile to for sm_90 (on any machine), and, on an H200, every sweep case with each path
+forced, against float64 under the project's rule (minimodel.gpu.kernel_check).
 
 Gluon has no interpreter: on a machine without Hopper the Gluon configuration runs the tl table's
 kernels (`launch_bwd_config`), and these tests check that it says so.
 """
 
-import collections
 import contextlib
 import json
 import os
-import re
 import subprocess
 import sys
 import zlib
@@ -29,23 +26,21 @@ from minimodel.gpu.kernel_check import check_backward_case
 from minimodel.kernel import (
     HOPPER,
     SHARED_MEMORY,
+    BwdConfig,
     attention,
-    bwd_config,
     flash_attn_backward,
     flash_attn_forward,
-    gluon_tma,
-)
-from minimodel.kernel.bwd_config import (
-    BwdConfig,
     get_bwd_config,
-    gluon_bwd_config,
-    gluon_ok,
     gluon_ws_config,
+    launch,
     launch_bwd_config,
+    policy,
     tl_bwd_config,
 )
-from minimodel.kernel.gluon_backward import HEAD_DIMS
-from minimodel.kernel.gluon_bwd_ws import MMA_REGS, WARPS
+from minimodel.kernel.config import GLUON_DQ_TILES, WS_WARPS
+from minimodel.kernel.gluon_bwd_state import async_reduce_shared_to_global
+from minimodel.kernel.gluon_bwd_ws import MMA_REGS
+from minimodel.kernel.policy import GLUON_BWD_HEAD_DIMS as HEAD_DIMS
 
 ROOT = Path(__file__).resolve().parents[1]
 HOPPER_HERE = HAS_CUDA and torch.cuda.get_device_capability() == (9, 0)
@@ -59,41 +54,24 @@ def gen(request):
 
 
 def test_a_gluon_configuration_is_checked_when_made():
-    with pytest.raises(ValueError, match="GLUON in one partition keeps the separate dQ pass"):
-        BwdConfig(64, 128, 128, 64, 8, 2, ATOMIC_DQ=True, GLUON=True)
-    with pytest.raises(ValueError, match="64 keys per warpgroup .* got BLOCK_N1 = 128, num_warps_kv = 4"):
-        BwdConfig(64, 128, 128, 64, 4, 2, GLUON=True)
+    with pytest.raises(ValueError, match="gluon_ws: BLOCK_N1 128 and num_warps_kv 12, got 128 and 8"):
+        BwdConfig(64, 128, 128, 64, 8, 2, dkdv="gluon_ws")
     with pytest.raises(ValueError, match="num_stages_kv >= 2"):
-        BwdConfig(64, 128, 128, 64, 8, 1, GLUON=True)
+        BwdConfig(64, 128, 128, 64, WS_WARPS, 1, dkdv="gluon_ws")
     with pytest.raises(ValueError, match=r"built for head dims \(64, 128\), got 32"):
-        gluon_bwd_config(32, False)
-    with pytest.raises(ValueError, match="warp-specialized.*BLOCK_N1 is 128, got 64"):
-        BwdConfig(64, 64, 128, 64, WARPS, 2, GLUON=True)
-    with pytest.raises(ValueError, match="ATOMIC_DQ: BLOCK_M1 is 64 or 128"):
-        BwdConfig(32, 128, 128, 64, WARPS, 2, ATOMIC_DQ=True, GLUON=True)
-    for where in (dict(GLUON=True), dict(ATOMIC_DQ=True), dict()):  # not ATOMIC_DQ in the ws kernel
-        with pytest.raises(ValueError, match="TMA_DQ is a way of ATOMIC_DQ in the warp-specialized"):
-            BwdConfig(64, 128, 128, 64, WARPS, 2, TMA_DQ=True, **where)
-    cfg = gluon_bwd_config(128, True)
-    assert cfg.path == "gluon" and cfg.num_warps_kv * 16 == cfg.BLOCK_N1 and not cfg.ATOMIC_DQ
-    assert cfg.kernel == "gluon" and not cfg.warp_specialized
+        gluon_ws_config(32, False)
+    with pytest.raises(ValueError, match="in_kernel dQ: BLOCK_M1 is 64 or 128"):
+        BwdConfig(32, 128, 128, 64, WS_WARPS, 2, dkdv="gluon_ws", dq="in_kernel")
     for d in HEAD_DIMS:
         for causal in (False, True):
-            ws, wsdq = gluon_ws_config(d, causal), gluon_ws_config(d, causal, atomic_dq=True)
-            wstma = gluon_ws_config(d, causal, tma_dq=True)
-            kernels = ("gluon-ws", "gluon-ws-atomic-dq", "gluon-ws-tma-dq")
-            assert (ws.kernel, wsdq.kernel, wstma.kernel) == kernels
-            assert ws.path == wsdq.path == wstma.path == "gluon" and ws.BLOCK_N1 == wsdq.BLOCK_N1 == 128
-            assert (ws.deterministic, wsdq.deterministic, wstma.deterministic) == (True, False, False)
-            # TMA reductions take ws's tiles (at d = 64 its 128 rows, which atomics' addresses spill)
-            assert wstma.ATOMIC_DQ and wstma.BLOCK_M1 == ws.BLOCK_M1
-            assert wsdq.BLOCK_M1 == (64 if d == 64 else ws.BLOCK_M1)
-            assert wstma.num_stages_kv == wsdq.num_stages_kv
+            ws, tma = gluon_ws_config(d, causal), gluon_ws_config(d, causal, "in_kernel")
+            assert (ws.dkdv, ws.dq, tma.dkdv, tma.dq) == ("gluon_ws", "tl_pass", "gluon_ws", "in_kernel")
+            assert ws.path == tma.path == "gluon_ws" and ws.BLOCK_N1 == tma.BLOCK_N1 == 128
+            assert (ws.deterministic, tma.deterministic) == (True, False)
+            # dQ in the kernel takes ws's tiles (at d = 64 its 128 rows, Pᵀ and dSᵀ through shared memory)
+            assert tma.BLOCK_M1 == ws.BLOCK_M1 and tma.num_stages_kv == ws.num_stages_kv
             tl = get_bwd_config(d, causal, "cuda")
             assert (ws.BLOCK_M2, ws.BLOCK_N2) == (tl.BLOCK_M2, tl.BLOCK_N2)  # the tl dQ pass's tiles
-    # its dQ pass is the tl table's
-    assert (cfg.BLOCK_M2, cfg.BLOCK_N2) == (get_bwd_config(128, True, "cuda").BLOCK_M2,
-                                            get_bwd_config(128, True, "cuda").BLOCK_N2)
 
 
 # the tl table's (its N unknown), on a GPU that is not Hopper, and under the interpreter
@@ -112,22 +90,22 @@ def test_the_policy_runs_tl_off_hopper_and_under_the_interpreter(arch, d, causal
 def test_the_policy_picks_the_warp_specialized_kernel_on_hopper_from_ws_min_n(d, causal, monkeypatch):
     """Timed faster than the tl kernels on the H200 at N = 4096 (notes/backward.md); deterministic:
     the tl dQ pass, no atomics."""
-    monkeypatch.setattr(bwd_config, "INTERPRETED", False)
-    min_n = bwd_config.GLUON_DQ_PASS[(d, causal)].min_n  # the Gluon dQ pass from here on: timed faster
-    for n in sorted({bwd_config.WS_MIN_N, max(min_n - 1, bwd_config.WS_MIN_N), min_n, 16384}):
+    monkeypatch.setattr(policy, "INTERPRETED", False)
+    min_n = policy.GLUON_DQ_PASS[(d, causal)].min_n  # the Gluon dQ pass from here on: timed faster
+    for n in sorted({policy.WS_MIN_N, max(min_n - 1, policy.WS_MIN_N), min_n, 16384}):
         cfg = get_bwd_config(d, causal, "cuda", HOPPER, n=n)
-        assert cfg == gluon_ws_config(d, causal, gluon_dq=n >= min_n) and cfg.deterministic
-        assert cfg.kernel == ("gluon-ws-gluon-dq" if n >= min_n else "gluon-ws")
-    assert get_bwd_config(d, causal, "cuda", HOPPER, n=bwd_config.WS_MIN_N - 1).path == "tl"
+        dq = "gluon_pass" if n >= min_n else "tl_pass"
+        assert cfg == gluon_ws_config(d, causal, dq) and cfg.deterministic and cfg.dkdv == "gluon_ws"
+    assert get_bwd_config(d, causal, "cuda", HOPPER, n=policy.WS_MIN_N - 1).path == "tl"
 
 
 def test_the_dq_pass_policy_is_the_one_timed():
     """notes/backward.md: two consumers and 4 stages from WS_MIN_N on, except d = 64 not causal: three
     consumers from N = 4096 (0.87x the tl pass at N = 1024, 1.01x at 2048, 1.03-1.09x above)."""
-    two = bwd_config.DqPass(4, 2, bwd_config.WS_MIN_N)
-    assert bwd_config.GLUON_DQ_PASS == {(64, False): bwd_config.DqPass(4, 3, 4096), (64, True): two,
-                                        (128, False): two, (128, True): two}
-    assert bwd_config.GLUON_DQ_TILES == {2: (128, 64, 12), 3: (192, 64, 16)}
+    two = policy.DqPass(4, 2, policy.WS_MIN_N)
+    assert policy.GLUON_DQ_PASS == {(64, False): policy.DqPass(4, 3, 4096), (64, True): two,
+                                    (128, False): two, (128, True): two}
+    assert GLUON_DQ_TILES == {2: (128, 64, 12), 3: (192, 64, 16)}
 
 
 @pytest.mark.parametrize(("B", "H", "N", "causal", "consumers"), [
@@ -142,17 +120,17 @@ def test_the_dq_pass_counts_its_programs_at_d_64_as_timed_on_the_h200(B, H, N, c
     """notes/backward.md, "The lab grid's regression measured": the dQ pass alone on the H200's 132
     SMs at the lab grid's and FlashAttention's points; the whole policy's choice, through
     `default_bwd_config` as a call makes it."""
-    assert bwd_config.dq_consumers(64, causal, N, B * H, 132) == consumers
-    monkeypatch.setattr(bwd_config, "INTERPRETED", False)
+    assert policy.dq_consumers(64, causal, N, B * H, 132) == consumers
+    monkeypatch.setattr(policy, "INTERPRETED", False)
     cfg = get_bwd_config(64, causal, "cuda", HOPPER, n=N, heads=B * H, sms=132)
-    assert cfg.GLUON_DQ == (consumers is not None) and cfg.warp_specialized and cfg.deterministic
+    assert (cfg.dq == "gluon_pass") == (consumers is not None)
+    assert cfg.dkdv == "gluon_ws" and cfg.deterministic
     if consumers:
-        assert cfg.dq_consumers == consumers and cfg == gluon_ws_config(64, causal, gluon_dq=True,
-                                                                        consumers=consumers)
-    monkeypatch.setattr(bwd_config, "device_arch", lambda device: HOPPER)
-    monkeypatch.setattr(bwd_config, "device_sms", lambda device: 132)
+        assert cfg.dq_consumers == consumers and cfg == gluon_ws_config(64, causal, "gluon_pass", consumers)
+    monkeypatch.setattr(launch, "device_arch", lambda device: HOPPER)
+    monkeypatch.setattr(launch, "device_sms", lambda device: 132)
     q = SimpleNamespace(device=torch.device("cuda"), shape=(B, H, N, 64))  # all the default reads of q
-    assert bwd_config.default_bwd_config(q, causal) == cfg
+    assert launch.default_bwd_config(q, causal) == cfg
 
 
 def test_the_policys_three_consumers_launch_what_the_h200_probe_checked():
@@ -163,10 +141,10 @@ def test_the_policys_three_consumers_launch_what_the_h200_probe_checked():
 
     q = torch.empty(2, 4, 1000, 64, dtype=torch.float16)
     rows = torch.empty(2, 4, 1000)
-    cfg = gluon_ws_config(64, False, gluon_dq=True)
+    cfg = gluon_ws_config(64, False, "gluon_pass")
     got = gluon_bwd_dqpass.config_launch(q, q, q, q, q, rows, rows, 0.125, cfg, False)
-    want = gluon_bwd_dqpass.dq_launch(q, q, q, q, q, rows, rows, 0.125, False, block_m=64, block_n=64,
-                                      stages=4, consumers=3)
+    want = gluon_bwd_dqpass.dq_launch(q, q, q, q, q, rows, rows, 0.125, False, block_n=64, stages=4,
+                                      consumers=3)
 
     def plain(args):
         return {k: (id(v.base), v.shape, v.strides, v.block_shape) if hasattr(v, "block_shape")
@@ -178,25 +156,23 @@ def test_the_policys_three_consumers_launch_what_the_h200_probe_checked():
 @pytest.mark.parametrize(("d", "causal", "tiles"), [(64, False, (192, 64, 16)), (64, True, (128, 64, 12)),
                                                     (128, False, (128, 64, 12))])
 def test_the_gluon_dq_pass_is_deterministic_beside_a_gluon_dkdv_kernel_with_its_own_tiles(d, causal, tiles):
-    cfg = gluon_ws_config(d, causal, gluon_dq=True)
-    assert cfg.kernel == "gluon-ws-gluon-dq" and cfg.deterministic and cfg.num_stages_q == 4
+    cfg = gluon_ws_config(d, causal, "gluon_pass")
+    assert (cfg.dkdv, cfg.dq) == ("gluon_ws", "gluon_pass") and cfg.deterministic and cfg.num_stages_q == 4
     assert (cfg.BLOCK_M2, cfg.BLOCK_N2, cfg.num_warps_q) == tiles
     # the preprocess, a tl kernel, takes a power of two: 128 rows beside three consumers' 192
     assert cfg.preprocess_rows == 128
     if tiles[0] == 192:  # three consumers' rows are the Gluon pass's alone
         with pytest.raises(ValueError, match="tile sizes must be powers of two"):
-            replace(cfg, GLUON_DQ=False)
-    with pytest.raises(ValueError, match="GLUON must be True and ATOMIC_DQ"):
-        replace(cfg, GLUON=False)
-    with pytest.raises(ValueError, match="GLUON must be True and ATOMIC_DQ"):
-        replace(cfg, ATOMIC_DQ=True, TMA_DQ=True)
-    with pytest.raises(ValueError, match=r"GLUON_DQ: \(BLOCK_M2, BLOCK_N2, num_warps_q\)"):
+            replace(cfg, dq="tl_pass")
+    with pytest.raises(ValueError, match="dq 'gluon_pass' runs beside the gluon_ws dK/dV kernel"):
+        replace(cfg, dkdv="tl", num_warps_kv=8)
+    with pytest.raises(ValueError, match=r"gluon_pass: \(BLOCK_M2, BLOCK_N2, num_warps_q\)"):
         replace(cfg, BLOCK_N2=32)
     with pytest.raises(ValueError, match="num_stages_q 2 to 4"):
         replace(cfg, num_stages_q=5)
     # where Gluon cannot run (here: no Hopper), the call runs the tl table's kernels, both passes
     q = torch.zeros(1, 1, 8, 64, device=DEVICE)
-    assert not launch_bwd_config(q, q, q, False, cfg, q).GLUON_DQ
+    assert launch_bwd_config(q, q, q, False, cfg, q).dq == "tl_pass"
 
 
 @pytest.mark.parametrize("d", HEAD_DIMS)
@@ -205,18 +181,18 @@ def test_deterministic_false_lets_the_policy_add_dq_by_tma_reductions_on_hopper(
     """The caller's choice (`attention(..., deterministic=False)`): dQ in the kernel where the
     warp-specialized kernel runs; the tl kernels elsewhere, which are deterministic anyway; and
     never while PyTorch's deterministic mode is on."""
-    monkeypatch.setattr(bwd_config, "INTERPRETED", False)
-    n = bwd_config.WS_MIN_N
+    monkeypatch.setattr(policy, "INTERPRETED", False)
+    n = policy.WS_MIN_N
     cfg = get_bwd_config(d, causal, "cuda", HOPPER, n=n, deterministic=False)
-    assert cfg == gluon_ws_config(d, causal, tma_dq=True) and not cfg.deterministic
+    assert cfg == gluon_ws_config(d, causal, "in_kernel") and not cfg.deterministic
     assert get_bwd_config(d, causal, "cuda", HOPPER, n=n - 1, deterministic=False).deterministic
     assert get_bwd_config(d, causal, "cuda", 80, n=n, deterministic=False).deterministic
-    monkeypatch.setattr(bwd_config, "device_arch", lambda device: HOPPER)
-    monkeypatch.setattr(bwd_config, "device_sms", lambda device: 132)
+    monkeypatch.setattr(launch, "device_arch", lambda device: HOPPER)
+    monkeypatch.setattr(launch, "device_sms", lambda device: 132)
     q = SimpleNamespace(device=torch.device("cuda"), shape=(1, 1, n, d))  # all the default reads of q
-    assert not bwd_config.default_bwd_config(q, causal, deterministic=False).deterministic
+    assert not launch.default_bwd_config(q, causal, deterministic=False).deterministic
     with torch_deterministic():
-        assert bwd_config.default_bwd_config(q, causal, deterministic=False).deterministic
+        assert launch.default_bwd_config(q, causal, deterministic=False).deterministic
 
 
 @contextlib.contextmanager
@@ -229,77 +205,6 @@ def torch_deterministic():
         torch.use_deterministic_algorithms(before)
 
 
-def test_ordered_dq_is_deterministic_tma_dq_and_named_so():
-    with pytest.raises(ValueError, match="ORDERED_DQ orders TMA_DQ's reductions"):
-        BwdConfig(64, 128, 128, 64, WARPS, 2, ATOMIC_DQ=True, GLUON=True, ORDERED_DQ=True)
-    for d in HEAD_DIMS:
-        for causal in (False, True):
-            ordered = gluon_ws_config(d, causal, ordered_dq=True)
-            tma = gluon_ws_config(d, causal, tma_dq=True)
-            assert ordered.kernel == "gluon-ws-ordered-dq" and ordered.deterministic
-            assert not tma.deterministic
-            assert ordered == replace(tma, ORDERED_DQ=True)  # the same tiles
-
-
-def test_ordered_dq_runs_only_where_every_key_block_of_a_head_fits_on_the_gpu(monkeypatch):
-    # its blocks wait on each other while holding their SMs: past one block per SM the wait could
-    # never end, so the call keeps the tl dQ pass there (deterministic too)
-    monkeypatch.setattr(bwd_config, "gluon_ok", lambda *args: True)
-    monkeypatch.setattr(torch.cuda, "get_device_properties",
-                        lambda device: SimpleNamespace(multi_processor_count=132))
-    cfg = gluon_ws_config(128, False, ordered_dq=True)
-    for n, runs in ((132 * 128, cfg), (132 * 128 + 1, gluon_ws_config(128, False))):
-        q = torch.empty(1, 1, n, 128, device="meta")
-        assert launch_bwd_config(q, q, q, False, cfg) == runs
-        assert runs.deterministic
-
-
-def _walk(n, block_m, causal, j):
-    """The query tiles key block j adds to, in its order (`gluon_bwd_order.step_query`'s walk)."""
-    num_m, r = -(-n // block_m), 128 // block_m
-    if causal:
-        return list(range(r * j, num_m))
-    return [(s + r * j) % num_m for s in range(num_m)]
-
-
-def _rank(n, block_m, causal, j, m):
-    """`gluon_bwd_order.turn`'s rank of key block j at query tile m."""
-    num_n, r = -(-n // 128), 128 // block_m
-    rank = m // r - j
-    return rank if causal else rank % num_n
-
-
-@pytest.mark.parametrize("n", [1, 60, 77, 128, 1000, 4096, 4100])
-@pytest.mark.parametrize("block_m", [64, 128])
-@pytest.mark.parametrize("causal", [False, True])
-def test_the_order_of_the_additions_into_dq_ends_and_is_a_wavefront(n, block_m, causal):
-    # the order's arithmetic as gluon_bwd_order writes it (mirrored: Gluon has no interpreter), run
-    # as the blocks of one head would, all at once and a step at a time: every tile's contributors
-    # hold ranks 0, 1, ... in some order, and no block ever waits
-    num_n = -(-n // 128)
-    walks = [_walk(n, block_m, causal, j) for j in range(num_n)]
-    for m in range(-(-n // block_m)):
-        ranks = sorted(_rank(n, block_m, causal, j, m) for j in range(num_n) if m in walks[j])
-        assert ranks == list(range(len(ranks)))
-    # each block hands its turn on a step after it took it (`gluon_bwd_dq`): the counters a round's
-    # additions move are read from the next round on
-    counters, held = collections.Counter(), {}
-    position, stalls = [0] * num_n, 0
-    while any(p < len(w) for p, w in zip(position, walks, strict=True)):
-        counters.update(held.values())
-        held = {}
-        ready = [j for j in range(num_n) if position[j] < len(walks[j])
-                 and counters[walks[j][position[j]]] == _rank(n, block_m, causal, j, walks[j][position[j]])]
-        assert ready, "no block can add: the additions would wait forever"
-        stalls += num_n - len(ready) - sum(p == len(w) for p, w in zip(position, walks, strict=True))
-        for j in ready:
-            held[j] = walks[j][position[j]]
-            position[j] += 1
-    # in step with each other no block ever waits (a common start, every block walking tiles 0, 1,
-    # ... and adding in key order, stalls 496 times at N = 4096: each block a step behind the last)
-    assert stalls == 0
-
-
 @pytest.mark.parametrize("d", [16, 32, 256])
 def test_the_policy_keeps_tl_where_no_gluon_kernel_is_built(d):
     assert d not in HEAD_DIMS
@@ -310,39 +215,22 @@ def test_the_policy_keeps_tl_where_no_gluon_kernel_is_built(d):
 @pytest.mark.skipif(HOPPER_HERE, reason="checks a machine where the Gluon kernel cannot run")
 def test_a_gluon_configuration_runs_the_tl_kernels_where_gluon_cannot_and_says_so(gen):
     q, k, v, do = (torch.randn(1, 2, 70, 64, generator=gen).half().to(DEVICE) for _ in range(4))
-    assert not gluon_ok(q, k, v, do)
-    for cfg in (gluon_bwd_config(64, True), gluon_ws_config(64, True), gluon_ws_config(64, True, True)):
-        ran = launch_bwd_config(q, k, v, True, cfg, do)
-        assert ran.kernel == "tl" and ran == tl_bwd_config(64, True, q.device.type)  # deterministic
+    assert not launch.gluon_ok(q, k, v, do)
+    for dq in ("tl_pass", "gluon_pass", "in_kernel"):
+        ran = launch_bwd_config(q, k, v, True, gluon_ws_config(64, True, dq), do)
+        assert ran.dkdv == "tl" and ran == tl_bwd_config(64, True, q.device.type)  # deterministic
     row = check_backward_case(1, 2, 70, 64, True, device=DEVICE, generator=gen,
-                              config=gluon_ws_config(64, True, atomic_dq=True))
-    assert row["passed"] and not row["ATOMIC_DQ"], row
+                              config=gluon_ws_config(64, True, "in_kernel"))
+    assert row["passed"] and row["dkdv"] == "tl" and row["dq"] == "tl_pass", row
 
 
-def test_the_gluon_kernel_compiles_for_sm90_without_spilling_in_one_partition_that_fits():
-    # compiled in a fresh process: this session interprets its kernels
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    proc = subprocess.run([sys.executable, str(ROOT / "tools" / "bwd_bench.py"), "--report", "--gluon"],
-                          env=env, capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    print(proc.stdout)
-    found = re.findall(r"d=(\d+) causal=(\w+) (BwdConfig\(.*?\)): _bwd_dkdv_hopper: (\d+) registers, "
-                       r"(\d+) spill bytes, (\d+) shared bytes, (\d+) warps", proc.stdout)
-    assert len(found) == 4  # the policy's Gluon configuration at d = 64, 128, causal and not
-    for d, causal, cfg, registers, spills, shared, warps in found:
-        assert cfg == repr(gluon_bwd_config(int(d), causal == "True"))
-        assert int(spills) == 0 and int(shared) <= SHARED_MEMORY[HOPPER]
-        # one partition (no warp specialization yet): every warp holds the registers it reports
-        assert int(warps) == gluon_bwd_config(int(d), causal == "True").num_warps_kv
-        assert 0 < int(registers) <= 255 and int(registers) * int(warps) * 32 <= 65536
-
-
-# one compile per case (d, causal, dQ: 0 the tl pass, 1 atomics, 2 TMA reductions, 3 TMA reductions in
-# order[, BLOCK_M1]): both head dims, causal and not, every dQ path (TMA reductions at their largest
-# shared memory; at d = 64 their 128 query rows, where Pᵀ and dSᵀ reach their GEMMs through shared
-# memory, `Config.SMEM_OPERANDS`, and the 64 rows they took before; in order, all four)
-WS_CASES = ("64,0,0", "64,1,1", "128,0,1", "128,1,0", "128,1,2", "64,1,2", "64,0,2,64",
-            "64,0,3", "64,1,3", "128,0,3", "128,1,3", "64,1,4", "128,0,4", "128,1,4", "64,0,4", "64,1,5")
+# one compile per case (d, causal, dQ[, BLOCK_M1]): both head dims, causal and not, every dQ (in the
+# kernel at its largest shared memory; at d = 64 its 128 query rows, where Pᵀ and dSᵀ reach their
+# GEMMs through shared memory, `Config.SMEM_OPERANDS`, and 64 rows; the Gluon pass's launch, with
+# the policy's consumers and with three)
+WS_CASES = ("64,0,tl_pass", "64,1,in_kernel", "128,0,in_kernel", "128,1,tl_pass", "128,1,in_kernel",
+            "64,0,in_kernel,64", "64,1,gluon_pass", "128,0,gluon_pass", "128,1,gluon_pass", "64,0,gluon_pass",
+            "64,1,gluon_pass:3")
 
 
 def test_the_warp_specialized_kernel_compiles_for_sm90_without_spilling_and_splits_its_registers(tmp_path):
@@ -356,77 +244,48 @@ def test_the_warp_specialized_kernel_compiles_for_sm90_without_spilling_and_spli
     rows = json.loads((tmp_path / "report.json").read_text())
     assert len(rows) == len(WS_CASES)
     for case, row in zip(WS_CASES, rows, strict=True):
-        d, causal, dq, *block_m = (int(x) for x in case.split(","))
-        atomics, ordered = dq == 1, dq == 3
-        cfg = gluon_ws_config(d, bool(causal), atomic_dq=atomics, tma_dq=dq == 2, ordered_dq=ordered,
-                              gluon_dq=dq >= 4)
-        assert (row["d"], row["causal"]) == (d, bool(causal))
-        if dq >= 4:  # the Gluon dQ pass: Q and dO of each consumer, K and V by TMA, no reductions;
-            # with three consumers (5, and the policy's at d = 64 not causal) at 160 registers (the
-            # producer's warpgroup keeps 32), as the forward
-            consumers = 3 if dq == 5 else bwd_config.GLUON_DQ_PASS[(d, bool(causal))].consumers
-            regs = {24, 240} if consumers == 2 else {32, 160}
+        d, causal, dq, *block_m = case.split(",")
+        d, causal, (kind, _, consumers) = int(d), bool(int(causal)), dq.partition(":")
+        cfg = gluon_ws_config(d, causal, kind, int(consumers) if consumers else None)
+        assert (row["d"], row["causal"], row["dq"]) == (d, causal, kind)
+        if kind == "gluon_pass":  # the Gluon dQ pass: Q and dO of each consumer, K and V by TMA, no
+            # reductions; with three consumers (and the policy's at d = 64 not causal) at 160
+            # registers (the producer's warpgroup keeps 32), as the forward's three would
+            regs = {24, 240} if cfg.dq_consumers == 2 else {32, 160}
             assert row["kernel"] == "_bwd_dq_hopper" and row["stages"] == cfg.num_stages_q
-            assert row["consumers"] == consumers and row["warps"] == 4 * (consumers + 1)
+            assert row["consumers"] == cfg.dq_consumers and row["warps"] == 4 * (cfg.dq_consumers + 1)
             assert row["spill_stack_bytes"] == 0 and row["stl"] == row["ldl"] == 0
             assert row["shared_bytes"] <= SHARED_MEMORY[HOPPER] and regs <= set(row["setmaxnreg"])
-            assert row["utmaldg"] == 2 * consumers + 2 and row["hgmma"] > 0
+            assert row["utmaldg"] == 2 * cfg.dq_consumers + 2 and row["hgmma"] > 0
             assert row["redg"] == row["utmaredg"] == 0
             continue
-        assert (row["tma_dq"], row["ordered_dq"]) == (dq >= 2, ordered)
-        assert (row["BLOCK_M1"], row["stages"]) == ((block_m or [cfg.BLOCK_M1])[0], cfg.num_stages_kv)
-        # the one spill the tool knows of (`KNOWN_SPILLS`: outside the loops), the ordered path's
-        # causal d = 64: its key blocks numbered last first (`KeyBlock.create`)
-        known = row["known_spill_bytes"]
-        assert known == (8 if (d, causal, dq) == (64, 1, 3) else 0)
-        assert row["spill_stack_bytes"] == known and (known or row["stl"] == row["ldl"] == 0)
-        assert row["shared_bytes"] <= SHARED_MEMORY[HOPPER] and row["warps"] == WARPS
+        rows = int(block_m[0]) if block_m else cfg.BLOCK_M1
+        assert (row["BLOCK_M1"], row["stages"]) == (rows, cfg.num_stages_kv)
+        assert row["spill_stack_bytes"] == 0 and row["stl"] == row["ldl"] == 0
+        assert row["shared_bytes"] <= SHARED_MEMORY[HOPPER] and row["warps"] == WS_WARPS
         # the split: the producer's warpgroup down to 24 registers, the two MMA warpgroups up to 240
         assert {24, MMA_REGS.value} <= set(row["setmaxnreg"])
         assert 2 * 128 * MMA_REGS.value + 128 * 24 <= 65536
         # TMA loads of K, V, Q, dO only (LSE and D by the producer's loads: `_rows`), warpgroup MMAs,
-        # mbarriers; reductions to global memory only with dQ in it: fp32 atomics, or one TMA
-        # reduction per MMA warpgroup, in order besides it two counter releases per MMA warpgroup
-        # (in the loop, a step late, and the last step's after it)
+        # mbarriers; with dQ in the kernel one TMA reduction per MMA warpgroup, no other reduction
         assert row["utmaldg"] == 4 and row["hgmma"] > 0 and row["syncs"] > 0
-        assert row["utmaredg"] == 2 * row["tma_dq"]
-        if atomics:
-            assert row["redg"] > 0
-        else:
-            assert row["redg"] == (4 if ordered else 0)
-
-
-def test_lse_and_d_come_by_tma_only_where_every_row_coordinate_is_16_byte_aligned():
-    # the H200 (bb5c731): 1-D TMA of LSE and D at coordinate (b·H + h)·N + start_m, not a multiple
-    # of 4 float32 where N % 4 != 0, was an illegal instruction; the kernel loads them instead, and
-    # the TMA variant (kept to bisect) is refused where it would fault
-    from minimodel.kernel.gluon_bwd_ws import dkdv_launch, rows_tma_ok
-
-    def launch(n, **kw):
-        t = torch.empty(1, 2, n, 64, dtype=torch.float16)
-        rows = torch.empty(1, 2, n)
-        return dkdv_launch(t, t, t, t, t, t, t, rows, rows, 0.125, gluon_ws_config(64, False), False, **kw)[2]
-
-    args = launch(77)
-    assert not args["ROWS_TMA"] and isinstance(args["lse"], torch.Tensor)
-    assert args["WORKER_REGS"] == MMA_REGS.value
-    assert not rows_tma_ok(torch.empty(1, 2, 77, 64)) and rows_tma_ok(torch.empty(1, 2, 128, 64))
-    with pytest.raises(ValueError, match="rows_tma needs N % 4 = 0"):
-        launch(77, rows_tma=True)
-    assert launch(128, rows_tma=True)["ROWS_TMA"]
+        assert row["utmaredg"] == 2 * (kind == "in_kernel") and row["redg"] == 0
 
 
 SWEEP = [(n, d, causal, dtype, h_kv) for n in (128, 1000, 4096) for d in (64, 128) for causal in (False, True)
          for dtype in ("float16", "bfloat16") for h_kv in (4, 1)]
 
 
-# the dK/dV kernel (`BwdConfig.kernel`) -> its configuration
-FORCED = {"gluon": gluon_bwd_config, "gluon-ws": gluon_ws_config,
-          "gluon-ws-atomic-dq": lambda d, causal: gluon_ws_config(d, causal, atomic_dq=True),
-          "gluon-ws-tma-dq": lambda d, causal: gluon_ws_config(d, causal, tma_dq=True),
-          "gluon-ws-ordered-dq": lambda d, causal: gluon_ws_config(d, causal, ordered_dq=True),
-          "gluon-ws-gluon-dq": lambda d, causal: gluon_ws_config(d, causal, gluon_dq=True),
+# the kernels a path runs -> its configuration
+FORCED = {"gluon_ws": gluon_ws_config,
+          "gluon_ws in_kernel": lambda d, causal: gluon_ws_config(d, causal, "in_kernel"),
+          "gluon_ws gluon_pass": lambda d, causal: gluon_ws_config(d, causal, "gluon_pass"),
           "tl": lambda d, causal: tl_bwd_config(d, causal, "cuda", HOPPER)}
+
+
+def runs(cfg: BwdConfig) -> str:
+    """The path `cfg` names (FORCED's key)."""
+    return cfg.dkdv + ("" if cfg.dq == "tl_pass" else f" {cfg.dq}")
 
 
 def forced(path: str, d: int, causal: bool) -> BwdConfig:
@@ -439,7 +298,7 @@ def check(path, B, H, N, d, causal, dtype="float16", gen=None, **kw):
     h_kv = kw.get("H_kv") or H
     kv = torch.empty(B, h_kv, N, d, dtype=q.dtype, device="cuda")
     if kw.get("layout", "contiguous") == "contiguous":
-        assert launch_bwd_config(q, kv, kv, causal, forced(path, d, causal), q).kernel == path
+        assert runs(launch_bwd_config(q, kv, kv, causal, forced(path, d, causal), q)) == path
     row = check_backward_case(B, H, N, d, causal, dtype, device="cuda", generator=gen,
                               config=forced(path, d, causal), **kw)
     print(" ".join(f"{g}: {row[f'err_{g}_kernel_vs_fp64']:.2e}/{row[f'tolerance_{g}']:.2e}"
@@ -457,8 +316,7 @@ def test_each_path_on_every_sweep_case_matches_float64(gen, path, n, d, causal, 
 
 @requires_hopper
 @pytest.mark.gpu
-@pytest.mark.parametrize("path", ["gluon", "gluon-ws", "gluon-ws-atomic-dq", "gluon-ws-tma-dq",
-                                  "gluon-ws-gluon-dq"])
+@pytest.mark.parametrize("path", ["gluon_ws", "gluon_ws in_kernel", "gluon_ws gluon_pass"])
 @pytest.mark.parametrize("d", HEAD_DIMS)
 @pytest.mark.parametrize("causal", [False, True])
 def test_the_gluon_kernel_keeps_every_guarantee_on_the_gpu(gen, path, d, causal):
@@ -472,8 +330,7 @@ def test_the_gluon_kernel_keeps_every_guarantee_on_the_gpu(gen, path, d, causal)
 
 @requires_hopper
 @pytest.mark.gpu
-@pytest.mark.parametrize("path", ["gluon", "gluon-ws", "gluon-ws-atomic-dq", "gluon-ws-tma-dq",
-                                  "gluon-ws-gluon-dq"])
+@pytest.mark.parametrize("path", ["gluon_ws", "gluon_ws in_kernel", "gluon_ws gluon_pass"])
 @pytest.mark.parametrize("causal", [False, True])
 def test_the_gluon_kernel_addresses_rows_past_2_31_elements(fixed_gen, path, causal):
     row_stride, N, d = 2**25 + 64, 130, 64
@@ -482,7 +339,7 @@ def test_the_gluon_kernel_addresses_rows_past_2_31_elements(fixed_gen, path, cau
     for t in (q, k, v, do):
         t.copy_(torch.randn(1, 1, N, d, generator=fixed_gen).half())
     cfg = forced(path, d, causal)
-    assert launch_bwd_config(q, k, v, causal, cfg, do).kernel == path
+    assert runs(launch_bwd_config(q, k, v, causal, cfg, do)) == path
     o, lse = flash_attn_forward(q, k, v, causal=causal, return_lse=True)
     got = flash_attn_backward(q, k, v, o, lse, do, causal, config=cfg)
     exact, lowp = reference_grads(q, k, v, do, causal, upcast=True), reference_grads(q, k, v, do, causal)
@@ -494,17 +351,15 @@ def test_the_gluon_kernel_addresses_rows_past_2_31_elements(fixed_gen, path, cau
 @pytest.mark.gpu
 def test_the_gluon_path_is_deterministic_and_a_broadcast_do_runs_tl(gen):
     q, k, v, do = (torch.randn(2, 4, 1000, 128, generator=gen).half().cuda() for _ in range(4))
-    # dQ by atomics or unordered TMA reductions is not; by ordered ones it is, causal or not
-    for cfg, causal in ((gluon_bwd_config(128, True), True), (gluon_ws_config(128, True), True),
-                        (gluon_ws_config(128, True, ordered_dq=True), True),
-                        (gluon_ws_config(128, True, gluon_dq=True), True),
-                        (gluon_ws_config(128, False, ordered_dq=True), False)):
+    # dQ by a pass is (dQ added in the kernel by TMA reductions is not)
+    for cfg, causal in ((gluon_ws_config(128, True), True), (gluon_ws_config(128, True, "gluon_pass"), True),
+                        (gluon_ws_config(128, False, "gluon_pass"), False)):
         o, lse = flash_attn_forward(q, k, v, causal=causal, return_lse=True)
-        assert launch_bwd_config(q, k, v, causal, cfg, do).kernel == cfg.kernel
+        assert launch_bwd_config(q, k, v, causal, cfg, do) == cfg
         first, second = (flash_attn_backward(q, k, v, o, lse, do, causal, config=cfg) for _ in range(2))
         assert all(torch.equal(a, b) for a, b in zip(first, second, strict=True)), cfg
     ones = torch.ones(1, 1, 1, 1, dtype=q.dtype, device="cuda").expand(q.shape)  # autograd's dO of a sum
-    assert launch_bwd_config(q, k, v, True, gluon_bwd_config(128, True), ones).path == "tl"
+    assert launch_bwd_config(q, k, v, True, gluon_ws_config(128, True), ones).path == "tl"
 
 
 @requires_hopper
@@ -512,7 +367,7 @@ def test_the_gluon_path_is_deterministic_and_a_broadcast_do_runs_tl(gen):
 @pytest.mark.parametrize("d", HEAD_DIMS)
 def test_attention_not_deterministic_adds_dq_by_tma_reductions_and_matches_float64(fixed_gen, d):
     q, k, v, do = (torch.randn(2, 4, 1024, d, generator=fixed_gen).half().cuda() for _ in range(4))
-    assert bwd_config.default_bwd_config(q, True, deterministic=False).kernel == "gluon-ws-tma-dq"
+    assert launch.default_bwd_config(q, True, deterministic=False).dq == "in_kernel"
     leaves = [t.clone().requires_grad_() for t in (q, k, v)]
     got = torch.autograd.grad(attention(*leaves, causal=True, deterministic=False), leaves, do)
     exact = reference_grads(q, k, v, do, causal=True, upcast=True)
@@ -523,7 +378,7 @@ def test_attention_not_deterministic_adds_dq_by_tma_reductions_and_matches_float
 
 
 def test_the_gluon_tma_reduction_compiles_to_the_bulk_tensor_reduce(tmp_path):
-    """kernel/gluon_tma's builtin, compiled for sm_90 in a fresh process (this one interprets):
+    """kernel/gluon_bwd_state's TMA reduction, compiled for sm_90 in a fresh process (this one interprets):
     one `cp.reduce.async.bulk.tensor ... .add` in the PTX, one UTMAREDG in the SASS."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     proc = subprocess.run([sys.executable, str(ROOT / "tools" / "tma_reduce_probe.py"), "--report",
@@ -536,5 +391,4 @@ def test_the_gluon_tma_reduction_compiles_to_the_bulk_tensor_reduce(tmp_path):
 
 def test_the_gluon_tma_reduction_refuses_a_kind_it_does_not_have():
     with pytest.raises(ValueError, match="TMA reduction kind 'mul'; accepted: add, min, max"):
-        gluon_tma.async_reduce_shared_to_global.__wrapped__(None, [0, 0], None, kind="mul",
-                                                            _semantic=object())
+        async_reduce_shared_to_global.__wrapped__(None, [0, 0], None, kind="mul", _semantic=object())

@@ -12,8 +12,7 @@ import bwd_bench
 import pytest
 from conftest import HAS_CUDA
 
-from minimodel.kernel import HOPPER, SHARED_MEMORY
-from minimodel.kernel.bwd_config import BwdConfig, gluon_ws_config
+from minimodel.kernel import HOPPER, SHARED_MEMORY, BwdConfig, gluon_ws_config
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -21,15 +20,14 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_a_configuration_reads_as_the_bwdconfig_it_names():
     assert bwd_bench.parse_config("64,128,128,64,8,2,8,3") == BwdConfig(64, 128, 128, 64, 8, 2, 8, 3)
     assert bwd_bench.parse_config("32,64,64,32") == BwdConfig(32, 64, 64, 32)
-    assert bwd_bench.parse_config("32,64,64,32,atomic") == BwdConfig(32, 64, 64, 32, ATOMIC_DQ=True)
-    tma = bwd_bench.parse_config("128,128,128,64,12,2,8,3,tma")
-    assert tma == gluon_ws_config(64, True, tma_dq=True) and tma.kernel == "gluon-ws-tma-dq"
-    ordered = bwd_bench.parse_config("64,128,128,64,12,2,8,3,ordered")
-    assert ordered == gluon_ws_config(128, False, ordered_dq=True) and ordered.deterministic
+    tma = bwd_bench.parse_config("128,128,128,64,12,2,8,3,in_kernel")
+    assert tma == gluon_ws_config(64, True, "in_kernel") and not tma.deterministic
+    ws = bwd_bench.parse_config("64,128,128,64,12,2,8,3,ws")
+    assert ws == gluon_ws_config(128, False) and ws.deterministic
 
 
-@pytest.mark.parametrize("spec", ["64,128,128", "64,32,64,32", "a,b,c,d", "64,128,128,64,8", "ATOMIC",
-                                  "64,128,128,64,8,2,8,3,TMA"])
+@pytest.mark.parametrize("spec", ["64,128,128", "64,32,64,32", "a,b,c,d", "64,128,128,64,8", "WS",
+                                  "64,128,128,64,8,2,8,3,WS", "32,64,64,32,atomic"])
 def test_a_configuration_that_is_not_one_is_refused(spec):
     with pytest.raises(argparse.ArgumentTypeError, match="expected BLOCK_M1,BLOCK_N1,BLOCK_M2,BLOCK_N2"):
         bwd_bench.parse_config(spec)
@@ -94,7 +92,7 @@ def test_a_run_checks_times_and_sums_up_every_point_and_config(monkeypatch):
     monkeypatch.setattr(bwd_bench, "CHECK_SEED", 0)
     monkeypatch.setattr(bwd_bench, "_timer", timer)
     monkeypatch.setattr(grids, "flashattention_grid", lambda cfg: points)
-    given = ["--config", "16,32,32,16", "--config", "16,32,32,16,ATOMIC"]
+    given = ["--config", "16,32,32,16", "--config", "32,64,64,32"]
     parsed = bwd_bench.build_parser().parse_args(given)
     rows = bwd_bench.run(parsed)
     assert len(rows) == 2 * 3  # per point: the shipped config and the two given

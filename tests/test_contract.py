@@ -91,18 +91,9 @@ def test_the_committed_reference_says_the_old_word_nowhere(tmp_path):
     assert OLD not in read.columns and read["input_seed"].equals(committed["input_seed"])
 
 
-# A module over the limit that waits for its split, and why it waits. kernel/bwd_config.py passed it
-# with the dQ pass's policy by programs (`dq_consumers`), in the commit whose run is the committed
-# reference: the reference hashes the file, so splitting it (the dQ pass's policy into a module of
-# its own) makes every GPU stage of the reference stale; it goes with the next refresh.
-WAITING_FOR_A_SPLIT = {"kernel/bwd_config.py": 375}
-
-
 def test_no_module_of_the_package_is_over_350_lines():
     """Room to grow: a module that passes the limit is split where its parts are other things,
-    never squeezed under it (ARCHITECTURE.md); one waiting for its split does not grow."""
+    never squeezed under it (ARCHITECTURE.md)."""
     long = {path.relative_to(SRC).as_posix(): len(text.splitlines()) for path, text in sources().items()
             if len(text.splitlines()) > 350}
-    assert {name: n for name, n in long.items() if name not in WAITING_FOR_A_SPLIT} == {}
-    for name, lines in WAITING_FOR_A_SPLIT.items():
-        assert 350 < long.get(name, 0) <= lines, f"{name}: {long.get(name)} lines; split it, or drop it here"
+    assert long == {}

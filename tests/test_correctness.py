@@ -9,7 +9,7 @@ from minimodel.floor import contract
 from minimodel.floor.correctness_rule import tolerance
 from minimodel.gpu import correctness, kernel_check
 from minimodel.gpu.implementations import Local
-from minimodel.kernel import flash
+from minimodel.kernel import BF16_INTERPRETER_REASON
 
 CFG = yaml.safe_load(open("config/config.yaml"))["gpu"]["correctness"]
 
@@ -32,7 +32,7 @@ def test_interpreter_grid_is_small_and_skips_bf16_with_its_reason():
     assert ran and all(c["N"] <= CFG["interpreter"]["max_n"] for c in cases)
     assert all(c["B"] == 1 and c["H"] == 2 for c in cases)
     bf16 = [c for c in cases if c["dtype"] == "bfloat16"]
-    assert bf16 and all(c["skip"] == flash.BF16_INTERPRETER_REASON for c in bf16)
+    assert bf16 and all(c["skip"] == BF16_INTERPRETER_REASON for c in bf16)
     assert {c["group"] for c in ran} == {"lab grid", "awkward N", "head dim", "grouped heads"}
 
 
@@ -133,7 +133,7 @@ def test_backward_rows_pass_for_the_kernel_with_per_gradient_errors():
             assert 0 < r[f"err_{g}_kernel_vs_fp64"] <= r[f"tolerance_{g}"]
     if backend == "interpreter":
         bf16 = [r for r in rows if r["dtype"] == "bfloat16"]
-        assert bf16 and all(r["skipped"] and r["reason"] == flash.BF16_INTERPRETER_REASON for r in bf16)
+        assert bf16 and all(r["skipped"] and r["reason"] == BF16_INTERPRETER_REASON for r in bf16)
     summary = correctness.summarize(kernel_rows(cfg, backend, 7) + rows, backend, 7)
     assert summary["all_passed"] and summary["cases"] == len(rows)  # the forward's verdict, its rows
     assert summary["backward"]["all_passed"] and summary["backward"]["ran"] == len(ran)

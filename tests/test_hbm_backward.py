@@ -138,3 +138,21 @@ def test_the_profiled_calls_are_the_backward_alone_and_give_dq(causal):
     exact = leaves[0].grad
     assert (first.double() - exact).abs().max() < 2e-2
     assert (flash().double() - exact).abs().max() < 2e-2
+
+
+def test_the_dq_model_is_read_from_the_backwards_recorded_dq_and_the_reference_still_reads():
+    """`hbm.dq_accumulation` reads the configuration's `dq` (`BwdConfig.dq`): dQ added in the dK/dV
+    kernel takes the L2 model, a dQ pass the plan's. The committed reference, recorded before the
+    flags, is read as it was: each of the kernel's backward rows keeps its own dq model, and the
+    model beside it is the one its recorded tile and dq model give."""
+    assert hbm.dq_accumulation({"cfg_dq": "in_kernel"}) == contract.DQ_IN_L2
+    for recorded in ({"cfg_dq": "tl_pass"}, {"cfg_dq": "gluon_pass"}, {}):
+        assert hbm.dq_accumulation(recorded) is None
+    ref = contract.with_direction(pd.read_csv(REF / contract.GPU_BYTES))
+    rows = ref[(ref["impl"] == "flash") & (ref["direction"] == contract.BACKWARD)
+               & (ref["status"] == "measured")]
+    assert len(rows) and set(rows["dq_accumulation"]) == {contract.DQ_SEPARATE_PASS}
+    for row in rows.to_dict("records"):
+        model = hbm_plan.model_columns(row, int(row["cfg_BLOCK_M1"]), int(row["cfg_BLOCK_N1"]))
+        for column in ("model_read_bytes", "model_write_bytes", "model_consistent_bytes"):
+            assert model[column] == row[column], (column, row)

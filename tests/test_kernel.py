@@ -12,19 +12,24 @@ from conftest import DEVICE, HAS_CUDA, requires_gpu
 from minimodel.floor.attention_ref import reference_attn
 from minimodel.floor.correctness_rule import tolerance
 from minimodel.gpu import kernel_check
-from minimodel.kernel import flash, hopper, inputs, launch
-from minimodel.kernel.config import gluon_config, tl_config
-from minimodel.kernel.flash import (
+from minimodel.kernel import (
+    BF16_INTERPRETER_REASON,
     SUPPORTED_HEAD_DIMS,
     FwdConfig,
+    flash,
     flash_attn_forward,
     get_fwd_config,
+    gluon_config,
+    hopper,
+    inputs,
+    launch,
     launch_config,
     portable_config,
+    tl_config,
 )
 from minimodel.kernel.launch import MAX_PROGRAMS, grid
 
-BF16_SKIP = pytest.mark.skipif(not HAS_CUDA, reason=flash.BF16_INTERPRETER_REASON)
+BF16_SKIP = pytest.mark.skipif(not HAS_CUDA, reason=BF16_INTERPRETER_REASON)
 
 
 def check(B, H, N, d, causal, dtype="float16", gen=None, **kw):
@@ -184,9 +189,9 @@ def test_tma_descriptor_path_matches_pointer_path(gen, causal, h_kv):
     q = torch.randn(1, 2, 77, 32, generator=gen).half().to(DEVICE)
     k, v = (torch.randn(1, h_kv, 77, 32, generator=gen).half().to(DEVICE) for _ in range(2))
     tma, lse_tma = flash_attn_forward(q, k, v, causal=causal, return_lse=True,
-                                      config=FwdConfig(64, 32, 4, 2, TMA=True))
+                                      config=FwdConfig(64, 32, 4, 2, "tl_tma"))
     ptr, lse_ptr = flash_attn_forward(q, k, v, causal=causal, return_lse=True,
-                                      config=FwdConfig(64, 32, 4, 2, TMA=False))
+                                      config=FwdConfig(64, 32, 4, 2, "tl"))
     torch.testing.assert_close(tma, ptr, atol=1e-3, rtol=0)
     torch.testing.assert_close(lse_tma, lse_ptr, atol=1e-4, rtol=0)
     exact = reference_attn(q, k, v, causal=causal, upcast=True)
@@ -210,14 +215,14 @@ def far_apart_rows(N, d, row_stride, gen, misalign=False):
     return views
 
 
-@pytest.mark.parametrize("tma", [False, True])
+@pytest.mark.parametrize("path", ["tl", "tl_tma"])
 @pytest.mark.parametrize("causal", [False, True])
-def test_rows_past_2_31_elements_are_addressed_in_64_bits(gen, tma, causal):
+def test_rows_past_2_31_elements_are_addressed_in_64_bits(gen, path, causal):
     # rows 2²⁵ + 64 elements apart: query row 64 and key tile 64 start at 2³¹ + 2¹², and the
     # last row at ~4.3e9, where a 32-bit offset wraps
     q, k, v = far_apart_rows(130, 64, 2**25 + 64, gen)
     assert q.storage_offset() + 129 * q.stride(2) > 2**32
-    out = flash_attn_forward(q, k, v, causal=causal, config=FwdConfig(64, 64, 4, 1, TMA=tma))
+    out = flash_attn_forward(q, k, v, causal=causal, config=FwdConfig(64, 64, 4, 1, path))
     exact = reference_attn(q, k, v, causal=causal, upcast=True)
     torch_err = (reference_attn(q, k, v, causal=causal).double() - exact).abs().max().item()
     err = (out.double() - exact).abs().max().item()
@@ -310,7 +315,7 @@ def test_batch_heads_past_65535_on_the_gpu(gen):
 def test_the_policy_takes_the_gluon_kernel_on_hopper_at_d128_only():
     big = dict(device_type="cuda", n=4096, batch_heads=64, sm_count=132)
     for causal in (False, True):
-        assert get_fwd_config(128, causal, arch=90, **big) == gluon_config(128, causal)
+        assert get_fwd_config(128, causal, arch=90, **big) == gluon_config()
         assert get_fwd_config(128, causal, arch=90, **big).path == "gluon"
         assert get_fwd_config(64, causal, arch=90, **big) == tl_config(64, causal, arch=90, **big)
         assert get_fwd_config(128, causal, arch=80, **big).path == "tl"  # no Gluon off Hopper
@@ -324,9 +329,9 @@ def test_a_gluon_config_runs_the_tl_kernel_where_gluon_cannot_run(gen):
     # Gluon has no interpreter: on the CPU the tl kernel's own choice runs, and says so
 
     q, k, v = (torch.randn(1, 2, 77, 128, generator=gen).half() for _ in range(3))
-    used = launch_config(q, k, v, True, gluon_config(128, True))
-    assert used.path == "tl" and not used.GLUON
-    out = flash_attn_forward(q, k, v, causal=True, config=gluon_config(128, True))
+    used = launch_config(q, k, v, True, gluon_config())
+    assert used.path == "tl"
+    out = flash_attn_forward(q, k, v, causal=True, config=gluon_config())
     exact = reference_attn(q, k, v, causal=True, upcast=True)
     assert (out.double() - exact).abs().max() < 2e-3
 
@@ -340,17 +345,12 @@ requires_hopper = pytest.mark.skipif(not _hopper(), reason="the Gluon kernel run
 
 @requires_hopper
 @pytest.mark.gpu
-@pytest.mark.parametrize("d", [64, 128])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("n, h_kv, layout", [(1, 2, "contiguous"), (77, 1, "contiguous"),
                                              (1000, 2, "bnhd"), (4096, 4, "contiguous")])
-@pytest.mark.parametrize("tiles", ["shipped", "three consumers, 128 keys", "three consumers, 64 keys"])
-def test_the_gluon_kernel_matches_float64(gen, d, causal, dtype, n, h_kv, layout, tiles):
-    three = dict(TMA=True, GLUON=True, CONSUMERS=3, PINGPONG=True)
-    cfg = {"shipped": gluon_config(d, causal),
-           "three consumers, 128 keys": FwdConfig(192, 128, 4, 2, **three),
-           "three consumers, 64 keys": FwdConfig(192, 64, 4, 2, **three)}[tiles]
+def test_the_gluon_kernel_matches_float64(gen, causal, dtype, n, h_kv, layout):
+    d, cfg = 128, gluon_config()
     tdtype = getattr(torch, dtype)
 
     def rand(heads):
@@ -366,7 +366,7 @@ def test_the_gluon_kernel_matches_float64(gen, d, causal, dtype, n, h_kv, layout
     exact = reference_attn(q, k, v, causal=causal, upcast=True)
     torch_err = (reference_attn(q, k, v, causal=causal).double() - exact).abs().max().item()
     err = (out.double() - exact).abs().max().item()
-    print(f"gluon {tiles} d={d} causal={causal} {dtype} N={n} H_kv={h_kv} {layout}: {err:.2e} "
+    print(f"gluon d={d} causal={causal} {dtype} N={n} H_kv={h_kv} {layout}: {err:.2e} "
           f"torch {torch_err:.2e}")
     assert not torch.isnan(out).any() and err <= tolerance(torch_err)
     tl_out, tl_lse = flash_attn_forward(q, k, v, causal=causal, return_lse=True,
@@ -379,14 +379,14 @@ def test_the_gluon_kernel_matches_float64(gen, d, causal, dtype, n, h_kv, layout
 def test_the_gluon_kernel_takes_a_huge_sm_scale_and_many_programs(gen):
     q, k, v = (torch.randn(1, 3, 300, 128, generator=gen).half().cuda() for _ in range(3))
     for scale in (1e-3, 1e6, 1e37):
-        out = flash_attn_forward(q, k, v, causal=True, sm_scale=scale, config=gluon_config(128, True))
+        out = flash_attn_forward(q, k, v, causal=True, sm_scale=scale, config=gluon_config())
         s = (q.double() @ k.double().transpose(-1, -2)) * scale
         s = s.masked_fill(torch.ones(300, 300, dtype=torch.bool, device="cuda").triu(1), float("-inf"))
         exact = torch.softmax(s - s.amax(-1, keepdim=True), -1) @ v.double()
         assert not torch.isnan(out).any() and (out.double() - exact).abs().max() < 2e-3, scale
     # B·H past the grid's y axis
     q, k, v = (torch.randn(2, 35_000, 40, 128, generator=gen).half().cuda() for _ in range(3))
-    out = flash_attn_forward(q, k, v, causal=False, config=gluon_config(128, False))
+    out = flash_attn_forward(q, k, v, causal=False, config=gluon_config())
     assert (out.double() - reference_attn(q, k, v, causal=False, upcast=True)).abs().max() < 2e-3
 
 
@@ -413,7 +413,7 @@ def test_a_repeated_call_skips_the_checks_and_the_policy_and_gives_the_same_outp
 @pytest.mark.parametrize("causal", [False, True])
 def test_a_repeated_gluon_call_is_launched_directly_and_gives_the_same_output(gen, monkeypatch, causal):
     q, k, v = (torch.randn(2, 4, 333, 128, generator=gen).half().cuda() for _ in range(3))
-    cfg = gluon_config(128, causal)
+    cfg = gluon_config()
     assert flash.launch_config(q, k, v, causal, cfg).path == "gluon"
     first = flash_attn_forward(q, k, v, causal=causal, config=cfg)
     policy_calls = []
@@ -438,7 +438,7 @@ def test_a_repeated_call_is_refused_what_the_first_was_refused(gen):
         flash_attn_forward(q.detach().cpu().numpy(), k, v, causal=True)
 
 
-@pytest.mark.parametrize("path", ["tl", "tl, TMA", "gluon"])
+@pytest.mark.parametrize("path", ["tl", "tl_tma", "gluon"])
 def test_the_direct_launch_passes_a_compiled_kernel_what_it_takes(gen, path):
     # a compiled kernel's runner takes a three-dimensional grid and every argument, constexprs
     # included, in the kernel's order (what Triton's JIT binds by name)
@@ -451,7 +451,7 @@ def test_the_direct_launch_passes_a_compiled_kernel_what_it_takes(gen, path):
 
     q, k, v = (torch.randn(1, 2, 70, 64, generator=gen).half().to(DEVICE) for _ in range(3))
     o = torch.empty_like(q)
-    cfg = gluon_config(64, True) if path == "gluon" else FwdConfig(64, 64, 4, 1, TMA=path == "tl, TMA")
+    cfg = gluon_config() if path == "gluon" else FwdConfig(64, 64, 4, 1, path)
     launch.run(flash.arguments_of(cfg), q, k, v, o, o, 0.25, cfg, True, False, Compiled())
     make = hopper.arguments if path == "gluon" else flash.arguments
     kernel, grid, args, _ = make(q, k, v, o, o, 0.25, cfg, True, False)

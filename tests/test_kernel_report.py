@@ -23,7 +23,6 @@ from conftest import background
 from minimodel.kernel import SHARED_MEMORY, SUPPORTED_HEAD_DIMS
 
 ROOT = Path(__file__).resolve().parents[1]
-GLUON_THREE = ("--d", "64", "--n", "4096", "--gluon", "--consumers", "3")
 CAPPED = ("--d", "64", "--n", "4096", "--config", "128", "128", "8", "2", "--tma", "--no-sass")
 # name -> the arguments of `python tools/kernel_report.py` whose table the tests read; --no-sass
 # where they read no instruction counts (the disassembly is about 40 % of a kernel's report)
@@ -34,10 +33,8 @@ RUNS = {
     "over_shared": ("--d", "128", "--n", "4096", "--config", "128", "128", "8", "4", "--tma", "--no-sass"),
     **{f"policy_{arch}": ("--policy", "--arch", str(arch), *(("--no-sass",) if arch != 90 else ()))
        for arch in (80, 89, 90)},
-    **{f"gluon_{d}": ("--d", str(d), "--n", "4096", "--config", "128", "128", "4", "3", "--gluon")
-       for d in (64, 128)},
-    "three_consumers_64": (*GLUON_THREE, "--config", "192", "64", "4", "2"),
-    "three_consumers_128": (*GLUON_THREE, "--config", "192", "128", "4", "2"),
+    "gluon_128": ("--d", "128", "--n", "4096", "--config", "128", "128", "4", "3", "--gluon"),
+    "shipped_bf16": ("--d", "128", "--n", "4096", "--dtype", "bfloat16", "--no-sass"),
 }
 
 # kernel_report.main on each run in turn, as the command line would run it: its printout in
@@ -127,27 +124,29 @@ def test_every_config_the_policy_can_pick_compiles_without_spills_and_fits(kerne
     assert len(frame) >= 10 and set(frame["d"]) == set(SUPPORTED_HEAD_DIMS)
     assert "error" not in frame or frame["error"].isna().all()
     assert (frame["spill_stack_bytes"] == 0).all() and frame["fits_shared"].all()
-    assert frame["TMA"].any() == (arch == 90)  # TMA only where the capability has it
-    assert frame["GLUON"].any() == (arch == 90)  # and the Gluon kernel
+    assert (frame["path"] != "tl").any() == (arch == 90)  # TMA only where the capability has it
+    assert (frame["path"] == "gluon").any() == (arch == 90)  # and the Gluon kernel
     assert frame["instructions"].isna().all() == (arch != 90)  # SASS counted where it is read
-    gluon = frame[frame["GLUON"]]
+    gluon = frame[frame["path"] == "gluon"]
     assert (gluon["hgmma"] > 0).all() and (gluon["mufu"] > 0).all()
 
 
-@pytest.mark.parametrize("d", [64, 128])
-def test_the_gluon_kernel_compiles_for_hopper_at_every_head_dim_it_is_built_for(kernel_reports, d):
+def test_the_gluon_kernel_compiles_for_hopper_at_the_head_dim_it_is_built_for(kernel_reports):
     # three K/V stages at d = 128 take 229,728 of the 232,448 bytes a program may use
-    frame = run_report(kernel_reports, f"gluon_{d}")
+    frame = run_report(kernel_reports, "gluon_128")
     assert "error" not in frame or frame["error"].isna().all()
     assert (frame["spill_stack_bytes"] == 0).all() and frame["fits_shared"].all()
-    assert frame["GLUON"].all() and (frame["hgmma"] > 0).all()
+    assert (frame["path"] == "gluon").all() and (frame["hgmma"] > 0).all()
 
 
-def test_the_gluon_kernel_with_three_consumers_compiles_for_hopper(kernel_reports):
-    # three warpgroups of 64 query rows at 160 registers: 64-key tiles fit, 128-key tiles spill
-    # (notes/kernel.md, "Three consumer warpgroups at d = 64")
-    fits = run_report(kernel_reports, "three_consumers_64")
-    assert (fits["CONSUMERS"] == 3).all() and (fits["spill_stack_bytes"] == 0).all()
-    assert fits["fits_shared"].all() and (fits["hgmma"] > 0).all()
-    spills = run_report(kernel_reports, "three_consumers_128")
-    assert (spills["spill_stack_bytes"] > 0).all()
+def test_bfloat16_inputs_are_typed_and_compiled_as_bfloat16(kernel_reports):
+    import torch
+
+    types = kernel_report._as_types({"Q": torch.empty(1, dtype=torch.bfloat16), "L": torch.empty(1),
+                                     "H": torch.empty(1, dtype=torch.float16), "n": 7})
+    assert types == {"Q": "*bf16", "L": "*fp32", "H": "*fp16", "n": 7}
+    with pytest.raises(TypeError, match="dtype torch.float64"):
+        kernel_report._as_types({"Q": torch.empty(1, dtype=torch.float64)})
+    frame = run_report(kernel_reports, "shipped_bf16")
+    assert (frame["dtype"] == "bfloat16").all() and (frame["path"] == "gluon").all()
+    assert (frame["spill_stack_bytes"] == 0).all() and frame["fits_shared"].all()

@@ -17,11 +17,10 @@ def test_candidates_keep_the_causal_band_whole():
 
 
 def test_a_configuration_on_the_command_line_reads_as_the_fwdconfig_it_names():
-    assert tune.parse_config("128,128,8,2,TMA,MAXNREG=128") == FwdConfig(128, 128, 8, 2, TMA=True,
+    assert tune.parse_config("128,128,8,2,TMA,MAXNREG=128") == FwdConfig(128, 128, 8, 2, "tl_tma",
                                                                          MAXNREG=128)
     assert tune.parse_config("64, 64, 4, 3") == FwdConfig(64, 64, 4, 3)
-    assert tune.parse_config("128,128,4,2,tma,gluon,consumers=2,pingpong") == FwdConfig(
-        128, 128, 4, 2, TMA=True, GLUON=True, CONSUMERS=2, PINGPONG=True)
+    assert tune.parse_config("128,128,4,2,gluon") == FwdConfig(128, 128, 4, 2, "gluon")
 
 
 @pytest.mark.parametrize("spec", ["128,128,8", "128,x,8,2", "128,128,8,2,FAST", "128,128,8,2,MAXNREG=lots",
@@ -33,7 +32,8 @@ def test_a_configuration_that_is_not_one_is_refused(spec):
 
 def test_named_sets_and_given_configurations_are_timed_each_once():
     mine = FwdConfig(64, 64, 4, 3)  # also in both named sets
-    configs = tune.candidate_configs(["sweep", "small"], [mine, FwdConfig(128, 128, 8, 2, True, MAXNREG=128)])
+    configs = tune.candidate_configs(["sweep", "small"],
+                                     [mine, FwdConfig(128, 128, 8, 2, "tl_tma", MAXNREG=128)])
     assert configs[0] == mine and configs.count(mine) == 1
     assert configs[-1].MAXNREG == 128 and len(configs) == len(set(configs))
 
@@ -52,9 +52,9 @@ def test_summary_picks_the_fastest_config_and_divides_by_the_baselines():
         {**base, "impl": "sdpa_cudnn", "tflops": 400.0},
         {**base, "impl": "sdpa_flash", "tflops": 200.0},
         {**base, "impl": "triton", "tflops": 300.0, "BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4,
-         "num_stages": 3, "TMA": False, "shipped": True},
+         "num_stages": 3, "path": "tl", "shipped": True},
         {**base, "impl": "triton", "tflops": 360.0, "BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8,
-         "num_stages": 3, "TMA": True, "shipped": False},
+         "num_stages": 3, "path": "tl_tma", "shipped": False},
     ])
     s = tune.summarize(frame)
     row = s.iloc[0]

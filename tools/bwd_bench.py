@@ -6,14 +6,13 @@
     python tools/bwd_bench.py --report --candidates sweep      # registers, spills, shared memory on
                                                                # sm_90, compiled without a GPU
     python tools/bwd_bench.py --report --gluon                 # the Gluon dK/dV kernel's, likewise
-    python tools/bwd_bench.py --d 64 --config 64,128,128,64,8,2,8,3,GLUON
-    python tools/bwd_bench.py --graph --n 1024 --n 8192 --config 64,128,128,64,12,2,8,3,TMA
+    python tools/bwd_bench.py --d 64 --config 128,128,128,64,12,2,8,3,WS
+    python tools/bwd_bench.py --graph --n 1024 --n 8192 --config 64,128,128,64,12,2,8,3,IN_KERNEL
 
 A configuration is `BwdConfig`'s fields in order: BLOCK_M1,BLOCK_N1,BLOCK_M2,BLOCK_N2 (dK/dV query
 and key tiles, dQ query and key tiles), then WARPS_KV,STAGES_KV,WARPS_Q,STAGES_Q (optional,
-4,2,4,2), then ATOMIC (optional: dQ by atomic adds in the dK/dV kernel, no dQ kernel), GLUON
-(optional: the Gluon dK/dV kernel for Hopper, `minimodel.kernel.gluon_backward`; with WARPS_KV 12
-the warp-specialized one) or TMA (the warp-specialized one with dQ by TMA reductions). The
+4,2,4,2), then WS (optional: the warp-specialized Gluon dK/dV kernel for Hopper, `BwdConfig.dkdv`
+"gluon_ws", with the tl dQ pass) or IN_KERNEL (the same with dQ added in it by TMA reductions). The
 shipped configuration (`default_bwd_config`) of each point is always run too (`shipped`).
 
 Each configuration is first checked once per (d, causal) at (2, 4, 1000, d) fp16 against float64
@@ -48,42 +47,42 @@ from minimodel.floor import contract, timers
 from minimodel.floor.byte_model.forward import attention_flops
 from minimodel.gpu import grids
 from minimodel.gpu.kernel_check import check_backward_case
-from minimodel.kernel.backward import arguments, backward_fn, default_bwd_config, get_bwd_config
-from minimodel.kernel.bwd_config import BwdConfig, gluon_bwd_config
+from minimodel.kernel import BwdConfig, backward_fn, default_bwd_config, get_bwd_config, gluon_ws_config
+from minimodel.kernel.backward import arguments
 
 CANDIDATES = {
     "sweep": [BwdConfig(m1, n1, m2, n2, w, s, w, s)
               for (m1, n1), (m2, n2), w, s in itertools.product(
                   ((32, 128), (64, 128), (64, 64)), ((128, 64), (128, 32), (64, 64)), (4, 8), (2, 3))],
-    # dQ by atomic adds (FlashAttention-2's way): only the dK/dV kernel's tiles matter
-    "atomic": [BwdConfig(m1, n1, 128, 64, w, s, ATOMIC_DQ=True)
-               for (m1, n1), w, s in itertools.product(((32, 128), (64, 128), (64, 64)), (4, 8), (2, 3))],
-    # the Gluon dK/dV kernel (64 keys per warpgroup), with the Hopper table's dQ tiles
-    "gluon": [BwdConfig(m1, n1, 128, 64, n1 // 16, s, 8, 3, GLUON=True)
-              for (m1, n1), s in itertools.product(((64, 128), (32, 128), (64, 64), (32, 64)), (2, 3))],
+    # the warp-specialized Gluon dK/dV kernel, with the Hopper table's dQ tiles
+    "gluon": [BwdConfig(m1, 128, 128, 64, 12, s, 8, 3, "gluon_ws")
+              for m1, s in itertools.product((32, 64, 128), (2, 3))],
 }
 CHECK_SHAPE = (2, 4, 1000)  # B, H, N of the correctness check
 CHECK_SEED: int | None = None  # its inputs' seed; None: a fresh one per check, which the check names
 DEVICE = "cuda"  # where `run` checks and times (its test runs it on the CPU, under the interpreter)
 
 
+FLAGS = {"WS": "tl_pass", "IN_KERNEL": "in_kernel"}  # gluon_ws, with its dQ
+
+
 def parse_config(spec: str) -> BwdConfig:
-    """`BLOCK_M1,BLOCK_N1,BLOCK_M2,BLOCK_N2[,WARPS_KV,STAGES_KV,WARPS_Q,STAGES_Q][,ATOMIC|,GLUON|,TMA|,ORDERED]`;
-    TMA: the warp-specialized Gluon kernel (WARPS_KV 12) with dQ by TMA reductions; ORDERED: by
-    TMA reductions in a fixed order (deterministic)."""
+    """`BLOCK_M1,BLOCK_N1,BLOCK_M2,BLOCK_N2[,WARPS_KV,STAGES_KV,WARPS_Q,STAGES_Q][,WS|,IN_KERNEL]`;
+    WS: the warp-specialized Gluon kernel (WARPS_KV 12) with the tl dQ pass; IN_KERNEL: with dQ
+    added in it by TMA reductions."""
     parts = [p.strip() for p in spec.split(",")]
-    flag = parts[-1].upper() if parts[-1].upper() in ("ATOMIC", "GLUON", "TMA", "ORDERED") else None
+    flag = parts[-1].upper() if parts[-1].upper() in FLAGS else None
     try:
         sizes = [int(p) for p in parts[:-1 if flag else None]]
         if len(sizes) not in (4, 8):
             raise ValueError(f"{len(sizes)} numbers")
-        in_kernel = flag in ("TMA", "ORDERED")
-        return BwdConfig(*sizes, ATOMIC_DQ=in_kernel or flag == "ATOMIC", GLUON=in_kernel or flag == "GLUON",
-                         TMA_DQ=in_kernel, ORDERED_DQ=flag == "ORDERED")
+        if flag:
+            return BwdConfig(*sizes, dkdv="gluon_ws", dq=FLAGS[flag])
+        return BwdConfig(*sizes)
     except (TypeError, ValueError) as e:
         raise argparse.ArgumentTypeError(
             f"{spec!r}: expected BLOCK_M1,BLOCK_N1,BLOCK_M2,BLOCK_N2[,WARPS_KV,STAGES_KV,WARPS_Q,STAGES_Q]"
-            f"[,ATOMIC|,GLUON|,TMA|,ORDERED] ({e})") from e
+            f"[,WS|,IN_KERNEL] ({e})") from e
 
 
 def backward_flops(B, H, N, d, causal) -> float:
@@ -204,7 +203,8 @@ def print_summary(rows: list[dict]) -> None:
 def compiled_usage(kernel, kargs: dict, options: dict, arch: int = 90) -> str:
     """Registers per thread, spill bytes and shared memory of `kernel` compiled for sm_`arch` as a
     launch with these arguments specializes it (tools/kernel_report.py's signature and cubin
-    reading), and its warps (every warp has the registers: the Gluon kernel has one partition)."""
+    reading), and its warps (the warp-specialized Gluon kernel's partitions then set their own
+    registers: tools/bwd_ws_report.py reads those)."""
     compiled = kernel_report.compile_for(kernel, kernel_report._as_types(kargs), options, arch)
     usage = kernel_report._cuobjdump(compiled.asm["cubin"], "--dump-resource-usage")
     regs, stack = (re.search(rf"{key}:(\d+)", usage).group(1) for key in ("REG", "STACK"))
@@ -220,7 +220,7 @@ def report(args) -> None:
     for d, causal in itertools.product(args.d or (64, 128), causals):
         t = torch.empty(1, 1, 4096, d, dtype=torch.float16)
         lse = torch.empty(1, 1, 4096)
-        shipped = gluon_bwd_config(d, causal) if args.gluon else get_bwd_config(d, causal, "cuda")
+        shipped = gluon_ws_config(d, causal) if args.gluon else get_bwd_config(d, causal, "cuda")
         for cfg in dict.fromkeys([shipped, *configs]):
             launches = arguments(t, t, t, t, lse, t, t, t, t, lse, 0.125, cfg, causal)[1:]
             found = [f"{kernel.__name__}: " + compiled_usage(kernel, kargs, options)
@@ -241,7 +241,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--report", action="store_true", help="compile for sm_90 and report; no GPU needed")
     parser.add_argument("--gluon", action="store_true",
                         help="with --report: start from the Gluon dK/dV kernel's configurations "
-                             "(`gluon_bwd_config`), not the shipped table's")
+                             "(`gluon_ws_config`), not the shipped table's")
     return parser
 
 

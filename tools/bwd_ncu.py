@@ -1,8 +1,8 @@
 """Nsight Compute beside the backward kernels a user would compare: the kernel's paths, FA4's and
 cuDNN's, at FlashAttention's grid at N = 4096 (or the points given), one backward call each.
 
-    PYTHONPATH=src:tools python3 tools/bwd_ncu.py --out DIR [--ways default ws tma ordered fa4 cudnn]
-    PYTHONPATH=src:tools python3 tools/bwd_ncu.py --out DIR --ways ordered tma \
+    PYTHONPATH=src:tools python3 tools/bwd_ncu.py --out DIR [--ways default ws tma fa4 cudnn]
+    PYTHONPATH=src:tools python3 tools/bwd_ncu.py --out DIR --ways ws tma \
         --point 1,32,16384,64 --point 16,32,1024,64 --causal     # other points, one mask
 
 The parent asks ncu which metrics this GPU has (`--query-metrics`) and keeps those it wants that
@@ -33,8 +33,8 @@ from minimodel.contenders import builtin
 from minimodel.floor.timers import autograd_call
 from minimodel.gpu import ncu as ncu_tool
 from minimodel.gpu.hbm_probe import minimodel_bytes_marker
+from minimodel.kernel import gluon_ws_config
 from minimodel.kernel.backward import backward_fn
-from minimodel.kernel.bwd_config import gluon_ws_config
 
 POINTS = [(4, 16, 4096, 128), (4, 32, 4096, 64)]  # FlashAttention's grid at N = 4096
 # metric name prefixes wanted, each with the suffix that makes it a number per kernel
@@ -66,8 +66,8 @@ def calls(way: str, B: int, H: int, N: int, d: int, causal: bool):
     q, k, v, do = (torch.randn(B, H, N, d, generator=gen).to("cuda", torch.float16) for _ in range(4))
     if way == "default":  # what the policy runs (`get_bwd_config`): ws with the Gluon or tl dQ pass
         return backward_fn(q, k, v, causal, do=do)
-    if way in ("ws", "tma", "ordered"):  # ws: the warp-specialized kernel with the tl dQ pass
-        cfg = gluon_ws_config(d, causal, tma_dq=way == "tma", ordered_dq=way == "ordered")
+    if way in ("ws", "tma"):  # ws: the warp-specialized kernel with the tl dQ pass; tma: dQ in it
+        cfg = gluon_ws_config(d, causal, "in_kernel" if way == "tma" else "tl_pass")
         return backward_fn(q, k, v, causal, do=do, config=cfg)
     fn = builtin.fa4 if way == "fa4" else builtin.sdpa_cudnn
     leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
@@ -124,8 +124,8 @@ def parse(argv=None):
     """(the options, the calls they ask for in the child's order)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path)
-    parser.add_argument("--ways", nargs="+", default=["default", "tma", "ordered", "fa4", "cudnn"],
-                        choices=["default", "ws", "tma", "ordered", "fa4", "cudnn"])
+    parser.add_argument("--ways", nargs="+", default=["default", "tma", "fa4", "cudnn"],
+                        choices=["default", "ws", "tma", "fa4", "cudnn"])
     parser.add_argument("--point", type=point, action="append",
                         help="B,H,N,d (repeatable; default the issue's two points at N = 4096)")
     masks = parser.add_mutually_exclusive_group()

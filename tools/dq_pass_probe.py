@@ -31,9 +31,8 @@ import torch
 import minimodel.entry  # noqa: F401 (first: compiled or interpreted is decided on import)
 from minimodel.floor import contract, correctness_rule, timers
 from minimodel.gpu import grids
-from minimodel.kernel import flash
-from minimodel.kernel.backward import arguments, flash_attn_backward
-from minimodel.kernel.bwd_config import tl_bwd_config
+from minimodel.kernel import flash_attn_backward, flash_attn_forward, tl_bwd_config
+from minimodel.kernel.backward import arguments
 from minimodel.kernel.gluon_bwd_dqpass import CONSUMERS, dq_launch
 
 CHECKS = [(B, H, H_kv, N, d, causal, dtype)
@@ -54,7 +53,7 @@ def passes(q, k, v, do, causal: bool, variants: list[dict]):
     each of `variants` (`dq_launch`'s tiles; named by their index) on these inputs, O, LSE and D
     (by the backward's own preprocess) made once; and the whole default backward."""
     scale = q.shape[-1] ** -0.5
-    o, lse = flash.flash_attn_forward(q, k, v, causal=causal, return_lse=True)
+    o, lse = flash_attn_forward(q, k, v, causal=causal, return_lse=True)
     lse = lse.contiguous()
     delta = torch.empty(lse.shape, dtype=torch.float32, device=q.device)
     dq_tl, dq_gl = torch.empty_like(q), torch.empty_like(q)

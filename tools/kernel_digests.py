@@ -34,8 +34,7 @@ import triton
 
 from minimodel.floor.provenance.io import write_csv
 from minimodel.gpu import grids
-from minimodel.kernel import backward, flash
-from minimodel.kernel import config as policy
+from minimodel.kernel import INTERPRETED, backward, flash, policy
 
 ARCH, SMS = 90, 132  # the H100/H200: compute capability 9.0, 132 multiprocessors
 DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -64,34 +63,15 @@ def digests(lines: list[str]) -> tuple[str, str]:
 
 def forward_choice(cfg) -> str:
     """The forward's configuration in words: the kernel (tl, tl_tma, gluon), tiles, warps, stages."""
-    path = "gluon" if cfg.GLUON else "tl_tma" if cfg.TMA else "tl"
-    words = f"{path} BLOCK_M={cfg.BLOCK_M} BLOCK_N={cfg.BLOCK_N} warps={cfg.num_warps}"
+    words = f"{cfg.path} BLOCK_M={cfg.BLOCK_M} BLOCK_N={cfg.BLOCK_N} warps={cfg.num_warps}"
     return words + f" stages={cfg.num_stages}" + (f" maxnreg={cfg.MAXNREG}" if cfg.MAXNREG else "")
-
-
-def _dkdv(cfg) -> str:
-    if cfg.GLUON and not cfg.warp_specialized:
-        raise ValueError(f"the policy picked the one-partition Gluon dK/dV kernel: {cfg}")
-    return "gluon_ws" if cfg.GLUON else "tl"
-
-
-def _dq(cfg) -> str:
-    if cfg.ATOMIC_DQ:
-        if not cfg.TMA_DQ or cfg.ORDERED_DQ:
-            raise ValueError(f"the policy picked dQ by atomics or in order: {cfg}")
-        return "in_kernel"
-    return f"gluon_pass:{cfg.dq_consumers}" if cfg.GLUON_DQ else "tl_pass"
-
-
-def in_kernel_dq(cfg) -> bool:
-    """Whether the dK/dV kernel adds dQ into a float32 accumulator itself (no dQ pass)."""
-    return _dq(cfg) == "in_kernel"
 
 
 def backward_choice(cfg) -> str:
     """The backward's configuration in words: its dK/dV kernel, its dQ (a pass, with its consumer
     warpgroups where it is the Gluon one, or in the kernel), tiles, warps, stages."""
-    return (f"dkdv={_dkdv(cfg)} dq={_dq(cfg)} BLOCK_M1={cfg.BLOCK_M1} BLOCK_N1={cfg.BLOCK_N1} "
+    dq = f"{cfg.dq}:{cfg.dq_consumers}" if cfg.dq_consumers else cfg.dq
+    return (f"dkdv={cfg.dkdv} dq={dq} BLOCK_M1={cfg.BLOCK_M1} BLOCK_N1={cfg.BLOCK_N1} "
             f"BLOCK_M2={cfg.BLOCK_M2} BLOCK_N2={cfg.BLOCK_N2} warps_kv={cfg.num_warps_kv} "
             f"stages_kv={cfg.num_stages_kv} warps_q={cfg.num_warps_q} stages_q={cfg.num_stages_q}")
 
@@ -110,10 +90,10 @@ def forward_launches(point, dtype, store_lse: bool):
 def backward_launches(point, dtype, deterministic: bool):
     """(choice, [(role, kernel, grid, arguments, options)]) of `flash_attn_backward` at the point."""
     B, H, N, d = point.B, point.H, point.N, point.d
-    cfg = backward.get_bwd_config(d, point.causal, "cuda", ARCH, n=N, deterministic=deterministic,
+    cfg = policy.get_bwd_config(d, point.causal, "cuda", ARCH, n=N, deterministic=deterministic,
                                   heads=B * H, sms=SMS)
     t = torch.empty((B, H, N, d), dtype=dtype)
-    dq = torch.empty((B, H, N, d), dtype=torch.float32) if in_kernel_dq(cfg) else t
+    dq = torch.empty((B, H, N, d), dtype=torch.float32) if cfg.dq == "in_kernel" else t
     rows = torch.empty((B, H, N), dtype=torch.float32)
     launches = backward.arguments(t, t, t, t, rows, t, dq, t, t, rows, 0.125, cfg, point.causal)
     roles = ("preprocess", "dkdv", "dq")
@@ -148,7 +128,7 @@ class Compiler:
 
 def table(points=None, dtypes=tuple(DTYPES), passes=PASSES, log=None) -> pd.DataFrame:
     """The table of the module docstring, for `points` (default: both grids)."""
-    if flash.INTERPRETED:
+    if INTERPRETED:
         raise RuntimeError("kernel_digests compiles the real kernels: run it without TRITON_INTERPRET=1")
     compile_ = Compiler()
     rows = []

@@ -3,8 +3,7 @@
     python tools/kernel_report.py                          # the configs shipped for FlashAttention's grid
     python tools/kernel_report.py --d 128 --config 128 128 8 4 --tma   # one config of your own
     python tools/kernel_report.py --d 64 --config 128 128 8 2 --tma --maxnreg 128
-    python tools/kernel_report.py --d 64 --config 128 128 4 3 --gluon   # the Gluon kernel
-    python tools/kernel_report.py --d 64 --config 192 128 4 2 --gluon --consumers 3
+    python tools/kernel_report.py --d 128 --config 128 128 4 2 --gluon   # the Gluon kernel
     python tools/kernel_report.py --policy --arch 80       # every config the policy can pick on sm_80
     python tools/kernel_report.py --policy --arch 80 --no-sass   # the same fits, without SASS counts
 
@@ -39,8 +38,8 @@ from triton.runtime.jit import mangle_type
 from tune import add_grid_arguments, grid_shape
 
 from minimodel.floor.provenance.io import write_csv
-from minimodel.kernel import config as policy
-from minimodel.kernel import flash
+from minimodel.kernel import INTERPRETED, SUPPORTED_HEAD_DIMS, flash, policy
+from minimodel.kernel.config import FwdConfig
 
 # Multiprocessors of the GPU each architecture's policy is asked about (A100, L40S, H100/H200).
 SMS = {80: 108, 86: 84, 89: 142, 90: 132}
@@ -108,7 +107,7 @@ def kernel_args(config, shape: tuple[int, int, int, int], causal: bool, dtype=to
 
 def compile_cubin(config, shape, causal: bool, arch: int = 90, dtype=torch.float16):
     """Compile for sm_`arch` without a GPU; returns Triton's compiled kernel (cubin in .asm)."""
-    if flash.INTERPRETED:
+    if INTERPRETED:
         raise RuntimeError("kernel_report compiles the real kernels: run it without TRITON_INTERPRET=1")
     kernel, args, options = _launch(config, shape, causal, dtype)
     return compile_for(kernel, args, options, arch)
@@ -158,13 +157,13 @@ def report(config, shape=(1, 1, 4096, 64), causal: bool = False, arch: int = 90,
 def policy_configs(arch: int) -> list[tuple]:
     """Every (config, d, causal) the tile policy can pick on `arch`, each TMA one with its fallback."""
     found = []
-    for d in flash.SUPPORTED_HEAD_DIMS:
+    for d in SUPPORTED_HEAD_DIMS:
         for causal in (False, True):
             for n in POLICY_N:
                 for bh in POLICY_BATCH_HEADS:
                     args = (d, causal, "cuda", n, bh, SMS[arch], arch)
                     chain = [policy.get_fwd_config(*args)]
-                    if chain[-1].GLUON:  # where the Gluon kernel cannot read the inputs
+                    if chain[-1].path == "gluon":  # where the Gluon kernel cannot read the inputs
                         chain.append(policy.tl_config(*args))
                     if chain[-1].TMA:  # where TMA cannot
                         chain.append(policy.portable_config(d))
@@ -192,9 +191,7 @@ def main(argv=None) -> int:
     parser.add_argument("--maxnreg", type=int, help="with --config: cap registers per thread")
     parser.add_argument("--gluon", action="store_true",
                         help="with --config: the Gluon kernel for Hopper (two consumer warpgroups taking "
-                             "turns, BLOCK_M rows split between them, STAGES K/V buffers)")
-    parser.add_argument("--consumers", type=int, default=2, choices=(2, 3),
-                        help="with --gluon: consumer warpgroups (three at 160 registers each)")
+                             "turns, BLOCK_M = 128 rows split between them, STAGES K/V buffers)")
     parser.add_argument("--arch", type=int, default=90, choices=sorted(SMS),
                         help="compute capability to compile for (80 A100, 86/89 Ampere/Ada consumer and "
                              "L40S, 90 H100/H200)")
@@ -218,10 +215,8 @@ def main(argv=None) -> int:
         for causal in (False, True):
             for n in args.n:
                 shape = grid_shape(n, d, args)
-                cfg = (policy.FwdConfig(*args.config, TMA=args.tma or args.gluon, MAXNREG=args.maxnreg,
-                                        GLUON=args.gluon, CONSUMERS=args.consumers if args.gluon else 1,
-                                        PINGPONG=args.gluon)
-                       if args.config else
+                path = "gluon" if args.gluon else "tl_tma" if args.tma else "tl"
+                cfg = (FwdConfig(*args.config, path, MAXNREG=args.maxnreg) if args.config else
                        policy.get_fwd_config(d, causal, "cuda", n, shape[0] * shape[1], args.sms, args.arch))
                 key = (cfg, d, causal)
                 if key not in seen:  # the same kernel serves many N: compile it once
@@ -243,7 +238,7 @@ def _print(rows, csv, check: bool = False) -> int:
     bad |= (frame.get("spill_stack_bytes", 0) > 0) | ~frame.get("fits_shared", True).astype(bool)
     for _, r in frame[bad].iterrows():
         print(f"FAILS: d={r['d']} causal={r['causal']} {r['BLOCK_M']}x{r['BLOCK_N']} w{r['num_warps']} "
-              f"s{r['num_stages']} TMA={r['TMA']}: {r.get('error') or ''} spills "
+              f"s{r['num_stages']} {r['path']}: {r.get('error') or ''} spills "
               f"{r.get('spill_stack_bytes')} B, shared {r.get('shared_bytes')} B", file=sys.stderr)
     return 1 if bad.any() else 0
 

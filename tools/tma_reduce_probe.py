@@ -1,4 +1,4 @@
-"""The Gluon TMA reduction (`minimodel.kernel.gluon_tma.async_reduce_shared_to_global`) on its own:
+"""The Gluon TMA reduction (`minimodel.kernel.gluon_bwd_state.async_reduce_shared_to_global`) on its own:
 compiled for sm_90 on any machine (`--report`: the PTX instruction and the SASS opcode it
 becomes), and on a Hopper GPU checked and timed against fp32 atomics from registers, the two ways
 a backward can add its dQ tiles into a float32 dQaccum.
@@ -27,7 +27,7 @@ from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared,
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 from triton.runtime.jit import mangle_type
 
-from minimodel.kernel.gluon_tma import async_reduce_shared_to_global
+from minimodel.kernel.gluon_bwd_state import async_reduce_shared_to_global
 
 BM, BN, TILES, WARPS = 64, 128, 16, 4  # a dQ share's tile at d = 128
 RAGGED = 5  # rows the output's last tile lacks

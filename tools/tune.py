@@ -5,8 +5,8 @@
         --config 128,128,4,3,TMA                                       # configurations of your own
     python tools/tune.py --out tune/ --grid lab --candidates small    # lab 02's grid, naive too
 
-A configuration is BLOCK_M,BLOCK_N,WARPS,STAGES followed by any of `FwdConfig`'s options, a flag
-alone (TMA, WARP_SPECIALIZE, GLUON, PINGPONG) or with a value (MAXNREG=128, CONSUMERS=2).
+A configuration is BLOCK_M,BLOCK_N,WARPS,STAGES followed by its kernel, TMA (`FwdConfig.path`
+"tl_tma") or GLUON ("gluon"; pointer loads without either), and MAXNREG=value.
 `--candidates` names a set of them (`CANDIDATES`); both may be given, and the configuration the
 tile policy picks at each point is always timed too (its rows say `shipped`).
 
@@ -21,7 +21,6 @@ A development tool: the workflow never imports it.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import functools
 import itertools
 import sys
@@ -46,19 +45,19 @@ CANDIDATES = {
     # the broad search: 128-row query tiles, 64- or 128-row key tiles, 4 or 8 warps, 2 to 4
     # stages, pointer loads or TMA; lab 02's 64 x 64 as a baseline
     "sweep": [FwdConfig(64, 64, 4, 3)] + [
-        FwdConfig(128, bn, warps, stages, tma)
-        for bn, warps, stages, tma in itertools.product((64, 128), (4, 8), (2, 3, 4), (False, True))],
+        FwdConfig(128, bn, warps, stages, path)
+        for bn, warps, stages, path in itertools.product((64, 128), (4, 8), (2, 3, 4), ("tl", "tl_tma"))],
     # launch-bound problems (few programs, small N): 64- or 128-row query tiles, pointers or TMA
-    "small": [FwdConfig(64, 64, 4, 3), FwdConfig(64, 64, 4, 3, True), FwdConfig(64, 64, 4, 2, True),
-              FwdConfig(64, 32, 4, 3, True), FwdConfig(128, 128, 4, 3), FwdConfig(128, 128, 4, 3, True),
-              FwdConfig(128, 64, 4, 3, True)],
+    "small": [FwdConfig(64, 64, 4, 3), FwdConfig(64, 64, 4, 3, "tl_tma"),
+              FwdConfig(64, 64, 4, 2, "tl_tma"), FwdConfig(64, 32, 4, 3, "tl_tma"), FwdConfig(128, 128, 4, 3),
+              FwdConfig(128, 128, 4, 3, "tl_tma"), FwdConfig(128, 64, 4, 3, "tl_tma")],
 }
 
 
 def parse_config(spec: str) -> FwdConfig:
     """`BLOCK_M,BLOCK_N,WARPS,STAGES[,OPTION[=VALUE]...]` as a FwdConfig: `128,128,8,2,TMA,MAXNREG=128`."""
     parts = [p.strip() for p in spec.split(",")]
-    options = {f.name.upper(): f.name for f in dataclasses.fields(FwdConfig) if f.name not in SIZES}
+    options = {"TMA": "tl_tma", "GLUON": "gluon", "MAXNREG": "MAXNREG"}
     try:
         sizes = [int(p) for p in parts[:4]]
     except ValueError:
@@ -72,8 +71,10 @@ def parse_config(spec: str) -> FwdConfig:
         if name is None or (has_value and not value.isdigit()):
             raise argparse.ArgumentTypeError(
                 f"{spec!r}: {part!r} is not one of {', '.join(options)} (a flag, or NAME=integer)")
-        chosen[name] = int(value) if has_value else True
-    if sizes[0] % sizes[1] and not chosen.get("GLUON"):
+        if (name == "MAXNREG") != bool(has_value):
+            raise argparse.ArgumentTypeError(f"{spec!r}: {part!r}: TMA and GLUON are flags, MAXNREG=integer")
+        chosen.update({"MAXNREG": int(value)} if has_value else {"path": name})
+    if sizes[0] % sizes[1] and chosen.get("path") != "gluon":
         raise argparse.ArgumentTypeError(f"{spec!r}: BLOCK_M must be a multiple of BLOCK_N for the tl "
                                          "kernel (the causal diagonal falls in whole key tiles)")
     return FwdConfig(*sizes, **chosen)
@@ -159,7 +160,7 @@ def summarize(frame):
     tri = frame[frame.impl == contract.TRITON].dropna(subset=["tflops"])
     best = tri.loc[tri.groupby(key)["tflops"].idxmax()].set_index(key)
     ref = frame[frame.impl != contract.TRITON].pivot_table(index=key, columns="impl", values="tflops")
-    options = [c for c in ("TMA", "WARP_SPECIALIZE", "MAXNREG", "GLUON", "CONSUMERS", "shipped") if c in best]
+    options = [c for c in ("path", "MAXNREG", "shipped") if c in best]
     out = best[["BLOCK_M", "BLOCK_N", "num_warps", "num_stages", *options, "tflops"]].join(ref)
     out["vs_cudnn"] = out.tflops / out[contract.SDPA_CUDNN]
     out["vs_fa2"] = out.tflops / out[contract.SDPA_FLASH]

@@ -34,7 +34,7 @@ from torch.nn.functional import scaled_dot_product_attention as sdpa
 
 from minimodel.floor import contract as C
 from minimodel.floor.attention_ref import reference_attn
-from minimodel.kernel import attention, config, flash
+from minimodel.kernel import attention, flash_attn_forward, launch_config, policy_args, tl_config
 
 # FlexAttention compiles once per shape; past torch.compile's default of 8 recompiles it falls
 # back to eager, which then fails inside a CUDA graph: every point of a grid must compile
@@ -47,8 +47,8 @@ def triton(q, k, v, causal=False):
 
 
 def triton_tl(q, k, v, causal=False):
-    tl = flash.launch_config(q, k, v, causal, config.tl_config(*flash._policy_args(q, causal)))
-    return flash.flash_attn_forward(q, k, v, causal=causal, config=tl)
+    tl = launch_config(q, k, v, causal, tl_config(*policy_args(q, causal)))
+    return flash_attn_forward(q, k, v, causal=causal, config=tl)
 
 
 def naive(q, k, v, causal=False):

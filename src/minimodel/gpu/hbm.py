@@ -33,8 +33,7 @@ from minimodel.gpu import ncu as ncu_tool
 from minimodel.gpu.hbm_plan import DTYPE, model_columns, plan_indexed, planned_rows
 from minimodel.gpu.hbm_probe import MARKED, PROBE, RAISED_AFTER_MARK, RESTART
 from minimodel.gpu.ncu import KERNEL_COLUMNS, NCU_METRICS, NCU_OPTIONS
-from minimodel.kernel import launch_config
-from minimodel.kernel.backward import default_bwd_config
+from minimodel.kernel import default_bwd_config, launch_config
 
 NO_CUDA = f"{contract.NOT_MEASURED}: no CUDA device on this machine"
 NO_NCU = (f"{contract.NOT_MEASURED}: Nsight Compute (ncu) was not found on PATH, in $CUDA_HOME/bin or "
@@ -85,8 +84,8 @@ def measure(cfg: dict, l2_bytes: int, random_seed: int, ncu: str, workdir: str |
     for row in rows:
         ran_flash = row["impl"] == contract.FLASH_SCHEME and row["status"] == contract.MEASURED
         block_m, block_n, config = _flash_config(row) if ran_flash else (*contract.LAB_TILE, {})
-        if config.get("cfg_ATOMIC_DQ"):  # dQ added in the dK/dV kernel: the model that accumulates it so
-            row["dq_accumulation"] = contract.DQ_IN_L2
+        if dq_accumulation(config):
+            row["dq_accumulation"] = dq_accumulation(config)
         row.update(model_columns(row, block_m, block_n), **config)
     parts = [p for p in parts if len(p)]
     return rows, pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=KERNEL_COLUMNS)
@@ -156,17 +155,24 @@ def _profile_rows(ncu: str, rows: list[dict], contender, workdir: Path) -> pd.Da
     return kernels
 
 
+def dq_accumulation(config: dict) -> str | None:
+    """The byte model of how the backward that ran accumulated dQ, from its recorded configuration
+    (`_flash_config`'s columns): `contract.DQ_IN_L2` where the dK/dV kernel added dQ itself
+    (`cfg_dq` "in_kernel"), else None (the plan's, a separate pass)."""
+    return contract.DQ_IN_L2 if config.get("cfg_dq") == "in_kernel" else None
+
+
 def _flash_config(row) -> tuple[int, int, dict]:
     """The tile the kernel ran at the row's shape and pass (as the probe's inputs: contiguous), and
     the columns that record its configuration: the forward's (`launch_config`), or the backward's
     dK/dV kernel's tile and the dQ kernel's beside it (`default_bwd_config`)."""
     q = torch.empty(row["B"], row["H"], row["N"], row["d"], device="cuda", dtype=torch.float16)
     if row["direction"] == contract.FORWARD:
-        cfg, recorded = launch_config(q, q, q, row["causal"]), ("BLOCK_M", "BLOCK_N", "TMA")
+        cfg, recorded = launch_config(q, q, q, row["causal"]), ("BLOCK_M", "BLOCK_N", "path")
         block_m, block_n = cfg.BLOCK_M, cfg.BLOCK_N
     else:
         cfg, recorded = default_bwd_config(q, row["causal"]), ("BLOCK_M1", "BLOCK_N1", "BLOCK_M2", "BLOCK_N2",
-                                                               "ATOMIC_DQ", "TMA_DQ", "GLUON_DQ")
+                                                               "dkdv", "dq")
         block_m, block_n = cfg.BLOCK_M1, cfg.BLOCK_N1
     return block_m, block_n, {f"cfg_{name}": getattr(cfg, name) for name in recorded}
 

@@ -16,7 +16,7 @@ The model beside a row (`model_columns`), for all its heads, with the tile the k
 - the backward (naive: theory 02's naive backward from P as the naive forward stores it; flash:
   the kernel's preprocess, dK/dV kernel and dQ kernel, the model's separate dQ pass,
   `contract.DQ_SEPARATE_PASS`, or, where the kernel that ran adds dQ in its dK/dV kernel
-  (`BwdConfig.ATOMIC_DQ`, by atomics or TMA reductions), `contract.DQ_IN_L2`): every
+  (`BwdConfig.dq` "in_kernel", by TMA reductions), `contract.DQ_IN_L2`): every
   read and write of `minimodel.floor.byte_model.backward`, the
   gradients' final writes included (`bytes_by_rw`), and, as `model_consistent_bytes`, the
   consistent total that leaves them out; the lab has no backward formulas (`model_lab_bytes`

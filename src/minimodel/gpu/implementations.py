@@ -36,8 +36,7 @@ from minimodel.floor import contract
 from minimodel.floor.timers import Sampler, autograd_call, first_heads
 from minimodel.gpu import kernel_check
 from minimodel.gpu.timing_rows import Declined, Failed
-from minimodel.kernel import attention, flash_attn_forward, launch_config
-from minimodel.kernel.backward import backward_fn, launch_bwd_config
+from minimodel.kernel import attention, backward_fn, flash_attn_forward, launch_bwd_config, launch_config
 
 
 @dataclass
@@ -90,7 +89,7 @@ class Local:
         dV); `like` is Q."""
         q, k, v, do = inputs
         if self.name == contract.TRITON and direction == contract.BACKWARD:
-            cfg = launch_bwd_config(q, k, v, causal, do=do)  # what the call runs: Gluon or tl
+            cfg = launch_bwd_config(q, k, v, causal, do=do)  # what the call runs
             extra = {"path": cfg.path, "forward_path": launch_config(q, k, v, causal).path,
                      **{f"cfg_{key}": val for key, val in cfg.as_dict().items()}}
             return (lambda: backward_fn(q, k, v, causal, do=do)), q, extra

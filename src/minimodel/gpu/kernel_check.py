@@ -28,8 +28,13 @@ from minimodel.floor.correctness_rule import (
     reference_grads,
     tolerance,
 )
-from minimodel.kernel.backward import BwdConfig, flash_attn_backward, launch_bwd_config
-from minimodel.kernel.flash import flash_attn_forward, launch_config
+from minimodel.kernel import (
+    BwdConfig,
+    flash_attn_backward,
+    flash_attn_forward,
+    launch_bwd_config,
+    launch_config,
+)
 
 
 def random_inputs(B, H, N, d, dtype: torch.dtype, H_kv: int, device, layout: str, generator, count: int = 4):
@@ -80,8 +85,9 @@ def check_backward_case(B: int, H: int, N: int, d: int, causal: bool, dtype: str
 
     err_kernel_vs_fp64, err_torch_vs_fp64 and tolerance are those of the gradient nearest its
     tolerance (`worst`), so the row reads as a forward row does; err_<grad>_* give all three.
-    path: the backward's dK/dV kernel ("gluon" or "tl"); forward_path: the forward kernel whose O
-    and LSE it took ("gluon" or "tl"); then the backward's tiles (`BwdConfig`).
+    path: the backward's dK/dV kernel (`BwdConfig.dkdv`: "tl" or "gluon_ws"); forward_path: the
+    forward kernel whose O and LSE it took (`FwdConfig.path`); then the backward's configuration
+    (`BwdConfig`: its dq, tiles and warps).
     """
     H_kv = H_kv or H
     q, k, v, do = random_inputs(B, H, N, d, getattr(torch, dtype), H_kv, device, layout, generator)
@@ -89,7 +95,7 @@ def check_backward_case(B: int, H: int, N: int, d: int, causal: bool, dtype: str
     lowp = reference_grads(q, k, v, do, causal, sm_scale)
     o, lse = flash_attn_forward(q, k, v, causal=causal, sm_scale=sm_scale, return_lse=True)
     got = flash_attn_backward(q, k, v, o, lse, do, causal, sm_scale, config)
-    cfg = launch_bwd_config(q, k, v, causal, config, do)  # what the call ran: Gluon or tl
+    cfg = launch_bwd_config(q, k, v, causal, config, do)  # what the call ran
     row = {"B": B, "H": H, "H_kv": H_kv, "N": N, "d": d, "causal": causal, "dtype": dtype, "layout": layout}
     row.update(grad_errors(got, exact, lowp))
     row.update({"skipped": False, "reason": failure_reason(row), "path": cfg.path,

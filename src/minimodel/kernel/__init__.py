@@ -1,27 +1,48 @@
-"""Stage 3: the Triton flash-attention kernels: the forward (`flash`) and its tile policy
-(`config`), the backward (`backward`, its tiles in `bwd_config`) and the differentiable entry
-point `attention` (`autograd`).
+"""Stage 3: the Triton flash-attention kernels and their one public API.
+
+The forward (`flash_attn_forward`: the tl kernels in `flash`, the Gluon one for Hopper in `hopper`),
+the backward (`flash_attn_backward`: the tl kernels in `backward`, the Gluon ones for Hopper in
+`gluon_bwd_ws` and `gluon_bwd_dqpass`) and the differentiable entry point `attention` (`autograd`);
+their configuration types (`config`: `FwdConfig`, `BwdConfig`, kernels named by flags), the policy
+that picks one (`policy`), and what a call really runs (`launch`). `decode` is the split-KV decode.
 
 Importing this package defines the kernels, and Triton decides then whether they are compiled or
 interpreted (TRITON_INTERPRET): the process's entry point made that choice first, by importing
-`minimodel.entry`. `INTERPRETED` says which it is. The Gluon kernel for Hopper (`hopper`) is
-defined everywhere and runs only there, compiled; what both forward kernels' launches share is in
-`launch`.
+`minimodel.entry`. `INTERPRETED` says which it is. The Gluon kernels are defined everywhere and run
+only on Hopper, compiled.
 """
 
 from minimodel.kernel.autograd import attention
-from minimodel.kernel.backward import flash_attn_backward
-from minimodel.kernel.config import HOPPER, SHARED_MEMORY, FwdConfig, get_fwd_config, portable_config
-from minimodel.kernel.flash import (
+from minimodel.kernel.backward import backward_fn, flash_attn_backward
+from minimodel.kernel.config import BwdConfig, FwdConfig
+from minimodel.kernel.flash import flash_attn_forward
+from minimodel.kernel.inputs import (
     BF16_INTERPRETER_REASON,
     INTERPRETED,
     SUPPORTED_DTYPES,
     SUPPORTED_HEAD_DIMS,
+)
+from minimodel.kernel.launch import (
+    default_bwd_config,
     default_config,
-    flash_attn_forward,
+    launch_bwd_config,
     launch_config,
+    policy_args,
+)
+from minimodel.kernel.policy import (
+    HOPPER,
+    SHARED_MEMORY,
+    get_bwd_config,
+    get_fwd_config,
+    gluon_config,
+    gluon_ws_config,
+    portable_config,
+    tl_bwd_config,
+    tl_config,
 )
 
 __all__ = ["BF16_INTERPRETER_REASON", "HOPPER", "INTERPRETED", "SHARED_MEMORY", "SUPPORTED_DTYPES",
-           "SUPPORTED_HEAD_DIMS", "FwdConfig", "attention", "default_config", "flash_attn_backward",
-           "flash_attn_forward", "get_fwd_config", "launch_config", "portable_config"]
+           "SUPPORTED_HEAD_DIMS", "BwdConfig", "FwdConfig", "attention", "backward_fn", "default_bwd_config",
+           "default_config", "flash_attn_backward", "flash_attn_forward", "get_bwd_config", "get_fwd_config",
+           "gluon_config", "gluon_ws_config", "launch_bwd_config", "launch_config", "policy_args",
+           "portable_config", "tl_bwd_config", "tl_config"]

@@ -11,10 +11,9 @@ same bit for bit from run to run:
 3. `_bwd_dq_kernel`: one program per (query tile, batch·head), the same recomputation with key
    tiles streaming past: dQ += dS K. (A separate pass instead of a read-modify-write of dQ per
    key tile, or atomics: it recomputes P once more, and writes dQ once.)
-A configuration with ATOMIC_DQ (`BwdConfig`) drops launch 3 for FlashAttention-2's own choice:
-the dK/dV kernel adds each tile pair's dS K to a float32 dQ with atomic adds (P computed once;
-dQ's last bits then depend on the order of the adds). The default tables keep it off. On
-Hopper launches 2 and 3 may be Gluon kernels (`gluon_bwd_ws`; `gluon_bwd_dqpass`, `GLUON_DQ`).
+On Hopper launch 2 may be the warp-specialized Gluon kernel (`BwdConfig.dkdv` "gluon_ws",
+`gluon_bwd_ws`), and launch 3 the Gluon dQ pass (`dq` "gluon_pass", `gluon_bwd_dqpass`) or none,
+dQ then added in launch 2 by TMA reductions (`dq` "in_kernel", not deterministic).
 dQ and dK carry the softmax scale: dQ = scale · dS K, dK = scale · dSᵀ Q.
 
 LSE is the forward's: the natural-log log-sum-exp of each row of S, (B, H, N) float32
@@ -34,15 +33,13 @@ import torch
 import triton
 import triton.language as tl
 
-from minimodel.kernel import flash, gluon_backward, gluon_bwd_dqpass, gluon_bwd_ws
-from minimodel.kernel.bwd_config import BwdConfig as BwdConfig
-from minimodel.kernel.bwd_config import default_bwd_config as default_bwd_config
-from minimodel.kernel.bwd_config import get_bwd_config as get_bwd_config
-from minimodel.kernel.bwd_config import gluon_bwd_config as gluon_bwd_config
-from minimodel.kernel.bwd_config import launch_bwd_config as launch_bwd_config
-from minimodel.kernel.bwd_inputs import scale as _scale
-from minimodel.kernel.bwd_inputs import validate as _validate
-from minimodel.kernel.flash import LOG2E, _grid, _kv_range, _program_ids
+from minimodel.kernel import flash, gluon_bwd_dqpass, gluon_bwd_ws
+from minimodel.kernel.config import BwdConfig
+from minimodel.kernel.flash import _kv_range, _program_ids
+from minimodel.kernel.inputs import scale as _scale
+from minimodel.kernel.inputs import validate_backward as _validate
+from minimodel.kernel.launch import LOG2E, launch_bwd_config
+from minimodel.kernel.launch import grid as _grid
 
 _LOG2E = tl.constexpr(LOG2E)  # the kernels turn the forward's natural-log LSE into base 2
 
@@ -69,14 +66,9 @@ def _bwd_preprocess(O, DO, Delta,
 
 
 @triton.jit
-def _dkdv_step(dk, dv, k, v, kv_in_range, q_ptrs, do_ptrs, dq_ptrs, lse_ptr, delta_ptr, start_m, offs_m0,
-               offs_n, N, qk_scale, sm_scale, stride_qn, stride_don, stride_dqn,
-               MASKED: tl.constexpr, IS_CAUSAL: tl.constexpr, ATOMIC_DQ: tl.constexpr):
-    """One query tile against this program's key tile, in transposed form (keys as rows).
-
-    ATOMIC_DQ: also add this tile pair's scale · dS K to the float32 dQ accumulator, atomically.
-    Key rows past N (zeros) then get dS = 0: their P need not be finite, and 0 · inf is NaN.
-    """
+def _dkdv_step(dk, dv, k, v, q_ptrs, do_ptrs, lse_ptr, delta_ptr, start_m, offs_m0, offs_n, N, qk_scale,
+               stride_qn, stride_don, MASKED: tl.constexpr, IS_CAUSAL: tl.constexpr):
+    """One query tile against this program's key tile, in transposed form (keys as rows)."""
     offs_m = start_m + offs_m0
     row = tl.cast(start_m, tl.int64)
     if MASKED:  # the causal diagonal band and the ragged tail: rows past N read as zeros
@@ -101,32 +93,22 @@ def _dkdv_step(dk, dv, k, v, kv_in_range, q_ptrs, do_ptrs, dq_ptrs, lse_ptr, del
     dpt = tl.dot(v, tl.trans(do))
     dst = pt * (dpt - delta[None, :])
     dk = tl.dot(dst.to(q.dtype), q, dk)
-    if ATOMIC_DQ:
-        dst = tl.where(kv_in_range, dst, 0.0)
-        dq = tl.dot(tl.trans(dst.to(k.dtype)), k) * sm_scale
-        if MASKED:
-            tl.atomic_add(dq_ptrs + row * stride_dqn, dq, mask=in_range[:, None], sem="relaxed")
-        else:
-            tl.atomic_add(dq_ptrs + row * stride_dqn, dq, sem="relaxed")
     return dk, dv
 
 
 @triton.jit
 def _bwd_dkdv_kernel(
-    Q, K, V, DO, DK, DV, DQ, LSE, Delta, qk_scale, sm_scale,
+    Q, K, V, DO, DK, DV, LSE, Delta, qk_scale, sm_scale,
     stride_qb, stride_qh, stride_qn, stride_qd,
     stride_kb, stride_kh, stride_kn, stride_kd,
     stride_vb, stride_vh, stride_vn, stride_vd,
     stride_dob, stride_doh, stride_don, stride_dod,
     stride_dkb, stride_dkh, stride_dkn, stride_dkd,
     stride_dvb, stride_dvh, stride_dvn, stride_dvd,
-    stride_dqb, stride_dqh, stride_dqn, stride_dqd,
     H, H_KV, N, GROUP,
     HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, IS_CAUSAL: tl.constexpr,
-    ATOMIC_DQ: tl.constexpr,
 ):
-    """dK, dV of BLOCK_N keys of one (batch, K/V head), summed over the GROUP query heads (and,
-    with ATOMIC_DQ, their share of dQ, added to DQ, float32)."""
+    """dK, dV of BLOCK_N keys of one (batch, K/V head), summed over the GROUP query heads."""
     num_n = tl.cdiv(N, BLOCK_N)
     pid = tl.program_id(0)
     pid_n = pid % num_n  # causal: the first key tiles have the most query tiles, and start first
@@ -161,22 +143,18 @@ def _bwd_dkdv_kernel(
         h = h_kv * GROUP + g
         q_ptrs = Q + b * stride_qb + h * stride_qh + rows_m0 * stride_qn + offs_d * stride_qd
         do_ptrs = DO + b * stride_dob + h * stride_doh + rows_m0 * stride_don + offs_d * stride_dod
-        dq_ptrs = DQ + b * stride_dqb + h * stride_dqh + rows_m0 * stride_dqn + offs_d * stride_dqd
         lse_ptr = LSE + (b * H + h) * N
         delta_ptr = Delta + (b * H + h) * N
         for start_m in range(lo, band, BLOCK_M):
-            dk, dv = _dkdv_step(dk, dv, k, v, kv_in_range, q_ptrs, do_ptrs, dq_ptrs, lse_ptr, delta_ptr,
-                                start_m, offs_m0, offs_n, N, qk_scale, sm_scale, stride_qn, stride_don,
-                                stride_dqn, True, IS_CAUSAL, ATOMIC_DQ)
+            dk, dv = _dkdv_step(dk, dv, k, v, q_ptrs, do_ptrs, lse_ptr, delta_ptr, start_m, offs_m0, offs_n,
+                                N, qk_scale, stride_qn, stride_don, True, IS_CAUSAL)
         for start_m in range(band, full, BLOCK_M):
             start_m = tl.multiple_of(start_m, BLOCK_M)
-            dk, dv = _dkdv_step(dk, dv, k, v, kv_in_range, q_ptrs, do_ptrs, dq_ptrs, lse_ptr, delta_ptr,
-                                start_m, offs_m0, offs_n, N, qk_scale, sm_scale, stride_qn, stride_don,
-                                stride_dqn, False, IS_CAUSAL, ATOMIC_DQ)
+            dk, dv = _dkdv_step(dk, dv, k, v, q_ptrs, do_ptrs, lse_ptr, delta_ptr, start_m, offs_m0, offs_n,
+                                N, qk_scale, stride_qn, stride_don, False, IS_CAUSAL)
         for start_m in range(full, N, BLOCK_M):
-            dk, dv = _dkdv_step(dk, dv, k, v, kv_in_range, q_ptrs, do_ptrs, dq_ptrs, lse_ptr, delta_ptr,
-                                start_m, offs_m0, offs_n, N, qk_scale, sm_scale, stride_qn, stride_don,
-                                stride_dqn, True, IS_CAUSAL, ATOMIC_DQ)
+            dk, dv = _dkdv_step(dk, dv, k, v, q_ptrs, do_ptrs, lse_ptr, delta_ptr, start_m, offs_m0, offs_n,
+                                N, qk_scale, stride_qn, stride_don, True, IS_CAUSAL)
 
     dk = dk * sm_scale
     tl.store(DK + b * stride_dkb + h_kv * stride_dkh + rows_n * stride_dkn + offs_d * stride_dkd,
@@ -263,36 +241,32 @@ def _strides(prefix: str, t: torch.Tensor) -> dict:
 
 def arguments(q, k, v, o, lse, do, dq, dk, dv, delta, scale: float, cfg: BwdConfig, causal: bool):
     """[(kernel, grid, arguments, launch options)] of the launches, in order: what
-    `flash_attn_backward` runs, and what a compile for a GPU without one specializes on.
-    dq: dQ in q's dtype, or with cfg.ATOMIC_DQ the zeroed float32 accumulator (then there is no
-    dQ kernel: the dK/dV kernel adds to it). cfg.GLUON: the dK/dV launch is a Gluon kernel's
-    (`gluon_bwd_ws` warp-specialized, else `gluon_backward`); cfg.GLUON_DQ: the dQ launch too."""
+    `flash_attn_backward` runs, and what a compile for a GPU without one specializes on: the
+    preprocess, the dK/dV kernel (`cfg.dkdv`), and the dQ pass (`cfg.dq`; none with "in_kernel",
+    where dq is the zeroed float32 accumulator the dK/dV kernel adds to; else dq in q's dtype)."""
     B, H, N, d = q.shape
     H_kv, qk_scale = k.shape[1], scale * LOG2E
     pre = dict(O=o, DO=do, Delta=delta, **_strides("o", o), **_strides("do", do), H=H, N=N,
                HEAD_DIM=d, BLOCK_M=cfg.preprocess_rows)
+    launches = [(_bwd_preprocess, _grid(N, B * H, cfg.preprocess_rows), pre, dict(num_warps=4, num_stages=1))]
     common = dict(qk_scale=qk_scale, sm_scale=scale, **_strides("q", q), **_strides("k", k),
                   **_strides("v", v), **_strides("do", do), HEAD_DIM=d, IS_CAUSAL=bool(causal))
-    dkdv = dict(Q=q, K=k, V=v, DO=do, DK=dk, DV=dv, DQ=dq, LSE=lse, Delta=delta, **common,
-                **_strides("dk", dk), **_strides("dv", dv), **_strides("dq", dq), H=H, H_KV=H_kv, N=N,
-                GROUP=H // H_kv, BLOCK_M=cfg.BLOCK_M1, BLOCK_N=cfg.BLOCK_N1, ATOMIC_DQ=cfg.ATOMIC_DQ)
-    dqa = dict(Q=q, K=k, V=v, DO=do, DQ=dq, LSE=lse, Delta=delta, **common, **_strides("dq", dq),
-               H=H, N=N, GROUP=H // H_kv, BLOCK_M=cfg.BLOCK_M2, BLOCK_N=cfg.BLOCK_N2)
-    if cfg.warp_specialized:  # with ATOMIC_DQ it adds dQ to dq, the float32 accumulator
-        kv_launch = gluon_bwd_ws.dkdv_launch(q, k, v, do, dq, dk, dv, lse, delta, scale, cfg, causal)
-    elif cfg.GLUON:
-        kv_launch = gluon_backward.dkdv_launch(q, k, v, do, dk, dv, lse, delta, scale, cfg, causal)
+    if cfg.dkdv == "gluon_ws":
+        launches.append(gluon_bwd_ws.dkdv_launch(q, k, v, do, dq, dk, dv, lse, delta, scale, cfg, causal))
     else:
-        kv_launch = (_bwd_dkdv_kernel, _grid(N, B * H_kv, cfg.BLOCK_N1), dkdv,
-                     dict(num_warps=cfg.num_warps_kv, num_stages=cfg.num_stages_kv))
-    if cfg.GLUON_DQ:
-        q_launch = gluon_bwd_dqpass.config_launch(q, k, v, do, dq, lse, delta, scale, cfg, causal)
-    else:
-        q_launch = (_bwd_dq_kernel, _grid(N, B * H, cfg.BLOCK_M2), dqa,
-                    dict(num_warps=cfg.num_warps_q, num_stages=cfg.num_stages_q))
-    launches = [(_bwd_preprocess, _grid(N, B * H, cfg.preprocess_rows), pre, dict(num_warps=4, num_stages=1)),
-                kv_launch, q_launch]
-    return launches[:2] if cfg.ATOMIC_DQ else launches
+        dkdv = dict(Q=q, K=k, V=v, DO=do, DK=dk, DV=dv, LSE=lse, Delta=delta, **common, **_strides("dk", dk),
+                    **_strides("dv", dv), H=H, H_KV=H_kv, N=N, GROUP=H // H_kv, BLOCK_M=cfg.BLOCK_M1,
+                    BLOCK_N=cfg.BLOCK_N1)
+        launches.append((_bwd_dkdv_kernel, _grid(N, B * H_kv, cfg.BLOCK_N1), dkdv,
+                         dict(num_warps=cfg.num_warps_kv, num_stages=cfg.num_stages_kv)))
+    if cfg.dq == "gluon_pass":
+        launches.append(gluon_bwd_dqpass.config_launch(q, k, v, do, dq, lse, delta, scale, cfg, causal))
+    elif cfg.dq == "tl_pass":
+        dqa = dict(Q=q, K=k, V=v, DO=do, DQ=dq, LSE=lse, Delta=delta, **common, **_strides("dq", dq),
+                   H=H, N=N, GROUP=H // H_kv, BLOCK_M=cfg.BLOCK_M2, BLOCK_N=cfg.BLOCK_N2)
+        launches.append((_bwd_dq_kernel, _grid(N, B * H, cfg.BLOCK_M2), dqa,
+                         dict(num_warps=cfg.num_warps_q, num_stages=cfg.num_stages_q)))
+    return launches
 
 
 def flash_attn_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
@@ -308,12 +282,13 @@ def flash_attn_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: to
     `flash.SUPPORTED_HEAD_DIMS`, one CUDA device or the CPU under TRITON_INTERPRET=1. Every
     tensor is read through its strides (any layout, broadcast dO included); a non-contiguous
     LSE is copied. causal and sm_scale must be the forward's (sm_scale defaults to 1/sqrt(d)).
-    config: tiles and kernels; defaults to `default_bwd_config(q, causal, deterministic)`; what
-    runs is `launch_bwd_config(q, k, v, causal, config, do, deterministic)` (a Gluon configuration
-    runs the tl table's where the Gluon kernel cannot: off Hopper, under the interpreter, inputs
-    TMA cannot read). deterministic (default True): the same bits on every call. False lets the
-    default add dQ inside the dK/dV kernel where that is faster (Hopper, N >= 1024: TMA
-    reductions, whose order varies, so dQ's last bits do); ignored under
+    causal defaults to False, as in SDPA and FlashAttention.
+    config: kernels and tiles (`BwdConfig`); defaults to `launch.default_bwd_config(q, causal,
+    deterministic)`; what runs is `launch_bwd_config(q, k, v, causal, config, do, deterministic)`
+    (a gluon_ws configuration runs the tl table's where the Gluon kernels cannot: off Hopper, under
+    the interpreter, inputs TMA cannot read). deterministic (default True): the same bits on every
+    call. False lets the default add dQ inside the dK/dV kernel where that is faster (Hopper, N >=
+    1024: TMA reductions, whose order varies, so dQ's last bits do); ignored under
     `torch.use_deterministic_algorithms(True)` and when `config` is given.
     Returns dQ, dK, dV, contiguous, in the shapes and dtype of q, k, v.
     """
@@ -325,7 +300,7 @@ def flash_attn_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: to
     cfg = launch_bwd_config(q, k, v, causal, config, do, deterministic)
     q, k, v, o, do = (t.detach() for t in (q, k, v, o, do))
     lse = lse.detach().contiguous()
-    if cfg.ATOMIC_DQ:
+    if cfg.dq == "in_kernel":
         dq = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
     else:
         dq = torch.empty(q.shape, dtype=q.dtype, device=q.device)
@@ -334,7 +309,7 @@ def flash_attn_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: to
     delta = torch.empty((B, H, N), dtype=torch.float32, device=q.device)
     for kernel, grid, args, options in arguments(q, k, v, o, lse, do, dq, dk, dv, delta, scale, cfg, causal):
         kernel[grid](**args, **options)
-    return (dq.to(q.dtype) if cfg.ATOMIC_DQ else dq), dk, dv
+    return (dq.to(q.dtype) if cfg.dq == "in_kernel" else dq), dk, dv
 
 
 def backward_fn(q, k, v, causal: bool, sm_scale: float | None = None, do: torch.Tensor | None = None,

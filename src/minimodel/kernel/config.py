@@ -1,161 +1,147 @@
-"""The kernel's tile configurations, and the policy that picks one per problem and architecture.
-
-`get_fwd_config` is the policy: on Hopper (compute capability 9.0, the H100 and H200) the table
-tuned on the H200 (notes/kernel.md), through TMA; elsewhere `portable_config`, pointer loads with
-tiles that fit every architecture's shared memory without spilling.
+"""The kernel's two configuration types: `FwdConfig`, the forward's kernel and tiles, and
+`BwdConfig`, the backward's dK/dV kernel, its dQ, tiles and warps. Each names its kernels with
+flags (`FwdConfig.path`; `BwdConfig.dkdv` and `.dq`), and is checked when made. `policy` picks
+them; `launch` says what a call really runs; every timing and correctness row records one
+(`as_dict`, and `path`).
 """
 
 from __future__ import annotations
 
-import functools
 from dataclasses import asdict, dataclass
 
-import torch
-import triton
+# The forward's kernels: "tl" (pointer loads: every device, and the interpreter), "tl_tma" (the tl
+# kernel with tiles moved by Hopper's TMA), "gluon" (the Gluon kernel for Hopper, `hopper`).
+FWD_PATHS = ("tl", "tl_tma", "gluon")
+GLUON_FWD_CONSUMERS, GLUON_FWD_ROWS = 2, 64  # the Gluon forward's consumer warpgroups, query rows each
+# The backward's dK/dV kernels: "tl" (every device), "gluon_ws" (Hopper: warp-specialized, `gluon_bwd_ws`).
+DKDV = ("tl", "gluon_ws")
+# How dQ is made: by the tl dQ pass after the dK/dV kernel, by the Gluon one (`gluon_bwd_dqpass`), or
+# added in the gluon_ws kernel by TMA reductions into a float32 accumulator (not deterministic).
+DQ = ("tl_pass", "gluon_pass", "in_kernel")
+WS_WARPS, WS_KEYS = 12, 128  # gluon_ws: a producer warpgroup and two MMA warpgroups of 64 keys
+DQ_ROWS, DQ_KEYS = 64, 64  # the Gluon dQ pass: query rows per consumer warpgroup, keys per step
+
+
+def gluon_dq_tiles(consumers: int) -> tuple[int, int, int]:
+    """(BLOCK_M2, BLOCK_N2, num_warps_q) of the Gluon dQ pass with 2 or 3 consumer warpgroups: 64
+    query rows each, 64 keys per step, the producer's warpgroup and the consumers' warps."""
+    return consumers * DQ_ROWS, DQ_KEYS, 4 * (consumers + 1)
+
+
+GLUON_DQ_TILES = {c: gluon_dq_tiles(c) for c in (2, 3)}
 
 
 @dataclass(frozen=True)
 class FwdConfig:
-    """Tile sizes and launch parameters of one kernel specialization.
+    """The forward's kernel (`path`, one of FWD_PATHS) and its tiles and launch options.
 
-    TMA: load tiles through Hopper's tensor-memory accelerator (host-side tensor descriptors)
-    instead of per-thread pointer loads; needs compute capability >= 9 and 16-byte aligned strides.
-    WARP_SPECIALIZE: let Triton split the unmasked key loop into producer and consumer warps.
-    MAXNREG: cap on registers per thread (None: the compiler's choice); a cap lets more programs
-    share a multiprocessor, e.g. two 8-warp programs at 128 registers.
-    GLUON: run the Gluon kernel for Hopper (`minimodel.kernel.hopper`) instead of the tl kernel:
-    a producer warp and CONSUMERS warpgroups, each owning BLOCK_M // CONSUMERS query rows, with
-    num_stages K/V buffers; PINGPONG makes the consumers take turns on the tensor cores.
+    BLOCK_M query rows per program, BLOCK_N keys per step, num_warps, num_stages (with "gluon":
+    K/V buffers). MAXNREG: cap on registers per thread (None: the compiler's choice); a cap lets
+    more programs share a multiprocessor, e.g. two 8-warp programs at 128 registers. "gluon" has a
+    producer warp and two consumer warpgroups of 64 query rows taking turns on the tensor cores
+    (BLOCK_M = 128, num_warps 4 per warpgroup).
     """
 
     BLOCK_M: int
     BLOCK_N: int
     num_warps: int
     num_stages: int
-    TMA: bool = False
-    WARP_SPECIALIZE: bool = False
+    path: str = "tl"
     MAXNREG: int | None = None
-    GLUON: bool = False
-    CONSUMERS: int = 1
-    PINGPONG: bool = False
+
+    def __post_init__(self):
+        if self.path not in FWD_PATHS:
+            raise ValueError(f"path {self.path!r}; accepted: {', '.join(FWD_PATHS)}")
+        rows = GLUON_FWD_CONSUMERS * GLUON_FWD_ROWS
+        if self.path == "gluon" and (self.BLOCK_M, self.num_warps) != (rows, 4):
+            raise ValueError(f"gluon: BLOCK_M {rows} (two consumer warpgroups of {GLUON_FWD_ROWS} rows) and "
+                             f"num_warps 4, got {self.BLOCK_M}, {self.num_warps}")
 
     @property
-    def path(self) -> str:
-        """Which kernel runs: "gluon" (Hopper only) or "tl" (every device, and the interpreter)."""
-        return "gluon" if self.GLUON else "tl"
+    def TMA(self) -> bool:
+        """Whether tiles move by TMA (both Hopper paths): the inputs must be TMA-readable."""
+        return self.path != "tl"
 
     def as_dict(self) -> dict:
         return asdict(self)
 
 
-@functools.cache
-def sm_count(device_index: int) -> int:
-    return torch.cuda.get_device_properties(device_index).multi_processor_count
+@dataclass(frozen=True)
+class BwdConfig:
+    """The backward's kernels (`dkdv` of DKDV, `dq` of DQ), tiles and launch options.
 
-
-HOPPER = 90  # compute capability 9.0 (H100, H200): TMA, and the table tuned on the H200
-# Shared memory one program may use, by compute capability (bytes, the opt-in maximum).
-SHARED_MEMORY = {80: 166912, 86: 101376, 89: 101376, 90: 232448}
-
-
-@functools.cache
-def _arch(device_index: int) -> int:
-    major, minor = torch.cuda.get_device_capability(device_index)
-    return 10 * major + minor
-
-
-def device_arch(device: torch.device) -> int:
-    """Compute capability of a CUDA device as major·10 + minor (90 for the H200), read once."""
-    return _arch(device.index or 0)
-
-
-@functools.cache
-def _sms(device_index: int) -> int:
-    return torch.cuda.get_device_properties(device_index).multi_processor_count
-
-
-def device_sms(device: torch.device) -> int:
-    """Streaming multiprocessors of a CUDA device (132 on the H200), read once."""
-    return _sms(device.index or 0)
-
-
-def portable_config(head_dim: int) -> FwdConfig:
-    """Pointer loads with tiles that fit every architecture's shared memory without spilling.
-
-    For GPUs other than Hopper (A100, L40S, ...), and for Hopper inputs that TMA cannot read.
-    Chosen by cross-compiling for sm_80, sm_89 and sm_90 (tests/test_kernel_report.py checks
-    registers, spills and shared memory); not timed on those GPUs, none could be lent.
+    dK/dV kernel: BLOCK_N1 key rows per program, BLOCK_M1 query rows per inner step (BLOCK_N1 a
+    multiple of BLOCK_M1: the causal diagonal of a key tile falls in whole query tiles),
+    num_warps_kv, num_stages_kv. "gluon_ws": BLOCK_N1 = 128, 12 warps, num_stages_kv >= 2 ring
+    stages of Q, dO, LSE and D; Hopper only, compiled, on inputs TMA can read (`launch.gluon_ok`).
+    dQ: "tl_pass" BLOCK_M2 query rows per program, BLOCK_N2 keys per step (BLOCK_M2 a multiple of
+    BLOCK_N2, the forward's rule); "gluon_pass" (beside gluon_ws) 2 or 3 consumer warpgroups of 64
+    rows (`GLUON_DQ_TILES`), num_stages_q K/V buffers (2 to 4); "in_kernel" (gluon_ws, BLOCK_M1 64
+    or 128) no dQ launch: the dK/dV kernel adds each tile pair's share into a float32 dQ by TMA
+    reductions, whose order, so dQ's last bits, vary between calls. The preprocess takes
+    `preprocess_rows` rows.
     """
-    if head_dim <= 64:
-        return FwdConfig(64, 64, 4, 3)
-    if head_dim <= 128:
-        return FwdConfig(64, 64, 4, 2)
-    return FwdConfig(64, 32, 8, 2)
 
+    BLOCK_M1: int
+    BLOCK_N1: int
+    BLOCK_M2: int
+    BLOCK_N2: int
+    num_warps_kv: int = 4
+    num_stages_kv: int = 2
+    num_warps_q: int = 4
+    num_stages_q: int = 2
+    dkdv: str = "tl"
+    dq: str = "tl_pass"
 
-# Head dims the Gluon kernel (minimodel.kernel.hopper) is built and checked for.
-GLUON_HEAD_DIMS = (64, 128)
+    def __post_init__(self):
+        if self.dkdv not in DKDV or self.dq not in DQ:
+            raise ValueError(f"dkdv {self.dkdv!r}, dq {self.dq!r}; accepted: dkdv one of {', '.join(DKDV)}, "
+                             f"dq one of {', '.join(DQ)}")
+        blocks = (self.BLOCK_M1, self.BLOCK_N1, self.BLOCK_N2) + (() if self.dq == "gluon_pass" else
+                                                                   (self.BLOCK_M2,))
+        if any(b < 16 or b & (b - 1) for b in blocks):
+            raise ValueError(f"tile sizes must be powers of two >= 16 (tl.dot's minimum), got {blocks}")
+        if self.BLOCK_N1 % self.BLOCK_M1 or self.BLOCK_M2 % self.BLOCK_N2:
+            raise ValueError(f"BLOCK_N1 ({self.BLOCK_N1}) must be a multiple of BLOCK_M1 ({self.BLOCK_M1}) "
+                             f"and BLOCK_M2 ({self.BLOCK_M2}) of BLOCK_N2 ({self.BLOCK_N2})")
+        if self.dq != "tl_pass" and self.dkdv != "gluon_ws":
+            raise ValueError(f"dq {self.dq!r} runs beside the gluon_ws dK/dV kernel, got dkdv {self.dkdv!r}")
+        if self.dkdv == "gluon_ws":
+            if (self.BLOCK_N1, self.num_warps_kv) != (WS_KEYS, WS_WARPS):
+                raise ValueError(f"gluon_ws: BLOCK_N1 {WS_KEYS} and num_warps_kv {WS_WARPS}, got "
+                                 f"{self.BLOCK_N1} and {self.num_warps_kv}")
+            if self.BLOCK_M1 > 256 or self.num_stages_kv < 2:
+                raise ValueError(f"gluon_ws: BLOCK_M1 at most 256 (one MMA's N) and num_stages_kv >= 2, got "
+                                 f"{self.BLOCK_M1} and {self.num_stages_kv}")
+        if self.dq == "in_kernel" and self.BLOCK_M1 not in (64, 128):
+            raise ValueError(f"in_kernel dQ: BLOCK_M1 is 64 or 128 (dQ's MMAs), got {self.BLOCK_M1}")
+        tiles = (self.BLOCK_M2, self.BLOCK_N2, self.num_warps_q)
+        stages_ok = 2 <= self.num_stages_q <= 4
+        if self.dq == "gluon_pass" and (tiles not in GLUON_DQ_TILES.values() or not stages_ok):
+            raise ValueError(f"gluon_pass: (BLOCK_M2, BLOCK_N2, num_warps_q) is one of "
+                             f"{sorted(GLUON_DQ_TILES.values())} (2 or 3 consumer warpgroups) and "
+                             f"num_stages_q 2 to 4, got {tiles} and {self.num_stages_q}")
 
+    @property
+    def path(self) -> str:
+        """Which dK/dV kernel runs (`dkdv`): what a timing row's `path` says."""
+        return self.dkdv
 
-def gluon_config(head_dim: int, causal: bool) -> FwdConfig:
-    """The Gluon kernel's configuration on Hopper: two consumer warpgroups of 64 query rows each,
-    128-key tiles, two K/V stages, taking turns on the tensor cores (notes/kernel.md)."""
-    return FwdConfig(128, 128, 4, 2, TMA=True, GLUON=True, CONSUMERS=2, PINGPONG=True)
+    @property
+    def preprocess_rows(self) -> int:
+        """Query rows per program of the preprocess (D = rowsum(dO ∘ O), a tl kernel): BLOCK_M2, or
+        the power of two below it where the Gluon dQ pass has three consumers (192 rows)."""
+        return 1 << (self.BLOCK_M2.bit_length() - 1)
 
+    @property
+    def dq_consumers(self) -> int | None:
+        """The Gluon dQ pass's consumer warpgroups (None for the other dQ choices)."""
+        return self.BLOCK_M2 // DQ_ROWS if self.dq == "gluon_pass" else None
 
-def get_fwd_config(head_dim: int, causal: bool, device_type: str, n: int | None = None,
-                   batch_heads: int | None = None, sm_count: int | None = None,
-                   arch: int = HOPPER) -> FwdConfig:
-    """The configuration for a head dim, causality and problem size on a device.
+    @property
+    def deterministic(self) -> bool:
+        """Whether two calls on one input give the same bits: dQ added in the kernel is not."""
+        return self.dq != "in_kernel"
 
-    On Hopper at d = 128, past the launch-bound sizes, the Gluon kernel (`gluon_config`): it
-    overlaps softmax and tensor cores where the tl kernel cannot. At d = 64 the tl kernel's two
-    8-warp programs per multiprocessor still win on the H200, so d = 64 stays on it, as does
-    everything else, the interpreter included (`tl_config`). `launch_config` falls back to the
-    tl kernel's choice where the inputs are ones the Gluon kernel cannot read.
-    """
-    cfg = tl_config(head_dim, causal, device_type, n, batch_heads, sm_count, arch)
-    if device_type == "cuda" and arch == HOPPER and head_dim == 128 and cfg.TMA:
-        return gluon_config(head_dim, causal)
-    return cfg
-
-
-def tl_config(head_dim: int, causal: bool, device_type: str, n: int | None = None,
-                   batch_heads: int | None = None, sm_count: int | None = None,
-                   arch: int = HOPPER) -> FwdConfig:
-    """The tl kernel's tile configuration for a head dim, causality and problem size on a device.
-
-    On Hopper (`arch` 90): the winners of the H200 search in notes/kernel.md, through TMA.
-    When causal 128-row query tiles would give fewer than two programs per multiprocessor (the
-    lab grid's B·H = 8), 64-row tiles double the programs and balance rows of unequal length.
-    Small problems take `portable_config`: they are launch-bound, a TMA descriptor costs host
-    time at every launch, and small tiles give more programs. On any other architecture:
-    `portable_config`, with no tuning for one GPU carried over to another.
-    BLOCK_M is a multiple of BLOCK_N, so the causal diagonal of a query tile falls in whole
-    key tiles. The interpreter runs one program at a time in numpy, where larger tiles mean
-    fewer programs; it takes the lab's 64 × 64 everywhere.
-    """
-    if device_type != "cuda":
-        return FwdConfig(64, 64, 4, 1)
-    if arch != HOPPER or head_dim > 128:
-        return portable_config(head_dim)
-    # below ~1 GFLOP-worth of B·H·N²·d a call is launch-bound: skip the TMA descriptors' host cost
-    if n is not None and batch_heads is not None and batch_heads * n * n * head_dim <= 2**30:
-        return portable_config(head_dim)
-    if causal and n is not None and batch_heads is not None and sm_count is not None:
-        if batch_heads * triton.cdiv(n, 128) < 2 * sm_count:
-            return FwdConfig(64, 64, 4, 3, TMA=True)
-    if causal and n is not None and n <= 1024:
-        # short causal rows: small tiles give more programs to share out rows of unequal length
-        # (faster at both head dims on the H200: notes/kernel.md)
-        return FwdConfig(64, 64, 4, 3, TMA=True)
-    if head_dim == 64:
-        # capped at 128 registers, two 8-warp programs share a multiprocessor, and one's matmuls
-        # overlap the other's softmax; uncapped, one program fills the register file
-        # (notes/kernel.md has the timings)
-        return FwdConfig(128, 128, 8, 2, TMA=True, MAXNREG=128)
-    if head_dim < 64:
-        return FwdConfig(128, 128, 4, 3, TMA=True)
-    # the fastest shape that does not spill: 128 x 64 with 4 warps spills at d = 128, and with
-    # 8 warps, which does not, it is slower (notes/kernel.md)
-    return FwdConfig(128, 128, 8, 3, TMA=True)
+    def as_dict(self) -> dict:
+        return asdict(self)

@@ -1,4 +1,5 @@
-"""Flash-attention forward in Triton (lab 02): `flash_attn_forward(Q, K, V, causal=True)`.
+"""Flash-attention forward in Triton (lab 02): `flash_attn_forward(Q, K, V, causal=True)`, the
+tl kernels (pointer loads, and TMA on Hopper) and the one entry point of every forward kernel.
 
 FlashAttention-2 order: one program per (query tile, batch·head); each program keeps its
 query tile, the running maximum m, the running sum l and the fp32 output accumulator on chip
@@ -23,22 +24,10 @@ import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from minimodel.kernel import hopper, launch
-from minimodel.kernel.config import (
-    HOPPER,
-    FwdConfig,
-    device_arch,
-    get_fwd_config,
-    portable_config,
-    sm_count,
-    tl_config,
-)
-from minimodel.kernel.inputs import BF16_INTERPRETER_REASON as BF16_INTERPRETER_REASON
-from minimodel.kernel.inputs import INTERPRETED
-from minimodel.kernel.inputs import SUPPORTED_DTYPES as SUPPORTED_DTYPES
-from minimodel.kernel.inputs import SUPPORTED_HEAD_DIMS as SUPPORTED_HEAD_DIMS
+from minimodel.kernel.config import FwdConfig
 from minimodel.kernel.inputs import validate as _validate
-from minimodel.kernel.launch import LN2, LOG2E, HostDescriptor
-from minimodel.kernel.launch import grid as _grid  # by this name kernel/backward.py imports it from here
+from minimodel.kernel.launch import LN2, LOG2E, HostDescriptor, launch_config
+from minimodel.kernel.launch import grid as _grid
 
 
 @triton.jit
@@ -122,7 +111,7 @@ def _flash_fwd_kernel(
     stride_ob, stride_oh, stride_on, stride_od,
     H, N, GROUP,
     HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    IS_CAUSAL: tl.constexpr, STORE_LSE: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
+    IS_CAUSAL: tl.constexpr, STORE_LSE: tl.constexpr,
 ):
     """Pointer loads with real strides: any layout, any device Triton runs on.
 
@@ -146,7 +135,7 @@ def _flash_fwd_kernel(
 
     m_i, l_i, acc = _online_softmax_state(BLOCK_M, HEAD_DIM)
     lo, hi = _kv_range(pid_m, N, BLOCK_M, BLOCK_N, IS_CAUSAL)
-    for start_n in tl.range(0, lo, BLOCK_N, warp_specialize=WARP_SPECIALIZE):
+    for start_n in tl.range(0, lo, BLOCK_N):
         start_n = tl.multiple_of(start_n, BLOCK_N)
         row = tl.cast(start_n, tl.int64)
         kt = tl.load(kt_ptrs + row * stride_kn)
@@ -173,7 +162,7 @@ def _flash_fwd_kernel(
 def _flash_fwd_kernel_tma(
     desc_q, desc_k, desc_v, desc_o, LSE, qk_scale, H, N, GROUP,
     HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    IS_CAUSAL: tl.constexpr, STORE_LSE: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
+    IS_CAUSAL: tl.constexpr, STORE_LSE: tl.constexpr,
 ):
     """The same algorithm with tiles moved by TMA (4-D descriptors; out-of-range rows read as 0).
 
@@ -189,7 +178,7 @@ def _flash_fwd_kernel_tma(
 
     m_i, l_i, acc = _online_softmax_state(BLOCK_M, HEAD_DIM)
     lo, hi = _kv_range(pid_m, N, BLOCK_M, BLOCK_N, IS_CAUSAL)
-    for start_n in tl.range(0, lo, BLOCK_N, warp_specialize=WARP_SPECIALIZE):
+    for start_n in tl.range(0, lo, BLOCK_N):
         start_n = tl.multiple_of(start_n, BLOCK_N)
         kt = desc_k.load([b, h_kv, start_n, 0]).reshape(BLOCK_N, HEAD_DIM).T
         v = desc_v.load([b, h_kv, start_n, 0]).reshape(BLOCK_N, HEAD_DIM)
@@ -208,51 +197,6 @@ def _flash_fwd_kernel_tma(
         _store_lse(LSE, pid_bh, offs_m, m_i, l_i, N, qk_scale)
 
 
-def _tma_ok(*tensors) -> bool:
-    """TMA needs unit stride on d and every other stride a multiple of 16 bytes."""
-    return all(t.stride(-1) == 1 and all((s * t.element_size()) % 16 == 0 for s in t.stride()[:-1])
-               and t.data_ptr() % 16 == 0 for t in tensors)
-
-
-def _policy_args(Q: torch.Tensor, causal: bool) -> tuple:
-    B, H, N, d = Q.shape
-    if Q.device.type != "cuda":
-        return d, causal, Q.device.type
-    return d, causal, "cuda", N, B * H, sm_count(Q.device.index or 0), device_arch(Q.device)
-
-
-def default_config(Q: torch.Tensor, causal: bool) -> FwdConfig:
-    """The configuration `flash_attn_forward` chooses for Q of shape (B, H, N, d) when none is given."""
-    return get_fwd_config(*_policy_args(Q, causal))
-
-
-def _gluon_ok(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor) -> bool:
-    """The Gluon kernel runs compiled on Hopper only (it has no interpreter), on inputs it can read."""
-    if INTERPRETED or Q.device.type != "cuda" or device_arch(Q.device) != HOPPER:
-        return False
-    return hopper.supports(Q, K, V)
-
-
-def launch_config(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, causal: bool,
-                  config: FwdConfig | None = None) -> FwdConfig:
-    """The configuration a call really runs: `config` or the default, with TMA only where it can be.
-
-    TMA needs compute capability 9 and 16-byte aligned strides and base addresses; without them a
-    TMA configuration runs as `portable_config`. A Gluon configuration needs Hopper, compiled,
-    and inputs `hopper.supports`; elsewhere the tl kernel's choice runs (`tl_config`).
-    Recorded with every correctness and timing row (`path` says which kernel).
-    """
-    cfg = config or default_config(Q, causal)
-    if cfg.GLUON:
-        if _gluon_ok(Q, K, V):
-            return cfg
-        return launch_config(Q, K, V, causal, tl_config(*_policy_args(Q, causal)))
-    if not cfg.TMA:
-        return cfg
-    tma_hardware = Q.device.type == "cpu" or device_arch(Q.device) >= HOPPER  # the interpreter has it
-    return cfg if tma_hardware and _tma_ok(Q, K, V) else portable_config(Q.shape[-1])
-
-
 def arguments(Q, K, V, O, LSE, qk_scale: float, cfg: FwdConfig, causal: bool, store_lse: bool,
               full: bool = True):
     """(kernel, grid, arguments in the kernel's order, launch options) of a tl-kernel call: what
@@ -261,11 +205,11 @@ def arguments(Q, K, V, O, LSE, qk_scale: float, cfg: FwdConfig, causal: bool, st
     (what a direct launch of the compiled kernel needs)."""
     B, H, N, d = Q.shape
     common = dict(H=H, N=N, GROUP=H // K.shape[1], HEAD_DIM=d, BLOCK_M=cfg.BLOCK_M, BLOCK_N=cfg.BLOCK_N,
-                  IS_CAUSAL=bool(causal), STORE_LSE=bool(store_lse), WARP_SPECIALIZE=cfg.WARP_SPECIALIZE)
+                  IS_CAUSAL=bool(causal), STORE_LSE=bool(store_lse))
     options = dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages,
                    **({"maxnreg": cfg.MAXNREG} if cfg.MAXNREG else {}))
     grid = _grid(N, B * H, cfg.BLOCK_M)
-    if cfg.TMA:
+    if cfg.path == "tl_tma":
         def desc(t, rows):
             if not full:
                 return HostDescriptor(t, list(t.shape), list(t.stride()))
@@ -283,7 +227,7 @@ def arguments(Q, K, V, O, LSE, qk_scale: float, cfg: FwdConfig, causal: bool, st
 def arguments_of(cfg: FwdConfig):
     """The function giving the call of the kernel `cfg` runs: the Gluon one's (`hopper.arguments`)
     or the tl one's (`arguments`)."""
-    return hopper.arguments if cfg.GLUON else arguments
+    return hopper.arguments if cfg.path == "gluon" else arguments
 
 
 def flash_attn_forward(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, causal: bool = True,
@@ -295,12 +239,14 @@ def flash_attn_forward(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, causal
     multi-query attention; K and V are not copied). float16 or bfloat16, all on one CUDA
     device, or on the CPU under TRITON_INTERPRET=1. d ∈ {16, 32, 64, 128, 256}. Any strides
     (e.g. a transposed (B, N, H, d) tensor) are read as they are.
-    causal: query i sees keys j <= i. sm_scale: any finite number > 0 (a huge one makes the
-    softmax a hard maximum, as in float64, never NaN), defaults to 1/sqrt(d).
+    causal: query i sees keys j <= i; True by default, lab 02's signature (`attention` and the
+    backward default to False, as SDPA and FlashAttention do). sm_scale: any finite number > 0
+    (a huge one makes the softmax a hard maximum, as in float64, never NaN), defaults to 1/sqrt(d).
     Inputs that require grad are refused while autograd is on: this is the forward alone
     (`minimodel.kernel.attention` is the differentiable entry point).
     return_lse: also return the natural-log log-sum-exp of each row, (B, H, N) float32.
-    config: tile configuration; defaults to `get_fwd_config(d, causal, device, N, B·H, SMs)`.
+    config: kernel and tiles (`FwdConfig`); defaults to `launch.default_config(Q, causal)`, the
+    policy's; what runs is `launch_config(Q, K, V, causal, config)`.
     Returns O with Q's shape and dtype (contiguous), and LSE when asked.
     """
     try:

@@ -6,8 +6,8 @@ One program per (query tile of CONSUMERS·BLOCK_M rows, batch, query head); the 
 - `_load` (the default partition, few registers): Q and dO of both consumers once, then K and V of
   every key tile the tile sees through TMA into a ring of STAGES stages (`hopper_state.Channels`,
   with dO's buffers beside Q's);
-- `_consume` CONSUMERS times (two warpgroups with most of the registers, or three, as the
-  forward can), consumer w owning query rows [w·BLOCK_M, (w + 1)·BLOCK_M) of the tile: dQ in
+- `_consume` CONSUMERS times (two warpgroups with most of the registers, or three at 160
+  registers each), consumer w owning query rows [w·BLOCK_M, (w + 1)·BLOCK_M) of the tile: dQ in
   registers for the whole loop.
 Step j, key tile j:
     S = Q Kⱼᵀ,  dP = dO Vⱼᵀ,  P = exp2(S·scale·log2 e − LSE·log2 e),  dS = P ∘ (dP − D),
@@ -18,7 +18,7 @@ leaves through TMA from the consumer's Q buffer.
 
 Rows past N: Q, dO, K, V read as zeros (4-D descriptors bounded per head); LSE and D load as 0
 there. Keys past N and, causal, keys after the query get P = 0 (only the tiles from `full` on
-build the mask); query rows past N are never stored. `BwdConfig.GLUON_DQ` picks it
+build the mask); query rows past N are never stored. `BwdConfig.dq` "gluon_pass" picks it
 (`backward.arguments`); tools/dq_pass_probe.py checks and times it beside the tl pass. Gluon has
 no interpreter: this runs compiled on sm_90 only, or compiles for sm_90 on a CPU.
 """
@@ -35,30 +35,16 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
-from minimodel.kernel.gluon_backward import HEAD_DIMS
-from minimodel.kernel.hopper import (
-    CONSUMER_REGS,
-    _descriptor,
-    _kv_tiles,
-    _pass_turn,
-    _phase,
-    _stage,
-    _wait_turn,
-    query_program,
-)
+from minimodel.kernel.config import DQ_KEYS, DQ_ROWS
+from minimodel.kernel.hopper import CONSUMER_REGS, _descriptor, _kv_tiles, _phase, _stage, query_program
 from minimodel.kernel.hopper_state import Channels, QueryTile, Tiles
 from minimodel.kernel.launch import LOG2E, grid
+from minimodel.kernel.policy import GLUON_BWD_HEAD_DIMS
 
 _LOG2E = gl.constexpr(LOG2E)
-CONSUMERS = 2  # MMA warpgroups, ROWS query rows each (the policy's; 3 may be asked for)
-ROWS = 64  # query rows per consumer: the M of one warpgroup MMA (128 spills 96-144 bytes at d = 64)
-KEYS = 64  # keys per step (128 at d = 64 ran 0.62-0.99x the tl pass's speed on the H200)
-
-
-def tiles(consumers: int = CONSUMERS) -> tuple[int, int, int]:
-    """(query rows per program, keys per step, warps: the producer's warpgroup and the consumers')
-    with `consumers` MMA warpgroups: a `BwdConfig`'s (BLOCK_M2, BLOCK_N2, num_warps_q) with GLUON_DQ."""
-    return consumers * ROWS, KEYS, 4 * (consumers + 1)
+CONSUMERS = 2  # MMA warpgroups, DQ_ROWS query rows each (the policy's; 3 may be asked for)
+# DQ_ROWS, the M of one warpgroup MMA (128 rows spill 96-144 bytes at d = 64); DQ_KEYS keys per step
+# (128 at d = 64 ran 0.62-0.99x the tl pass's speed on the H200)
 
 
 @gluon.jit
@@ -101,14 +87,11 @@ def _probabilities(s, lse, j, full, rows, N, T: Tiles):
 
 @gluon.jit
 def _scores(ch: Channels, q, do, j, WG: gl.constexpr, T: Tiles):
-    """Issue S = Q Kⱼᵀ and dP = dO Vⱼᵀ (asynchronous) once Kⱼ and Vⱼ have landed and, with
-    PINGPONG, once the other consumer has issued its GEMMs of the step (the caller hands the turn
-    on after its own)."""
+    """Issue S = Q Kⱼᵀ and dP = dO Vⱼᵀ (asynchronous) once Kⱼ and Vⱼ have landed."""
     st = _stage(j, T.STAGES)
     zeros = gl.zeros([T.BLOCK_M, T.BLOCK_N], gl.float32, T.s_layout)
     mbarrier.wait(ch.k_ready.index(st), _phase(j, T.STAGES))
     mbarrier.wait(ch.v_ready.index(st), _phase(j, T.STAGES))
-    _wait_turn(ch.turns, j, WG, T.PINGPONG)
     s = warpgroup_mma(q, ch.k.index(st).permute((1, 0)), zeros, use_acc=False, is_async=True)
     dp = warpgroup_mma(do, ch.v.index(st).permute((1, 0)), zeros, use_acc=False, is_async=True)
     return s, dp
@@ -133,7 +116,6 @@ def _consume(ch: Channels, do_buf, tile: QueryTile, delta_ptr, sm_scale, WG: gl.
 
     # step 0: dS of the first key tile, whose dQ GEMM step 1 issues
     s, dp = _scores(ch, q, do, 0, WG, T)
-    _pass_turn(ch.turns, WG, T.CONSUMERS, T.PINGPONG)
     s = warpgroup_mma_wait(1, deps=[s])
     p = _probabilities(s * tile.qk_scale, lse, 0, full, rows, tile.N, T)
     dp = warpgroup_mma_wait(0, deps=[dp])
@@ -145,7 +127,6 @@ def _consume(ch: Channels, do_buf, tile: QueryTile, delta_ptr, sm_scale, WG: gl.
         prev = _stage(j - 1, T.STAGES)
         s, dp = _scores(ch, q, do, j, WG, T)
         dq = warpgroup_mma(ds16, ch.k.index(prev), dq, is_async=True)  # runs under the exponentials
-        _pass_turn(ch.turns, WG, T.CONSUMERS, T.PINGPONG)
         s = warpgroup_mma_wait(2, deps=[s])
         p = _probabilities(s * tile.qk_scale, lse, j, full, rows, tile.N, T)
         dp = warpgroup_mma_wait(1, deps=[dp])
@@ -172,10 +153,10 @@ def _consume(ch: Channels, do_buf, tile: QueryTile, delta_ptr, sm_scale, WG: gl.
 def _bwd_dq_hopper(q_desc, k_desc, v_desc, do_desc, dq_desc, lse, delta, qk_scale, sm_scale, H, N, GROUP,
                    HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                    CONSUMERS: gl.constexpr, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr,
-                   PINGPONG: gl.constexpr, CONSUMER_REGS: gl.constexpr):
+                   CONSUMER_REGS: gl.constexpr):
     """One program per (query tile of CONSUMERS·BLOCK_M rows, batch·head) on the grid's x axis:
     the producer (`_load`) and CONSUMERS consumers (`_consume`)."""
-    T = Tiles(BLOCK_M, BLOCK_N, HEAD_DIM, CONSUMERS, STAGES, IS_CAUSAL, PINGPONG, False, q_desc.dtype)
+    T = Tiles(BLOCK_M, BLOCK_N, HEAD_DIM, CONSUMERS, STAGES, IS_CAUSAL, False, False, q_desc.dtype)
     pid_m, pid_bh, b, h = query_program(N, H, T)
     tile = QueryTile(dq_desc, lse, b, h, pid_m, pid_bh, N, qk_scale)  # the forward's, dQ its output
     ch = Channels.create(T)
@@ -190,33 +171,30 @@ def _bwd_dq_hopper(q_desc, k_desc, v_desc, do_desc, dq_desc, lse, delta, qk_scal
     ][:CONSUMERS + 1], [4] * CONSUMERS, [CONSUMER_REGS] * CONSUMERS)
 
 
-def dq_launch(q, k, v, do, dq, lse, delta, scale: float, causal: bool, block_m: int = ROWS,
-              block_n: int = KEYS, stages: int = 4, pingpong: bool = False,
-              consumers: int = CONSUMERS):
+def dq_launch(q, k, v, do, dq, lse, delta, scale: float, causal: bool, block_n: int = DQ_KEYS,
+              stages: int = 4, consumers: int = CONSUMERS):
     """(kernel, grid, arguments, launch options) of the dQ pass: dq (q's shape and dtype,
-    contiguous) gets scale · dS K. q, k, v, do must be readable by TMA (`hopper.supports`); lse
-    (natural log) and delta float32 (B, H, N), contiguous. block_m: query rows per consumer,
-    block_n: keys per step, stages: K/V buffers, pingpong: the consumers take turns issuing their
-    GEMMs (the forward's PINGPONG; no faster on the H200, off), consumers: MMA warpgroups, 2 or 3
-    (each then with `hopper.CONSUMER_REGS` registers)."""
+    contiguous) gets scale · dS K. q, k, v, do must be readable by TMA (`launch.gluon_readable`);
+    lse (natural log) and delta float32 (B, H, N), contiguous. block_n: keys per step, stages: K/V
+    buffers, consumers: MMA warpgroups of DQ_ROWS query rows, 2 or 3 (each then with
+    `hopper.CONSUMER_REGS` registers)."""
     B, H, N, d = q.shape
-    if d not in HEAD_DIMS:
-        raise ValueError(f"the Gluon dQ pass is built for head dims {HEAD_DIMS}, got {d}")
+    if d not in GLUON_BWD_HEAD_DIMS:
+        raise ValueError(f"the Gluon dQ pass is built for head dims {GLUON_BWD_HEAD_DIMS}, got {d}")
     if consumers not in CONSUMER_REGS:
         raise ValueError(f"the Gluon dQ pass has {sorted(CONSUMER_REGS)} consumer warpgroups, "
                          f"got {consumers}")
-    args = dict(q_desc=_descriptor(q, block_m), k_desc=_descriptor(k, block_n),
-                v_desc=_descriptor(v, block_n), do_desc=_descriptor(do, block_m),
-                dq_desc=_descriptor(dq, block_m), lse=lse, delta=delta,
+    args = dict(q_desc=_descriptor(q, DQ_ROWS), k_desc=_descriptor(k, block_n),
+                v_desc=_descriptor(v, block_n), do_desc=_descriptor(do, DQ_ROWS),
+                dq_desc=_descriptor(dq, DQ_ROWS), lse=lse, delta=delta,
                 qk_scale=scale * LOG2E, sm_scale=scale, H=H, N=N, GROUP=H // k.shape[1], HEAD_DIM=d,
-                BLOCK_M=block_m, BLOCK_N=block_n, CONSUMERS=consumers, STAGES=stages,
-                IS_CAUSAL=bool(causal), PINGPONG=bool(pingpong), CONSUMER_REGS=CONSUMER_REGS[consumers])
-    return _bwd_dq_hopper, grid(N, B * H, consumers * block_m), args, {"num_warps": 4}
+                BLOCK_M=DQ_ROWS, BLOCK_N=block_n, CONSUMERS=consumers, STAGES=stages,
+                IS_CAUSAL=bool(causal), CONSUMER_REGS=CONSUMER_REGS[consumers])
+    return _bwd_dq_hopper, grid(N, B * H, consumers * DQ_ROWS), args, {"num_warps": 4}
 
 
 def config_launch(q, k, v, do, dq, lse, delta, scale: float, cfg, causal: bool):
-    """`dq_launch` with the tiles of `cfg` (a `BwdConfig` with GLUON_DQ): its `dq_consumers` MMA
-    warpgroups of ROWS query rows, BLOCK_N2 keys per step, num_stages_q stages."""
-    return dq_launch(q, k, v, do, dq, lse, delta, scale, causal, block_m=ROWS, block_n=cfg.BLOCK_N2,
+    """`dq_launch` with the tiles of `cfg` (a `BwdConfig` with dq "gluon_pass"): its `dq_consumers`
+    MMA warpgroups, BLOCK_N2 keys per step, num_stages_q stages."""
+    return dq_launch(q, k, v, do, dq, lse, delta, scale, causal, block_n=cfg.BLOCK_N2,
                      stages=cfg.num_stages_q, consumers=cfg.dq_consumers)
-

@@ -1,5 +1,5 @@
 """The backward's dK/dV kernel for Hopper (sm_90) in Gluon, warp-specialized as FlashAttention-3's
-(issue 39, steps 2 and 3). One program per (128 keys, batch, K/V head), three partitions:
+(`BwdConfig.dkdv` "gluon_ws"). One program per (128 keys, batch, K/V head), three partitions:
 
 - `_produce` (the default partition, one warpgroup cut to few registers): K and V once, then
   Q and dO of every query tile through TMA, and its LSE and D by plain loads, into a ring of
@@ -7,26 +7,22 @@
 - `_mma` twice (two warpgroups with most of the registers), consumer w owning keys
   [64w, 64w + 64) of the block: dK and dV in registers for the whole loop.
 
-A step, in transposed form (keys as the rows of every warpgroup MMA, as `gluon_backward`):
+A step, in transposed form (keys as the rows of every warpgroup MMA):
     Sᵀ = K Qᵀ,  dPᵀ = V dOᵀ,  Pᵀ = exp2(Sᵀ·scale·log2 e − LSE·log2 e),
     dV += Pᵀ dO,  dSᵀ = Pᵀ ∘ (dPᵀ − D),  dK += dSᵀ Q        (Pᵀ, dSᵀ from registers)
-and with DQ_ATOMIC the fifth GEMM, dQ = dS K: each consumer writes its dSᵀ rows to a shared
-buffer (double-buffered), both wait for the other's, and each computes half of the query tile's
-dQ over all 128 keys (half the head dim, or half the rows where the tile has 128), then adds it,
-times the softmax scale, to a float32 dQ: with atomic adds from registers (`_dq_add`), or with
-DQ_TMA (FlashAttention-3's way) by storing it to a shared float32 tile of its own that the TMA
-engine adds into dQ (`_dq_reduce`, a `cp.reduce.async.bulk.tensor`, clipped at N by a 4-D
-descriptor) while the warpgroup goes on. Either way the adds' order makes dQ's last bits vary
-between runs: without DQ_ATOMIC the kernel writes only dK and dV and the tl dQ pass runs after it
-(`backward.arguments`), deterministic, as `gluon_backward`.
+With DQ_IN_KERNEL (`BwdConfig.dq` "in_kernel") the fifth GEMM, dQ = dS K: each consumer writes its
+dSᵀ rows to a shared buffer (double-buffered), both wait for the other's, and each computes half of
+the query tile's dQ over all 128 keys (half the head dim, or half the rows where the tile has 128),
+stores it, times the softmax scale, to a shared float32 tile of its own, and the TMA engine adds
+that into a float32 dQ (`_dq_reduce`, FlashAttention-3's way, clipped at N by a 4-D descriptor)
+while the warpgroup goes on; the adds' order makes dQ's last bits vary between runs. Without it the
+kernel writes only dK and dV and a dQ pass runs after it (`backward.arguments`), deterministic.
 
 Rows past N: Q, dO, K, V read as zeros (4-D descriptors, bounded per head); LSE and D, which the
-producer's warpgroup loads itself (`_rows`: a TMA coordinate must be 16-byte aligned, which a
-(B·H·N)-flat float32 row is not where N % 4 != 0), read as zeros too; those query columns get
-P = 0 (masked), so dS = 0 and they add nothing. Keys past N get P = 0 too (their
-dS would meet a zero K row in dQ, but P need not be finite there). Gluon has no interpreter: this
-runs compiled on sm_90 only (`bwd_config.gluon_ok`), or compiles for sm_90 on a CPU
-(tools/bwd_ws_report.py).
+producer's warpgroup loads itself (`_rows`), read as zeros too; those query columns get P = 0
+(masked), so dS = 0 and they add nothing. Keys past N get P = 0 too. The aggregates the partitions
+share are in `gluon_bwd_state`. Gluon has no interpreter: this runs compiled on sm_90 only
+(`launch.gluon_ok`), or compiles for sm_90 on a CPU (tools/bwd_ws_report.py).
 """
 
 # no `from __future__ import annotations`: an aggregate checks its fields against their annotations
@@ -43,25 +39,27 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-from minimodel.kernel.gluon_backward import KeyBlock
-from minimodel.kernel.gluon_bwd_dq import dq_descriptor, dq_last, dq_out
-from minimodel.kernel.gluon_bwd_order import dq_locks, step_query
-from minimodel.kernel.gluon_bwd_ring import ROW_TMA_LAYOUT, Config, Descriptors, Grads, Ring
+from minimodel.kernel.gluon_bwd_state import (
+    Config,
+    Descriptors,
+    Grads,
+    KeyBlock,
+    Ring,
+    async_reduce_shared_to_global,
+    dq_share,
+)
 from minimodel.kernel.hopper import _descriptor
 from minimodel.kernel.launch import LOG2E, grid
 
 _LOG2E = gl.constexpr(LOG2E)
-WARPS = 12  # a producer warpgroup and two MMA warpgroups: `BwdConfig.num_warps_kv` of this kernel
 MMA_REGS = gl.constexpr(240)  # registers per MMA thread: 2·128·240 + 128·24 (the producer's) <= 65,536
-MAX_ROWS = 2**31  # with ROWS_TMA, LSE and D are addressed as one (B·H·N) axis by 32-bit TMA coordinates
 
 
 @gluon.jit
 def _rows(d: Descriptors, ring: Ring, blk: KeyBlock, h, start_m, s, C: Config):
     """LSE and D of the step's query rows into stage s, by the producer's plain loads (one value
     a thread; 0 past N). Not by TMA: a 1-D copy's coordinate (B·H·N-flat, float32) must be a
-    multiple of 4, i.e. 16 bytes, which a ragged N breaks, and an unaligned one is an illegal
-    instruction on sm_90 (`ROWS_TMA`)."""
+    multiple of 4, i.e. 16 bytes, which a ragged N breaks (an illegal instruction on sm_90)."""
     cols = start_m + gl.arange(0, C.BLOCK_M, layout=C.row_layout)
     base = (blk.b.to(gl.int64) * blk.H + h) * blk.N  # 64-bit: B·H·N may pass 2³¹
     inside = cols < blk.N
@@ -79,22 +77,14 @@ def _produce(d: Descriptors, ring: Ring, blk: KeyBlock, total, C: Config):
     for t in range(total):
         s = t % C.STAGES
         mbarrier.wait(ring.empty.index(s), ((t // C.STAGES) & 1) ^ 1)
-        h, start_m = step_query(blk, t, C)
+        h, start_m = blk.query(t, C)
         bar = ring.ready.index(s)
-        if C.ROWS_TMA:  # the first design: illegal where a row's coordinate is not 16-byte aligned
-            row = (blk.b * blk.H + h) * blk.N + start_m
-            mbarrier.expect(bar, 2 * d.q.block_type.nbytes + 2 * d.lse.block_type.nbytes)
-        else:
-            mbarrier.expect(bar, 2 * d.q.block_type.nbytes)  # the first of the step's two arrivals
+        mbarrier.expect(bar, 2 * d.q.block_type.nbytes)  # the first of the step's two arrivals
         tma.async_copy_global_to_shared(d.q, [blk.b, h, start_m, 0], bar, ring.q.index(s))
         tma.async_copy_global_to_shared(d.do, [blk.b, h, start_m, 0], bar, ring.do.index(s))
-        if C.ROWS_TMA:
-            tma.async_copy_global_to_shared(d.lse, [row], bar, ring.lse.index(s))
-            tma.async_copy_global_to_shared(d.delta, [row], bar, ring.delta.index(s))
-        else:
-            _rows(d, ring, blk, h, start_m, s, C)  # while Q and dO are in flight
-            gl.thread_barrier()  # every producer thread has stored its rows before one arrives
-            mbarrier.arrive(bar, count=1)
+        _rows(d, ring, blk, h, start_m, s, C)  # while Q and dO are in flight
+        gl.thread_barrier()  # every producer thread has stored its rows before one arrives
+        mbarrier.arrive(bar, count=1)
 
 
 @gluon.jit
@@ -171,6 +161,30 @@ def _store_rows(ptr, acc, blk: KeyBlock, WG: gl.constexpr, C: Config):
 
 
 @gluon.jit
+def _dq_origin(start_m, WG: gl.constexpr, C: Config):
+    """(first row, first column) of this warpgroup's share of the query tile's dQ."""
+    if C.DQ_ROWS:
+        return start_m + WG * C.DQ_M, 0
+    else:
+        return start_m, WG * C.DQ_N
+
+
+@gluon.jit
+def _dq_reduce(dq, dq_desc, ring: Ring, g: Grads, blk: KeyBlock, h, start_m, WG: gl.constexpr, C: Config):
+    """Store scale · this share of dQ (query head h, rows from start_m) to the warpgroup's shared
+    tile, and have the TMA engine add it into the float32 dQ behind dq_desc (rows past N clipped by
+    the descriptor)."""
+    row0, col0 = _dq_origin(start_m, WG, C)
+    tile = ring.dq.index(WG)
+    tma.store_wait(0)  # in the thread that issued the last step's reduction: the engine has read the tile
+    gl.thread_barrier()  # ... before any thread of the warpgroup writes it again
+    tile.store(dq * g.sm_scale)
+    fence_async_shared()  # the generic-proxy stores, before the TMA engine reads them
+    gl.thread_barrier()
+    async_reduce_shared_to_global(dq_desc, [blk.b, h, row0, col0], tile)
+
+
+@gluon.jit
 def _mma(ring: Ring, blk: KeyBlock, total, g: Grads, dq_desc, WG: gl.constexpr, C: Config):
     """MMA warpgroup WG: dK, dV of keys [64·WG, 64·WG + 64) of the block, over every step; the
     stage is released once this warpgroup's GEMMs that read it are done."""
@@ -178,7 +192,6 @@ def _mma(ring: Ring, blk: KeyBlock, total, g: Grads, dq_desc, WG: gl.constexpr, 
     v = ring.v.slice(WG * C.WG_KEYS, C.WG_KEYS)
     dk = gl.zeros([C.WG_KEYS, C.HEAD_DIM], gl.float32, C.acc_layout)
     dv = gl.zeros([C.WG_KEYS, C.HEAD_DIM], gl.float32, C.acc_layout)
-    turn_held = blk.start_n * 0 - 1  # DQ_ORDERED: no turn held before the first step
     mbarrier.wait(ring.kv_ready, 0)
     for t in range(total):
         s = t % C.STAGES
@@ -192,14 +205,14 @@ def _mma(ring: Ring, blk: KeyBlock, total, g: Grads, dq_desc, WG: gl.constexpr, 
         # read from shared memory only where it is used)
         delta = ring.delta.index(s).load(C.col_layout)
         dpt = warpgroup_mma(v, do.permute((1, 0)), zeros - gl.expand_dims(delta, 0), is_async=True)
-        h, start_m = step_query(blk, t, C)
+        h, start_m = blk.query(t, C)
         st = warpgroup_mma_wait(1, deps=[st])  # Sᵀ done; dPᵀ runs on under the exponentials
         lse = ring.lse.index(s).load(C.col_layout) * _LOG2E
         pt = _probabilities(st, lse, blk, start_m, g.qk_scale, WG, C)
         if C.SMEM_OPERANDS:
             dk, dv, dq = _through_shared(ring, t, pt, dpt, q, do, dk, dv, WG, C)
             mbarrier.arrive(ring.empty.index(s), count=1)
-            turn_held = dq_out(dq, dq_desc, ring, g, blk, turn_held, h, start_m, WG, C)
+            _dq_reduce(dq, dq_desc, ring, g, blk, h, start_m, WG, C)
         else:
             p16 = gl.convert_layout(pt.to(C.dtype), C.op_layout)
             dv = warpgroup_mma(p16, do, dv, is_async=True)
@@ -207,84 +220,66 @@ def _mma(ring: Ring, blk: KeyBlock, total, g: Grads, dq_desc, WG: gl.constexpr, 
             dst = (pt * dpt).to(C.dtype)
             ds16 = gl.convert_layout(dst, C.op_layout)
             dk = warpgroup_mma(ds16, q, dk, is_async=True)
-            if C.DQ_ATOMIC:
+            if C.DQ_IN_KERNEL:
                 _ds_ready(ring, t, dst, WG, C)
                 dq = _dq_mma(ring, t, WG, C)
                 dk, dq, ds16 = warpgroup_mma_wait(0, deps=[dk, dq, ds16])
                 mbarrier.arrive(ring.empty.index(s), count=1)
-                turn_held = dq_out(dq, dq_desc, ring, g, blk, turn_held, h, start_m, WG, C)
+                _dq_reduce(dq, dq_desc, ring, g, blk, h, start_m, WG, C)
             else:
                 dk, ds16 = warpgroup_mma_wait(0, deps=[dk, ds16])
                 mbarrier.arrive(ring.empty.index(s), count=1)
     _store_rows(g.dk, dk * g.sm_scale, blk, WG, C)
     _store_rows(g.dv, dv, blk, WG, C)
-    if C.DQ_TMA:
-        dq_last(g, turn_held, C)
+    if C.DQ_IN_KERNEL:
+        tma.store_wait(0)  # the last step's reduction has read its tile
 
 
 @gluon.jit(do_not_specialize=["H", "N", "GROUP"])
-def _bwd_dkdv_ws(q_desc, do_desc, k_desc, v_desc, lse, delta, dk_ptr, dv_ptr, dq_ptr, dq_desc, locks,
-                 qk_scale, sm_scale, H, N, GROUP, BLOCK_M: gl.constexpr, STAGES: gl.constexpr,
-                 IS_CAUSAL: gl.constexpr, DQ_ATOMIC: gl.constexpr, DQ_TMA: gl.constexpr,
-                 DQ_ORDERED: gl.constexpr, ROWS_TMA: gl.constexpr, WORKER_REGS: gl.constexpr):
-    """dK, dV (and with DQ_ATOMIC dQ's share) of 128 keys of one (batch, K/V head), summed over
-    its GROUP query heads. lse, delta: float32 pointers, or with ROWS_TMA 1-D descriptors.
-    dq_desc: with DQ_TMA, the float32 dQ's 4-D descriptor (`dq_descriptor`), else None.
-    locks: with DQ_ORDERED, the zeroed int32 counters of `gluon_bwd_order.turn`, else any pointer.
-    WORKER_REGS: each MMA warpgroup's registers after setmaxnreg (`MMA_REGS`)."""
-    C = Config(BLOCK_M, k_desc.block_type.shape[2], k_desc.block_type.shape[3], STAGES, IS_CAUSAL, DQ_ATOMIC,
-               k_desc.dtype, ROWS_TMA, DQ_TMA, DQ_ORDERED)
-    blk = KeyBlock.create(H, N, GROUP, C, IS_CAUSAL and DQ_ORDERED)
+def _bwd_dkdv_ws(q_desc, do_desc, k_desc, v_desc, lse, delta, dk_ptr, dv_ptr, dq_desc, qk_scale, sm_scale,
+                 H, N, GROUP, BLOCK_M: gl.constexpr, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr,
+                 DQ_IN_KERNEL: gl.constexpr):
+    """dK, dV (and with DQ_IN_KERNEL dQ's share) of 128 keys of one (batch, K/V head), summed over
+    its GROUP query heads. lse, delta: float32 pointers. dq_desc: with DQ_IN_KERNEL, the float32
+    dQ's 4-D descriptor (`dq_descriptor`), else None."""
+    C = Config(BLOCK_M, k_desc.block_type.shape[2], k_desc.block_type.shape[3], STAGES, IS_CAUSAL,
+               DQ_IN_KERNEL, k_desc.dtype)
+    blk = KeyBlock.create(H, N, GROUP, C)
     total = blk.tiles * GROUP
     ring = Ring.create(C)
     descs = Descriptors(q_desc, do_desc, k_desc, v_desc, lse, delta)
-    g = Grads(dk_ptr, dv_ptr, dq_ptr, qk_scale, sm_scale, locks)
+    g = Grads(dk_ptr, dv_ptr, qk_scale, sm_scale)
     gl.warp_specialize([
         (_produce, (descs, ring, blk, total, C)),
         (_mma, (ring, blk, total, g, dq_desc, 0, C)),
         (_mma, (ring, blk, total, g, dq_desc, 1, C)),
-    ], [4, 4], [WORKER_REGS, WORKER_REGS])
+    ], [4, 4], [MMA_REGS, MMA_REGS])
 
 
-def _rows_descriptor(t: torch.Tensor, rows: int):
-    """A 1-D descriptor over a contiguous float32 (B, H, N): `rows` values a copy (ROWS_TMA)."""
-    flat = t.view(-1)
-    return TensorDescriptor(flat, [flat.numel()], [1], [rows], ROW_TMA_LAYOUT)
+def dq_descriptor(dq: torch.Tensor, block_m: int) -> TensorDescriptor:
+    """A 4-D descriptor over the contiguous float32 (B, H, N, d) dQ, a box one warpgroup's share
+    (DQ_IN_KERNEL): rows past N of a head are clipped, never added into the next head's."""
+    rows, cols = dq_share(block_m, dq.shape[-1])
+    head = dq.shape[-1] * dq.shape[-2]
+    strides = [s if n > 1 else head for n, s in zip(dq.shape, dq.stride(), strict=True)]
+    layout = gl.NVMMASharedLayout.get_default_for([1, 1, rows, cols], gl.float32)
+    return TensorDescriptor(dq, list(dq.shape), strides, [1, 1, rows, cols], layout)
 
 
-def rows_tma_ok(q: torch.Tensor) -> bool:
-    """Whether LSE and D may come by 1-D TMA (`ROWS_TMA`): every step's coordinate (b·H + h)·N +
-    start_m is 16-byte aligned (N % 4 = 0), and below 2³¹."""
-    return q.shape[2] % 4 == 0 and q.shape[0] * q.shape[1] * q.shape[2] < MAX_ROWS
-
-
-def dkdv_launch(q, k, v, do, dq, dk, dv, lse, delta, scale: float, cfg, causal: bool, rows_tma: bool = False,
-                worker_regs: int | None = None):
-    """(kernel, grid, arguments, launch options) of the dK/dV launch for `cfg` (a `BwdConfig`
-    with GLUON and num_warps_kv = `WARPS`: BLOCK_M1 query rows per step, 128 keys per program,
-    num_stages_kv ring stages; ATOMIC_DQ: dq is the zeroed float32 accumulator the kernel adds
-    scale · dS K to, by atomics or, with TMA_DQ, TMA reductions). q, k, v, do must be readable by
-    TMA (`bwd_config.gluon_ok`); lse, delta, dq, dk, dv contiguous. rows_tma: LSE and D by 1-D
-    TMA, the first design, kept to bisect on a GPU (tools/bwd_ws_bisect.py); raises where
-    `rows_tma_ok` does not hold (an illegal instruction on sm_90 otherwise). worker_regs: the MMA
-    warpgroups' registers (default `MMA_REGS`), to bisect."""
+def dkdv_launch(q, k, v, do, dq, dk, dv, lse, delta, scale: float, cfg, causal: bool):
+    """(kernel, grid, arguments, launch options) of the dK/dV launch for `cfg` (a `BwdConfig` with
+    dkdv "gluon_ws": BLOCK_M1 query rows per step, 128 keys per program, num_stages_kv ring stages;
+    dq "in_kernel": dq is the zeroed float32 accumulator the kernel adds scale · dS K to, else
+    unused). q, k, v, do must be readable by TMA (`launch.gluon_ok`); lse, delta, dq, dk, dv
+    contiguous."""
     B, H, N, _ = q.shape
     H_kv = k.shape[1]
     rows = cfg.BLOCK_M1
-    if rows_tma:
-        if not rows_tma_ok(q):
-            raise ValueError(f"rows_tma needs N % 4 = 0 and B·H·N < 2³¹, got (B, H, N) = {(B, H, N)}")
-        lse = lse if lse.data_ptr() % 16 == 0 else lse.clone()  # TMA needs a 16-byte aligned base
-        lse_arg, delta_arg = _rows_descriptor(lse, rows), _rows_descriptor(delta, rows)
-    else:
-        lse_arg, delta_arg = lse, delta
+    in_kernel = cfg.dq == "in_kernel"
     args = dict(q_desc=_descriptor(q, rows), do_desc=_descriptor(do, rows),
-                k_desc=_descriptor(k, cfg.BLOCK_N1), v_desc=_descriptor(v, cfg.BLOCK_N1),
-                lse=lse_arg, delta=delta_arg,
-                dk_ptr=dk, dv_ptr=dv, dq_ptr=dq, dq_desc=dq_descriptor(dq, rows) if cfg.TMA_DQ else None,
-                locks=dq_locks(q, rows) if cfg.ORDERED_DQ else dq,  # unused without ORDERED_DQ
-                qk_scale=scale * LOG2E, sm_scale=scale, H=H, N=N,
-                GROUP=H // H_kv, BLOCK_M=cfg.BLOCK_M1, STAGES=cfg.num_stages_kv, IS_CAUSAL=bool(causal),
-                DQ_ATOMIC=bool(cfg.ATOMIC_DQ), DQ_TMA=bool(cfg.TMA_DQ), DQ_ORDERED=bool(cfg.ORDERED_DQ),
-                ROWS_TMA=bool(rows_tma), WORKER_REGS=worker_regs or MMA_REGS.value)
+                k_desc=_descriptor(k, cfg.BLOCK_N1), v_desc=_descriptor(v, cfg.BLOCK_N1), lse=lse,
+                delta=delta,
+                dk_ptr=dk, dv_ptr=dv, dq_desc=dq_descriptor(dq, rows) if in_kernel else None,
+                qk_scale=scale * LOG2E, sm_scale=scale, H=H, N=N, GROUP=H // H_kv, BLOCK_M=cfg.BLOCK_M1,
+                STAGES=cfg.num_stages_kv, IS_CAUSAL=bool(causal), DQ_IN_KERNEL=in_kernel)
     return _bwd_dkdv_ws, grid(N, B * H_kv, cfg.BLOCK_N1), args, {"num_warps": 4}

@@ -10,6 +10,9 @@ Two overlaps hide the softmax behind the tensor cores:
   (the GEMM runs asynchronously while the exponentials are computed);
 - between consumers, a pair of mbarriers hands the tensor cores from one warpgroup to the
   other (PINGPONG): one issues its GEMMs while the other does its softmax.
+The forward runs two consumers of 64 query rows taking turns (`policy.gluon_config`, d = 128);
+its partitions and state (`hopper_state`) serve the backward's Gluon dQ pass too
+(`gluon_bwd_dqpass`: two or three consumers, no turns).
 The softmax follows the tl kernel's (`flash._softmax_step`) step for step: scores in base 2, the
 raw row maximum subtracted before scaling, so any finite sm_scale gives the float64 answer, never
 NaN. It is written out again in `_consume`, not shared: `_softmax_step` issues its two matmuls
@@ -21,7 +24,7 @@ the shared memory and every barrier, with who arrives and who waits on each (`Ch
 query tile and its outputs (`QueryTile`), the producer's inputs (`Inputs`).
 
 Gluon has no interpreter: the kernel runs only on a CUDA device of compute capability 9.0,
-compiled (`flash._gluon_ok`), or is compiled for sm_90 on the CPU by tools. Defining it needs
+compiled (`launch.launch_config`), or is compiled for sm_90 on the CPU by tools. Defining it needs
 neither, so `flash` imports this module wherever it is imported; both take what their launches
 share from `launch`.
 """
@@ -43,7 +46,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-from minimodel.kernel.config import GLUON_HEAD_DIMS
+from minimodel.kernel.config import GLUON_FWD_CONSUMERS
 from minimodel.kernel.hopper_state import Channels, Inputs, QueryTile, Tiles
 from minimodel.kernel.launch import LN2, HostDescriptor
 
@@ -219,52 +222,35 @@ def _consume(ch: Channels, tile: QueryTile, WG: gl.constexpr, T: Tiles):
         gl.store(tile.lse_ptr + tile.pid_bh.to(gl.int64) * tile.N + rows, lse, mask=rows < tile.N)
 
 
-# H, N and GROUP are not specialized on their values, so that one compiled kernel serves every
-# call with the same constexprs and dtype
-@gluon.jit(do_not_specialize=["H", "N", "GROUP"])
-def _flash_fwd_hopper(q_desc, k_desc, v_desc, o_desc, lse_ptr, qk_scale, H, N, GROUP,
-                      HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-                      CONSUMERS: gl.constexpr, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr,
-                      PINGPONG: gl.constexpr, STORE_LSE: gl.constexpr, CONSUMER_REGS: gl.constexpr):
-    """One program per (query tile of CONSUMERS·BLOCK_M rows, batch·head), on the grid's x axis:
-    the producer (`_load`, the default partition) and CONSUMERS consumers (`_consume`), connected
-    by `Channels`."""
-    T = Tiles(BLOCK_M, BLOCK_N, HEAD_DIM, CONSUMERS, STAGES, IS_CAUSAL, PINGPONG, STORE_LSE, q_desc.dtype)
-    pid_m, pid_bh, b, h = query_program(N, H, T)
-    src = Inputs(q_desc, k_desc, v_desc, h // GROUP)  # grouped-query attention: GROUP heads share K, V
-    tile = QueryTile(o_desc, lse_ptr, b, h, pid_m, pid_bh, N, qk_scale)
-    ch = Channels.create(T)
-    gl.static_assert((CONSUMERS == 2) | (CONSUMERS == 3), "the kernel has two or three consumer warpgroups")
-    # every consumer's entry is written out (a partition's WG must be a constexpr); the list is cut
-    # to CONSUMERS of them
-    gl.warp_specialize([
-        (_load, (src, ch, tile, T)),
-        (_consume, (ch, tile, 0, T)),
-        (_consume, (ch, tile, 1, T)),
-        (_consume, (ch, tile, 2, T)),
-    ][:CONSUMERS + 1], [4] * CONSUMERS, [CONSUMER_REGS] * CONSUMERS)
-
-
 _GL_DTYPES = {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16}
 # registers per consumer thread after setmaxnreg, by the number of consumer warpgroups (the
 # producer's warpgroup gives its share away): 2 · 128 · 240 + 128 · 24 and 3 · 128 · 160 + 128 · 32
 # both fit the multiprocessor's 65,536
 CONSUMER_REGS = {2: 240, 3: 160}
+_TWO_CONSUMERS_REGS = gl.constexpr(CONSUMER_REGS[GLUON_FWD_CONSUMERS])
 
 
-def supports(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor) -> bool:
-    """Whether this kernel can read these inputs: a head dim it is built for, and tensors TMA can
-    address (unit stride on d, every other stride a positive multiple of 16 bytes, 16-byte aligned
-    base; a size-1 dimension's stride does not matter)."""
-    if Q.shape[-1] not in GLUON_HEAD_DIMS or Q.dtype not in _GL_DTYPES:
-        return False
-    for t in (Q, K, V):
-        if t.stride(-1) != 1 or t.data_ptr() % 16:
-            return False
-        for size, stride in zip(t.shape[:-1], t.stride()[:-1], strict=True):
-            if size > 1 and (stride <= 0 or (stride * t.element_size()) % 16):
-                return False
-    return True
+# H, N and GROUP are not specialized on their values, so that one compiled kernel serves every
+# call with the same constexprs and dtype
+@gluon.jit(do_not_specialize=["H", "N", "GROUP"])
+def _flash_fwd_hopper(q_desc, k_desc, v_desc, o_desc, lse_ptr, qk_scale, H, N, GROUP,
+                      HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                      STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, STORE_LSE: gl.constexpr):
+    """One program per (query tile of 2·BLOCK_M rows, batch·head), on the grid's x axis: the
+    producer (`_load`, the default partition) and two consumers (`_consume`) taking turns,
+    connected by `Channels`."""
+    T = Tiles(BLOCK_M, BLOCK_N, HEAD_DIM, 2, STAGES, IS_CAUSAL, True, STORE_LSE, q_desc.dtype)
+    pid_m, pid_bh, b, h = query_program(N, H, T)
+    src = Inputs(q_desc, k_desc, v_desc, h // GROUP)  # grouped-query attention: GROUP heads share K, V
+    tile = QueryTile(o_desc, lse_ptr, b, h, pid_m, pid_bh, N, qk_scale)
+    ch = Channels.create(T)
+    gl.warp_specialize([
+        (_load, (src, ch, tile, T)),
+        (_consume, (ch, tile, 0, T)),
+        (_consume, (ch, tile, 1, T)),
+    ], [4, 4], [_TWO_CONSUMERS_REGS, _TWO_CONSUMERS_REGS])
+
+
 
 
 @functools.cache
@@ -290,13 +276,12 @@ def arguments(Q, K, V, O, LSE, qk_scale: float, cfg, causal: bool, store_lse: bo
     """(kernel, grid, arguments in the kernel's order, launch options) of one call: what
     `flash_attn_forward` launches, and what a compile for sm_90 without a GPU specializes on."""
     B, H, N, d = Q.shape
-    rows = cfg.BLOCK_M // cfg.CONSUMERS
+    rows = cfg.BLOCK_M // GLUON_FWD_CONSUMERS
     args = dict(
         q_desc=_descriptor(Q, rows, full), k_desc=_descriptor(K, cfg.BLOCK_N, full),
         v_desc=_descriptor(V, cfg.BLOCK_N, full), o_desc=_descriptor(O, rows, full),
         lse_ptr=LSE, qk_scale=qk_scale, H=H, N=N, GROUP=H // K.shape[1],
-        HEAD_DIM=d, BLOCK_M=rows, BLOCK_N=cfg.BLOCK_N, CONSUMERS=cfg.CONSUMERS, STAGES=cfg.num_stages,
-        IS_CAUSAL=bool(causal), PINGPONG=cfg.PINGPONG, STORE_LSE=bool(store_lse),
-        CONSUMER_REGS=CONSUMER_REGS[cfg.CONSUMERS],
+        HEAD_DIM=d, BLOCK_M=rows, BLOCK_N=cfg.BLOCK_N, STAGES=cfg.num_stages, IS_CAUSAL=bool(causal),
+        STORE_LSE=bool(store_lse),
     )
     return _flash_fwd_hopper, (triton.cdiv(N, cfg.BLOCK_M) * B * H, 1, 1), args, {"num_warps": 4}

@@ -1,21 +1,40 @@
-"""What the partitions of the warp-specialized Gluon backward (`gluon_bwd_ws`) share: the
-constexpr shapes and layouts (`Config`), the shared memory and the barriers between the
-partitions, allocated in one place (`Ring`), the TMA descriptors (`Descriptors`) and where the
-gradients go (`Grads`). Aggregates (Triton's `_aggregate`): each passes to a partition as one
-argument.
+"""What the partitions of the warp-specialized Gluon backward (`gluon_bwd_ws`) share, as aggregates
+(Triton's `_aggregate`), each passed to a partition as one argument: the constexpr shapes and layouts
+(`Config`), one program's key block (`KeyBlock`), the shared memory and the barriers between the
+partitions, allocated in one place (`Ring`), the producer's inputs (`Descriptors`) and where the
+gradients go (`Grads`); and the TMA reduction that adds a shared tile into global memory
+(`async_reduce_shared_to_global`), which Triton 3.6's Gluon has (`ttng.async_tma_reduce`) but
+does not expose for Hopper.
 """
 
 # no `from __future__ import annotations`: an aggregate checks its fields against their annotations
 
+from triton._C.libtriton import ir
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language._core import _unwrap_if_constexpr, builtin
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma
 from triton.language.core import _aggregate as aggregate
 
-# LSE and D in shared memory (a stage is [BLOCK_M] of them): as the producer's plain stores write
-# them, or (ROWS_TMA) unswizzled, as a 1-D TMA box lands
+# LSE and D in shared memory (a stage is [BLOCK_M] of them), as the producer's plain stores write them
 ROW_LAYOUT = gl.SwizzledSharedLayout(vec=1, per_phase=1, max_phase=1, order=[0])
-ROW_TMA_LAYOUT = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=1)
+REDUCE_KINDS = {"add": ir.DESCRIPTOR_REDUCE_KIND.ADD, "min": ir.DESCRIPTOR_REDUCE_KIND.MIN,
+                "max": ir.DESCRIPTOR_REDUCE_KIND.MAX}
+
+
+@builtin
+def async_reduce_shared_to_global(tensor_desc, coord, src, kind="add", _semantic=None):
+    """global[the box of `tensor_desc` at `coord`] (op)= the shared-memory tile `src` by the bulk
+    tensor copy engine (`cp.reduce.async.bulk.tensor`, as FlashAttention-3 reduces its fp32 dQ);
+    op: `kind`, one of REDUCE_KINDS. Written as Triton's `tma.async_copy_shared_to_global`: issued by
+    the whole warpgroup, one copy; asynchronous: `tma.store_wait` before `src` is written again.
+    Additions of different programs into one box are atomic element by element, their order
+    unspecified."""
+    kind = _unwrap_if_constexpr(kind)
+    if kind not in REDUCE_KINDS:
+        raise ValueError(f"TMA reduction kind {kind!r}; accepted: {', '.join(REDUCE_KINDS)}")
+    coord = _semantic._convert_to_ir_values(coord, require_i64=False)
+    _semantic.builder.create_async_tma_reduce(REDUCE_KINDS[kind], tensor_desc.handle, coord, src.handle)
 
 
 @gluon.constexpr_function
@@ -35,13 +54,9 @@ class Config:
     HEAD_DIM: gl.constexpr
     STAGES: gl.constexpr
     IS_CAUSAL: gl.constexpr
-    DQ_ATOMIC: gl.constexpr  # dQ in the kernel (fp32, added to), by atomics or (DQ_TMA) TMA reductions
-    DQ_TMA: gl.constexpr
-    DQ_ORDERED: gl.constexpr  # DQ_TMA's additions in a fixed order (`gluon_bwd_order`): deterministic
-    ROWS_TMA: gl.constexpr  # LSE and D by 1-D TMA (only where N % 4 = 0), else by the producer's loads
-    READY_ARRIVALS: gl.constexpr  # the producer's arrivals on ready[s] per step (`Ring`)
+    DQ_IN_KERNEL: gl.constexpr  # dQ added into a float32 dQ by TMA reductions (`gluon_bwd_ws._dq_reduce`)
     DQ_ROWS: gl.constexpr  # dQ split between the warpgroups by rows (else by head-dim columns)
-    SMEM_OPERANDS: gl.constexpr  # Pᵀ and dSᵀ to dV's and dK's GEMMs through shared memory (`_through_shared`)
+    SMEM_OPERANDS: gl.constexpr  # Pᵀ and dSᵀ to dV's and dK's GEMMs through shared memory
     DQ_M: gl.constexpr  # rows of one warpgroup's share of a query tile's dQ
     DQ_N: gl.constexpr  # its columns
     dtype: gl.constexpr
@@ -55,27 +70,21 @@ class Config:
     q_smem: gl.constexpr  # Q, dO: [BLOCK_M, HEAD_DIM]
     ds_smem: gl.constexpr  # dSᵀ of both warpgroups: [BLOCK_N, BLOCK_M]
     dq_smem: gl.constexpr  # one warpgroup's float32 share of dQ: [DQ_M, DQ_N]
-    row_smem: gl.constexpr  # LSE, D: [BLOCK_M] float32
     row_layout: gl.constexpr  # LSE, D in the producer's registers: a value per thread
 
     @gluon.constexpr_function
-    def __init__(self, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, IS_CAUSAL, DQ_ATOMIC, dtype, ROWS_TMA=False,
-                 DQ_TMA=False, DQ_ORDERED=False):
+    def __init__(self, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, IS_CAUSAL, DQ_IN_KERNEL, dtype):
         self.BLOCK_M = gl.constexpr(BLOCK_M)
         self.BLOCK_N = gl.constexpr(BLOCK_N)
         self.WG_KEYS = gl.constexpr(BLOCK_N // 2)
         self.HEAD_DIM = gl.constexpr(HEAD_DIM)
         self.STAGES = gl.constexpr(STAGES)
         self.IS_CAUSAL = gl.constexpr(IS_CAUSAL)
-        self.DQ_ATOMIC = gl.constexpr(DQ_ATOMIC)
-        self.DQ_TMA = gl.constexpr(DQ_TMA)
-        self.DQ_ORDERED = gl.constexpr(DQ_ORDERED)
-        self.ROWS_TMA = gl.constexpr(ROWS_TMA)
-        self.READY_ARRIVALS = gl.constexpr(1 if ROWS_TMA else 2)
+        self.DQ_IN_KERNEL = gl.constexpr(DQ_IN_KERNEL)
         # a warpgroup MMA has 64 rows: split the rows only where each half has 64
         self.DQ_ROWS = gl.constexpr(BLOCK_M >= 128)
         # with dQ in the kernel at 128 query rows, Pᵀ's and dSᵀ's register operands would spill
-        self.SMEM_OPERANDS = gl.constexpr(bool(DQ_ATOMIC) and BLOCK_M >= 128)
+        self.SMEM_OPERANDS = gl.constexpr(bool(DQ_IN_KERNEL) and BLOCK_M >= 128)
         dq_rows, dq_cols = dq_share(BLOCK_M, HEAD_DIM)
         self.DQ_M = gl.constexpr(dq_rows)
         self.DQ_N = gl.constexpr(dq_cols)
@@ -93,8 +102,61 @@ class Config:
         self.q_smem = gl.constexpr(gl.NVMMASharedLayout.get_default_for([BLOCK_M, HEAD_DIM], dtype))
         self.ds_smem = gl.constexpr(gl.NVMMASharedLayout.get_default_for([BLOCK_N, BLOCK_M], dtype))
         self.dq_smem = gl.constexpr(gl.NVMMASharedLayout.get_default_for([dq_rows, dq_cols], gl.float32))
-        self.row_smem = gl.constexpr(ROW_TMA_LAYOUT if ROWS_TMA else ROW_LAYOUT)
         self.row_layout = gl.constexpr(gl.BlockedLayout([1], [32], [4], [0]))  # the producer's warpgroup
+
+
+@aggregate
+class KeyBlock:
+    """One program's work: dK, dV of the keys [start_n, start_n + BLOCK_N) of one (batch, K/V
+    head), from the query tiles first … ⌈N/BLOCK_M⌉ − 1 of each of the GROUP query heads sharing
+    it (causal: query tiles before start_n see none of these keys), in order."""
+
+    b: gl.tensor
+    h_kv: gl.tensor
+    start_n: gl.tensor
+    first: gl.tensor  # the first query tile of each head
+    tiles: gl.tensor  # query tiles per head
+    band_end: gl.tensor  # causal: query rows below it may precede a key of the block (else 0)
+    H: gl.tensor
+    N: gl.tensor
+    GROUP: gl.tensor
+
+    @gluon.constexpr_function
+    def __init__(self, b, h_kv, start_n, first, tiles, band_end, H, N, GROUP):
+        self.b = b
+        self.h_kv = h_kv
+        self.start_n = start_n
+        self.first = first
+        self.tiles = tiles
+        self.band_end = band_end
+        self.H = H
+        self.N = N
+        self.GROUP = GROUP
+
+    @gluon.jit
+    def create(H, N, GROUP, C):
+        """This program's block. Programs run key tile fastest (causal: the first key tiles, with
+        the most query tiles, start first), all on the grid's x axis (B·H_kv past 65,535)."""
+        num_n = gl.cdiv(N, C.BLOCK_N)
+        pid = gl.program_id(0)
+        pid_n = pid % num_n
+        pid_bkv = pid // num_n
+        H_kv = H // GROUP
+        start_n = pid_n * C.BLOCK_N
+        if C.IS_CAUSAL:
+            first = start_n // C.BLOCK_M  # BLOCK_N is a multiple of BLOCK_M
+            band_end = start_n + C.BLOCK_N
+        else:
+            first = start_n * 0
+            band_end = start_n * 0
+        tiles = gl.cdiv(N, C.BLOCK_M) - first
+        return KeyBlock(pid_bkv // H_kv, pid_bkv % H_kv, start_n, first, tiles, band_end, H, N, GROUP)
+
+    @gluon.jit
+    def query(self, t, C):
+        """(query head, first query row) of step t."""
+        g = t // self.tiles
+        return self.h_kv * self.GROUP + g, (self.first + t - g * self.tiles) * C.BLOCK_M
 
 
 @aggregate
@@ -105,16 +167,16 @@ class Ring:
       each MMA warpgroup waits once.
     - ready[s] (count 2): stage s holds Q, dO, LSE and D of a step. The producer arrives twice:
       once with Q's and dO's bytes expected (TMA completes those), once after its warpgroup has
-      stored LSE and D there; the MMA warpgroups wait on it, once per pass over the ring. (With
-      ROWS_TMA, count 1: LSE's and D's bytes are expected with Q's.)
+      stored LSE and D there; the MMA warpgroups wait on it, once per pass over the ring.
     - empty[s] (count 2): each MMA warpgroup arrives when its GEMMs of the step in stage s are
       done; the producer waits on it before loading stage s again.
-    - ds_ready[i] (count 2, DQ_ATOMIC): each MMA warpgroup arrives when its dSᵀ rows of a step are
-      in ds[i] (i = step % 2); both wait on it before dQ = dS K reads both halves. Two buffers: a
-      warpgroup writes ds[i] again only after passing step + 1's wait, so after the other one's
+    - ds_ready[i] (count 2, DQ_IN_KERNEL): each MMA warpgroup arrives when its dSᵀ rows of a step
+      are in ds[i] (i = step % 2); both wait on it before dQ = dS K reads both halves. Two buffers:
+      a warpgroup writes ds[i] again only after passing step + 1's wait, so after the other one's
       dQ GEMM of this step has completed.
-    And dq[w] (DQ_TMA): MMA warpgroup w's float32 share of a step's dQ, which the TMA engine reads
-    to add it into global memory; w waits for that read (`tma.store_wait`) before writing it again."""
+    And dq[w] (DQ_IN_KERNEL): MMA warpgroup w's float32 share of a step's dQ, which the TMA engine
+    reads to add it into global memory; w waits for that read (`tma.store_wait`) before writing it
+    again."""
 
     k: gl.shared_memory_descriptor  # [BLOCK_N, HEAD_DIM]
     v: gl.shared_memory_descriptor
@@ -151,10 +213,9 @@ class Ring:
         v = gl.allocate_shared_memory(C.dtype, [C.BLOCK_N, C.HEAD_DIM], C.kv_smem)
         q = gl.allocate_shared_memory(C.dtype, [C.STAGES, C.BLOCK_M, C.HEAD_DIM], C.q_smem)
         do = gl.allocate_shared_memory(C.dtype, [C.STAGES, C.BLOCK_M, C.HEAD_DIM], C.q_smem)
-        lse = gl.allocate_shared_memory(gl.float32, [C.STAGES, C.BLOCK_M], C.row_smem)
-        delta = gl.allocate_shared_memory(gl.float32, [C.STAGES, C.BLOCK_M], C.row_smem)
-        # without DQ_ATOMIC nothing uses ds (nor, without DQ_TMA, dq) and the compiler drops it (a
-        # field must hold a value)
+        lse = gl.allocate_shared_memory(gl.float32, [C.STAGES, C.BLOCK_M], ROW_LAYOUT)
+        delta = gl.allocate_shared_memory(gl.float32, [C.STAGES, C.BLOCK_M], ROW_LAYOUT)
+        # without DQ_IN_KERNEL nothing uses ds and dq and the compiler drops them (a field must hold a value)
         ds = gl.allocate_shared_memory(C.dtype, [2, C.BLOCK_N, C.BLOCK_M], C.ds_smem)
         dq = gl.allocate_shared_memory(gl.float32, [2, C.DQ_M, C.DQ_N], C.dq_smem)
         kv_ready = gl.allocate_shared_memory(gl.int64, [1], bar)
@@ -163,7 +224,7 @@ class Ring:
         ds_ready = gl.allocate_shared_memory(gl.int64, [2, 1], bar)
         mbarrier.init(kv_ready, count=1)
         for s in gl.static_range(C.STAGES):
-            mbarrier.init(ready.index(s), count=C.READY_ARRIVALS)
+            mbarrier.init(ready.index(s), count=2)
             mbarrier.init(empty.index(s), count=2)
         for i in gl.static_range(2):
             mbarrier.init(ds_ready.index(i), count=2)
@@ -173,14 +234,14 @@ class Ring:
 @aggregate
 class Descriptors:
     """What the producer reads: TMA descriptors of Q, dO, K, V, 4-D (B, H, N, d); LSE and D,
-    contiguous float32 (B, H, N), as pointers, or with ROWS_TMA as 1-D descriptors over (B·H·N)."""
+    contiguous float32 (B, H, N), as pointers."""
 
     q: tma.tensor_descriptor
     do: tma.tensor_descriptor
     k: tma.tensor_descriptor
     v: tma.tensor_descriptor
-    lse: gl.base_value  # a pointer, or a descriptor (ROWS_TMA)
-    delta: gl.base_value
+    lse: gl.tensor
+    delta: gl.tensor
 
     @gluon.constexpr_function
     def __init__(self, q, do, k, v, lse, delta):
@@ -194,22 +255,16 @@ class Descriptors:
 
 @aggregate
 class Grads:
-    """Where the gradients go (contiguous: dK, dV (B, H_kv, N, d) in the inputs' dtype; dQ
-    (B, H, N, d) float32, added to, with DQ_ATOMIC), the scales, and with DQ_ORDERED the counters
-    that order the additions into dQ (`gluon_bwd_order.turn`; otherwise any pointer, unused)."""
+    """Where dK and dV go (contiguous (B, H_kv, N, d), the inputs' dtype), and the scales."""
 
     dk: gl.tensor
     dv: gl.tensor
-    dq: gl.tensor
     qk_scale: gl.tensor  # sm_scale · log2 e
     sm_scale: gl.tensor
-    locks: gl.tensor
 
     @gluon.constexpr_function
-    def __init__(self, dk, dv, dq, qk_scale, sm_scale, locks):
+    def __init__(self, dk, dv, qk_scale, sm_scale):
         self.dk = dk
         self.dv = dv
-        self.dq = dq
         self.qk_scale = qk_scale
         self.sm_scale = sm_scale
-        self.locks = locks
