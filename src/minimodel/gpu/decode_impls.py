@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import warnings
 
 import torch
 import torch._dynamo
@@ -103,10 +104,13 @@ def _sdpa(backend, case: Case):
         with sdpa_kernel(backend):
             return scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=gqa).transpose(1, 2)
 
-    try:
-        call()
-    except RuntimeError as err:  # "No available kernel", with the backend's reasons as warnings
-        raise Unsupported(str(err).splitlines()[0][:200]) from err
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        try:
+            call()
+        except RuntimeError as err:  # "No available kernel": the backend's reasons come as warnings
+            why = "; ".join(dict.fromkeys(" ".join(str(w.message).split())[:160] for w in said))
+            raise Unsupported(f"{str(err).splitlines()[0][:120]} {why}".strip()) from err
     return call
 
 
