@@ -11,7 +11,7 @@ from minimodel.report import decode_plots
 
 GRID = {"len_q": [1, 4], "kv_len": [1024], "batch": [2], "heads": [[32, 8]], "head_dims": [128],
         "dtypes": ["bfloat16"], "ragged": [False, True], "samples": 3, "rotate_l2_multiple": 4,
-        "contenders": ["sdpa_flash", "sdpa_efficient", "sdpa_cudnn", "flex", "fa4"],
+        "leave_out": [],
         "interpreter": {"len_q": [1, 4], "kv_len": [77], "batch": [2], "heads": [[4, 2]], "head_dims": [64],
                         "dtypes": ["float16"], "ragged": [True]}}
 

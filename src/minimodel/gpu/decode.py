@@ -40,9 +40,9 @@ SAMPLE_COLUMNS = (*decode_grid.KEY, "total_kv", "impl", "sample", "ms")  # contr
 
 
 def implementations(cfg: dict) -> list[str]:
-    """The kernel, the kernel held to one split, naive, then the config's contenders: the table's order."""
-    always = [contract.TRITON, contract.TRITON_ONE_SPLIT, contract.NAIVE]
-    return always + [c for c in cfg["contenders"] if c not in always]
+    """Every decode implementation but the config's `leave_out`, in the table's order (the kernel,
+    the kernel held to one split and naive first)."""
+    return [name for name in decode_impls.IMPLEMENTATIONS if name not in cfg["leave_out"]]
 
 
 def least_bytes(point: decode_grid.DecodePoint) -> float:

@@ -88,7 +88,7 @@ def _by_rows(run: Path, rule: str, table: str, keys, shard_path: str) -> dict[st
     rows, fixed = pd.read_csv(run / table), _fixed(run)
     if walls:
         return walls
-    ran = rows[~rows["skipped"].astype(bool)] if "skipped" in rows else rows
+    ran = rows[~rows[contract.SKIPPED].astype(bool)] if contract.SKIPPED in rows else rows
     names = ran.apply(lambda r: shards.name({k: r[k] for k in keys}), axis=1) if keys else pd.Series(
         shards.WHOLE, index=ran.index)
     share = names.value_counts() / len(ran)
