@@ -4,7 +4,8 @@ The forward (`flash_attn_forward`: the tl kernels in `flash`, the Gluon one for 
 the backward (`flash_attn_backward`: the tl kernels in `backward`, the Gluon ones for Hopper in
 `gluon_bwd_ws` and `gluon_bwd_dqpass`) and the differentiable entry point `attention` (`autograd`);
 their configuration types (`config`: `FwdConfig`, `BwdConfig`, kernels named by flags), the policy
-that picks one (`policy`), and what a call really runs (`launch`). `decode` is the split-KV decode.
+that picks one (`policy`), and what a call really runs (`launch`); the split-KV decode
+(`flash_decode`, in `decode`).
 
 Importing this package defines the kernels, and Triton decides then whether they are compiled or
 interpreted (TRITON_INTERPRET): the process's entry point made that choice first, by importing
@@ -15,6 +16,7 @@ only on Hopper, compiled.
 from minimodel.kernel.autograd import attention
 from minimodel.kernel.backward import backward_fn, flash_attn_backward
 from minimodel.kernel.config import BwdConfig, FwdConfig
+from minimodel.kernel.decode import flash_decode
 from minimodel.kernel.flash import flash_attn_forward
 from minimodel.kernel.inputs import (
     BF16_INTERPRETER_REASON,
@@ -43,6 +45,7 @@ from minimodel.kernel.policy import (
 
 __all__ = ["BF16_INTERPRETER_REASON", "HOPPER", "INTERPRETED", "SHARED_MEMORY", "SUPPORTED_DTYPES",
            "SUPPORTED_HEAD_DIMS", "BwdConfig", "FwdConfig", "attention", "backward_fn", "default_bwd_config",
-           "default_config", "flash_attn_backward", "flash_attn_forward", "get_bwd_config", "get_fwd_config",
+           "default_config", "flash_attn_backward", "flash_attn_forward",
+           "flash_decode", "get_bwd_config", "get_fwd_config",
            "gluon_config", "gluon_ws_config", "launch_bwd_config", "launch_config", "policy_args",
            "portable_config", "tl_bwd_config", "tl_config"]
