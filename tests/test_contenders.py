@@ -215,17 +215,20 @@ def test_three_contenders_through_the_whole_workflow(tiny_run, tmp_path):
     assert len(backward) and backward["reason"].str.contains("raises has no backward").all()
     kernel_rows = by[contract.TRITON]
     assert kernel_rows[~kernel_rows["skipped"].astype(bool)]["passed"].astype(bool).all()
-    # each contender module is an input of the rules that run it, hashed by its bytes
-    made = json.loads((root / "results" / contract.manifest("gpu_correctness")).read_text())
-    inputs = {entry["path"]: entry["sha256"] for entry in made["inputs"]}
-    for name in ("torch_blocked.py", "bad_contenders.py"):
-        path = root / "examples" / name
-        assert inputs[f"examples/{name}"] == hashlib.sha256(path.read_bytes()).hexdigest()
-    timing = json.loads((root / "results" / contract.manifest("gpu_timing")).read_text())
-    assert not any(e["path"].startswith("examples/") for e in timing["inputs"])  # it runs none
-    measured = json.loads((root / "results" / contract.manifest("gpu_bytes")).read_text())
-    assert [e["path"] for e in measured["inputs"] if e["path"].startswith("examples/")] == [
-        "examples/torch_blocked.py"]
+    # each contender module is an input of the rules that run it (every shard), hashed by its bytes
+    def shard_inputs(stage_dir):
+        made = sorted((root / "results" / "gpu" / stage_dir / "shards").glob("*/manifest.json"))
+        assert made
+        return [{e["path"]: e["sha256"] for e in json.loads(m.read_text())["inputs"]} for m in made]
+
+    for inputs in shard_inputs("correctness"):
+        for name in ("torch_blocked.py", "bad_contenders.py"):
+            path = root / "examples" / name
+            assert inputs[f"examples/{name}"] == hashlib.sha256(path.read_bytes()).hexdigest()
+    for inputs in shard_inputs("timing"):
+        assert not any(p.startswith("examples/") for p in inputs)  # it runs none
+    for inputs in shard_inputs("bytes"):
+        assert [p for p in inputs if p.startswith("examples/")] == ["examples/torch_blocked.py"]
     gpu_bytes = pd.read_csv(root / "results" / contract.GPU_BYTES)  # planned, with no GPU: blocked's too
     forward = gpu_bytes[gpu_bytes["direction"] == contract.FORWARD]  # contenders' bytes: the forward's
     assert (forward["impl"] == "blocked").sum() * 2 == forward["impl"].isin(contract.BYTES_SCHEMES).sum()
