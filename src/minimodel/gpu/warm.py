@@ -4,7 +4,8 @@ through them.
 The timing stage prepares every implementation at every point before sampling it
 (`minimodel.gpu.timing_point`), and a first call that compiles is part of that preparation:
 FlexAttention's `torch.compile` took 118–150 s of the stage on the H200, the kernel's and
-FA4's first compiles 12–54 s more (notes/timing.md). Those compiles land in the machine's
+FA4's first compiles about 40 s more each when the correctness stage has not run before it
+(notes/timing.md). Those compiles land in the machine's
 on-disk caches (Inductor's, Triton's), and a later process that makes the same first calls
 finds them there: flex's 28 points took 20 s warm against 104–112 s cold, with bit-identical
 outputs and gradients.
