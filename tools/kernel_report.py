@@ -9,12 +9,11 @@
 
 Each kernel of `minimodel.kernel.flash` is compiled for sm_90 (the H100/H200) exactly as a
 launch on a contiguous (B, H, N, d) problem (float16, or `--dtype bfloat16`) would specialize
-it — integer arguments equal to 1 become constants, pointers and multiples of 16 carry
-Triton's divisibility hint — with Triton's own ptxas, and the cubin is read with the cuobjdump
-Triton ships. Nothing runs, so this
-works on a machine with no GPU: it says before any device time is spent whether a configuration
-fits in shared memory, whether it spills, and how its instruction mix moves (e.g. how many
-special-function exp2 against fused multiply-adds), as notes/kernel.md uses it.
+it (integer arguments equal to 1 become constants, pointers and multiples of 16 carry Triton's
+divisibility hint) with Triton's own ptxas; the cubin is read with the cuobjdump Triton ships.
+Nothing runs: it says before any device time is spent whether a configuration fits in shared
+memory, whether it spills, and how its instruction mix moves (special-function exp2 against
+fused multiply-adds, say), as notes/kernel.md uses it.
 """
 
 from __future__ import annotations
@@ -100,19 +99,6 @@ def _launch(config, shape: tuple[int, int, int, int], causal: bool, dtype=torch.
     return kernel, _as_types(args), options
 
 
-def kernel_args(config, shape: tuple[int, int, int, int], causal: bool, dtype=torch.float16):
-    """The kernel `flash_attn_forward` launches for `config` and the arguments it passes."""
-    return _launch(config, shape, causal, dtype)[:2]
-
-
-def compile_cubin(config, shape, causal: bool, arch: int = 90, dtype=torch.float16):
-    """Compile for sm_`arch` without a GPU; returns Triton's compiled kernel (cubin in .asm)."""
-    if INTERPRETED:
-        raise RuntimeError("kernel_report compiles the real kernels: run it without TRITON_INTERPRET=1")
-    kernel, args, options = _launch(config, shape, causal, dtype)
-    return compile_for(kernel, args, options, arch)
-
-
 def compile_for(kernel, types: dict, options: dict, arch: int = 90):
     """Triton's compiled `kernel` (tl or Gluon) for sm_`arch`, specialized as a launch with these
     arguments (name -> value or type, `_signature`) would be; no GPU needed. A Gluon kernel has its
@@ -135,7 +121,9 @@ def report(config, shape=(1, 1, 4096, 64), causal: bool = False, arch: int = 90,
            dtype=torch.float16) -> dict:
     """Registers per thread, spill stack bytes, shared memory bytes (and whether it fits), SASS
     counts (without `sass`, None: the disassembly is about 40 % of a kernel's report)."""
-    compiled = compile_cubin(config, shape, causal, arch, dtype)
+    if INTERPRETED:
+        raise RuntimeError("kernel_report compiles the real kernels: run it without TRITON_INTERPRET=1")
+    compiled = compile_for(*_launch(config, shape, causal, dtype), arch)
     cubin = compiled.asm["cubin"]
     usage = _cuobjdump(cubin, "--dump-resource-usage")
     shared = int(compiled.metadata.shared)

@@ -1,15 +1,13 @@
 """Two timing tables judged as `compare` judges them: does a run's timing agree with the reference's,
 and where did it move?
 
-`judge` sets two folders that hold the timing stage's tables at their places in a run folder
-(contract.TIMING, and contract.TIMING_SAMPLES where there is one: a run folder, the committed
-reference, or an extract of one without manifests) side by side through compare's timing part
-(`minimodel.report.compare.timing.judge`), reading the tables directly, and prints the verdict, the
-families, every ratio that is not agree, and how far the single times moved by implementation:
-
     python tools/timing_stage.py judge RUN results/reference/nvidia-h200 [--out DIR]
 
-Exit 0 when every row agrees, 1 when one disagrees.
+Each folder holds the timing stage's tables where a run holds them (contract.TIMING, and
+contract.TIMING_SAMPLES where there is one): a run, the reference, or an extract without manifests.
+They go through compare's timing part (`minimodel.report.compare.timing.judge`); printed are the
+verdict, the families, every ratio that is not agree, and how far the single times moved by
+implementation. Exit 0 when every row agrees, 1 when one disagrees.
 """
 
 from __future__ import annotations

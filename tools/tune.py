@@ -13,9 +13,8 @@ tile policy picks at each point is always timed too (its rows say `shipped`).
 Every candidate is checked once (as the timing stage checks a forward, `minimodel.gpu.timing_point`:
 the correctness rule, on one head against float64) and timed in the same run as the SDPA backends,
 so the ratios side by side are fair. Results go to `tune.csv`; the best config per (d, causal, N) is
-printed. notes/tuning/README.md lists the candidate sets of the H200 search and how to time them
-again. The grids' points are config/config.yaml's gpu.timing.
-A development tool: the workflow never imports it.
+printed. The grids' points are config/config.yaml's gpu.timing; notes/tuning/README.md lists the
+candidate sets of the H200 search and how to time them again.
 """
 
 from __future__ import annotations
@@ -33,7 +32,6 @@ import minimodel.entry  # noqa: F401 (first: compiled or interpreted is decided 
 from minimodel.contenders import builtin, catalog
 from minimodel.floor import contract
 from minimodel.floor.byte_model.forward import attention_flops
-from minimodel.floor.provenance.configcheck import load_config
 from minimodel.floor.provenance.io import write_csv
 from minimodel.floor.timers import bench_graph_ms, bench_ms, first_heads
 from minimodel.gpu import grids
@@ -96,11 +94,6 @@ def checked_run(fn, one, reference) -> tuple[bool, float]:
     return row.get("checked", False), row.get("err_vs_fp64", float("nan"))
 
 
-def timing_config() -> dict:
-    """gpu.timing of config/config.yaml, as the workflow validates it: the grids' points."""
-    return load_config()["gpu"]["timing"]
-
-
 def tune_point(B, H, N, d, causal, configs, warmup_ms=25, rep_ms=100,
                baselines=(contract.SDPA_CUDNN, contract.SDPA_FLASH), graph=False) -> list[dict]:
     """The baselines (cuDNN, FA2, ...), the policy's configuration and every config in `configs` at
@@ -109,9 +102,7 @@ def tune_point(B, H, N, d, causal, configs, warmup_ms=25, rep_ms=100,
     graph: GPU time per call from CUDA-graph replays (the timing stage's `ms`) instead of eager calls.
     """
     def bench(fn):
-        if graph:
-            return bench_graph_ms(fn, rep_ms)
-        return bench_ms(fn, warmup_ms, rep_ms)
+        return bench_graph_ms(fn, rep_ms) if graph else bench_ms(fn, warmup_ms, rep_ms)
 
     q, k, v = (torch.randn(B, H, N, d, device="cuda", dtype=torch.float16) for _ in range(3))
     reference = forward_reference(q, k, v, causal)
@@ -140,20 +131,6 @@ def tune_point(B, H, N, d, causal, configs, warmup_ms=25, rep_ms=100,
     return rows
 
 
-def run(points, configs, warmup_ms=25, rep_ms=100, progress=sys.stderr,
-        baselines=(contract.SDPA_CUDNN, contract.SDPA_FLASH), on_point=None, graph=False) -> list[dict]:
-    """Every point (B, H, N, d, causal) in turn with `configs`; `on_point(rows)` sees the rows so
-    far after each (to save them)."""
-    rows = []
-    for point in points:
-        rows += tune_point(*point, configs, warmup_ms, rep_ms, baselines, graph)
-        torch.cuda.empty_cache()
-        print(f"done B,H,N,d,causal = {point}", file=progress, flush=True)
-        if on_point:
-            on_point(rows)
-    return rows
-
-
 def summarize(frame):
     """Best config per point beside cuDNN and FA2 (and FA4 where timed), as ratios."""
     key = ["d", "causal", "N"]
@@ -172,7 +149,7 @@ def summarize(frame):
 def add_grid_arguments(parser, n=None) -> None:
     """FlashAttention's benchmark grid as command-line options (N, d, batch·N, heads·d), its
     defaults config/config.yaml's gpu.timing (`minimodel.gpu.grids`)."""
-    cfg = timing_config()
+    cfg = grids.default_timing_config()
     parser.add_argument("--n", type=int, nargs="+", default=list(n or cfg["fa_n"]))
     parser.add_argument("--d", type=int, nargs="+", default=cfg["fa_head_dims"])
     parser.add_argument("--tokens", type=int, default=cfg["fa_tokens"], help="batch * N")
@@ -207,8 +184,7 @@ def main(argv=None) -> int:
         print("tuning needs a CUDA device", file=sys.stderr)
         return 2
     if args.grid == contract.LAB_GRID:
-        points = [(p.B, p.H, p.N, p.d, p.causal)
-                  for p in grids.lab_grid(timing_config())]
+        points = [(p.B, p.H, p.N, p.d, p.causal) for p in grids.lab_grid(grids.default_timing_config())]
         baselines = (contract.SDPA_CUDNN, contract.SDPA_FLASH, contract.NAIVE)
     else:
         points = [(*grid_shape(n, d, args), causal)
@@ -220,11 +196,13 @@ def main(argv=None) -> int:
             return 2
         baselines += (contract.FA4,)
     args.out.mkdir(parents=True, exist_ok=True)
-
-    def save(rows):  # after every point, so a run cut short keeps what it measured
-        write_csv(args.out / "tune.csv", pd.DataFrame(rows))
-
-    frame = pd.DataFrame(run(points, configs, baselines=baselines, on_point=save, graph=args.graph))
+    rows = []
+    for point in points:  # (B, H, N, d, causal)
+        rows += tune_point(*point, configs, baselines=baselines, graph=args.graph)
+        torch.cuda.empty_cache()
+        print(f"done B,H,N,d,causal = {point}", file=sys.stderr, flush=True)
+        write_csv(args.out / "tune.csv", pd.DataFrame(rows))  # after every point: a run cut short keeps it
+    frame = pd.DataFrame(rows)
     with pd.option_context("display.width", 200, "display.max_columns", 20):
         print(summarize(frame).round(3).to_string())
     return 0

@@ -1,34 +1,20 @@
 #!/bin/bash
-# Runs of the workflow on the lent H200, queued one after the other, each with the code of a given
-# commit: `prepare` here, once per run, then on the H200 `start` in the call that carries DIR/c
-# (after the calls that stashed the CUDA 13 tree's parts DIR/cu1, DIR/cu2, ..., h200_wheels.sh),
-# then `wait` in as many calls as it takes, all issued in one batch: the machine goes back 30 s
-# after a call returns. A call carries at most 64 MiB with the working tree, so DIR/rerun goes with
-# the last part's call where it fits there (`prepare` says which), else in a call of its own;
-# either runs `stash`, and `launch` finds the runs there. Run from the repository root.
-#     tools/gpu-machine/h200_rerun.sh prepare [DIR]         # here: queue a run (the code at COMMIT, the run to copy)
-#     tools/gpu-machine/h200_rerun.sh stash [DIR]           # H200: DIR/rerun into /tmp/stash/rerun
-#     tools/gpu-machine/h200_rerun.sh launch [DIR]          # H200: install, then the queued runs, detached, in turn
-#     tools/gpu-machine/h200_rerun.sh wait [SECONDS]        # H200: wait, then pack into $OUT (partial.tgz
-#                                                           # while the queue runs, rerun.tgz once it has ended)
-#     tools/gpu-machine/h200_rerun.sh start [DIR] [SECONDS] # H200: launch, then wait until SECONDS (540)
-#                                                           # after the call began: one call of 600 s
-# A run is set by COMMIT (default ed76290, the code of the committed reference), FROM (a run whose
-# finished stages are kept: a committed run, or what `wait` packed of an interrupted one; empty: a
-# run from nothing), TO, FORCE (a stage run again in the copy of FROM; empty: none) and CONFIG (more
-# `--config` items), in the environment of `prepare`, which writes them beside the run
-# (DIR/rerun/NAME/env, NAME the last part of TO) and appends NAME to DIR/rerun/queue; the code goes
-# once per commit (DIR/rerun/code-COMMIT.tar.gz). `rm -rf DIR/rerun` empties the queue. Each run
-# goes in its own folder on the H200 (/tmp/runs/NAME), one Snakemake at a time, so that no run
-# times beside another. A whole rerun of the reference, and the timing stage again in a copy of it
-# (FORCE=gpu_warm runs the warm-up, then the timing):
-#     TO=results/h200-rerun-N tools/gpu-machine/h200_rerun.sh prepare
-#     FROM=results/reference/nvidia-h200 TO=results/h200-rerun-N FORCE=gpu_warm tools/gpu-machine/h200_rerun.sh prepare
-# A run that the machine's return cut short goes on from what `wait` packed (its finished stages):
-# unpack partial.tgz into DIR/partial, then FROM=DIR/partial/NAME/results/NAME (and its TO).
-# A refresh of the reference, the whole workflow at the committed HEAD (about 22 minutes on the H200):
-#     COMMIT=$(git rev-parse HEAD) FROM= FORCE= TO=results/reference/nvidia-h200 \
-#         CONFIG=overwrite_reference=True tools/gpu-machine/h200_rerun.sh prepare
+# Runs of the workflow queued on the lent H200, one at a time, each with the code of a given commit;
+# tools/gpu-machine/README.md gives the whole sequence. Run from the repository root; DIR: .whl.
+#   h200_rerun.sh prepare [DIR]          # here: queue a run in DIR/rerun, and say which call carries it
+#   h200_rerun.sh stash [DIR]            # H200: DIR/rerun into /tmp/stash/rerun
+#   h200_rerun.sh launch [DIR]           # H200: the site where missing, then the queued runs, detached
+#   h200_rerun.sh wait [SECONDS]         # H200: wait, packing into $OUT partial.tgz, rerun.tgz once ended
+#   h200_rerun.sh start [DIR] [SECONDS]  # H200: launch, then wait until SECONDS (540) after the call began
+# `prepare` reads COMMIT (default ed76290, the code of the committed reference), TO (the run's
+# folder), FROM (a run whose finished stages are kept: a committed run, or an unpacked partial.tgz's
+# DIR/partial/NAME/results/NAME; empty: from nothing), FORCE (a stage run again in the copy of FROM)
+# and CONFIG (more `--config` items). Each run goes in /tmp/runs/NAME on the H200. `rm -rf DIR/rerun`
+# empties the queue. A whole rerun of the reference; its timing stage again; a refresh of it:
+#   TO=results/h200-rerun-N h200_rerun.sh prepare
+#   FROM=results/reference/nvidia-h200 TO=results/h200-rerun-N FORCE=gpu_warm h200_rerun.sh prepare
+#   COMMIT=$(git rev-parse HEAD) FROM= FORCE= TO=results/reference/nvidia-h200 \
+#       CONFIG=overwrite_reference=True h200_rerun.sh prepare
 set -euo pipefail
 RUNS=/tmp/runs
 kib() { du -sk "$@" | awk '{s += $1} END {print s}'; }
@@ -49,8 +35,8 @@ prepare)
     plain
     rm -rf "${DIR:?}/rerun/$NAME" && mkdir -p "$DIR/rerun/$NAME"
     code=$DIR/rerun/code-$COMMIT.tar.gz
-    # the tree at COMMIT less any committed reruns (the workflow reads only the reference there),
-    # so that the queue goes with the last part's call
+    # the tree at COMMIT less results/reruns (39 MB in commits before bbcf370; the workflow reads
+    # only the reference), so that the queue goes with the last part's call
     [ -f "$code" ] || git archive --format=tar.gz "$COMMIT" -- . ':(exclude)results/reruns' > "$code"
     declare -p COMMIT FROM TO FORCE CONFIG > "$DIR/rerun/$NAME/env"
     grep -qx "$NAME" "$DIR/rerun/queue" 2>/dev/null || echo "$NAME" >> "$DIR/rerun/queue"
@@ -63,10 +49,9 @@ prepare)
         mkdir "$scratch/$TO"  # a run from nothing (a refreshed reference: emptied first)
     else
         cp -a "$FROM" "$scratch/$TO"
-        # a checkout gives the run's files its own times, in no order: Snakemake's time trigger would
-        # read outputs older than their inputs, so they are touched in the order of the workflow
-        # first, until what is left to do is what FORCE and the missing outputs ask (a touch can
-        # leave a job's inputs newer than its outputs, so it takes a few rounds)
+        # a checkout's file times are in no order, so Snakemake's time trigger would rerun jobs: they
+        # are touched in the workflow's order until only FORCE and the missing outputs are left to
+        # do (a touch can leave a job's inputs newer than its outputs: a few rounds)
         for _ in 1 2 3 4 5; do
             (cd "$scratch" && snakemake --cores 1 --touch "${PLAIN[@]}" >/dev/null 2>&1) || true
         done
@@ -132,9 +117,8 @@ queue)  # the runs of PREPARED/queue in turn (started detached by `launch`)
         ) || echo "$(date +%T) $NAME: could not run, exit $?"
     done < "$prepared/queue" ;;
 start)
-    # launch and wait in one call, the wait ending SECONDS (default 540) after this command began,
-    # not after the launch: the launch's install and dry run take their own 30-60 s, and a call cut
-    # at its limit (600 s) returns only what was packed before it
+    # the wait ends SECONDS after this command began, not after the launch (its install and dry run
+    # take 30-60 s): a call cut at its limit (600 s) returns only what was packed before it
     DIR=${2:-.whl}
     bash "$0" launch "$DIR"
     bash "$0" wait $(( ${3:-540} - SECONDS )) ;;

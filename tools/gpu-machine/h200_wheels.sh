@@ -1,16 +1,10 @@
 #!/bin/bash
-# The packages the lent H200 lacks for a full run of the workflow, built here for carried calls (a
-# call carries at most 64 MiB with the working tree): DIR/cu1, DIR/cu2, ... hold the parts of FA4's
-# CUDA 13 library tree, each small enough to go beside the working tree and DIR/rerun (10 MiB
-# kept for it), and DIR/c every wheel (FA4 and the CuTe DSL, snakemake and jsonschema for cp312)
-# and the tree's checksum; where DIR/c and the working tree would pass 64 MiB, its largest wheels
-# go in DIR/cw instead, stashed in a call of their own. Run from the repository root; DIR defaults
-# to .whl (ignored by git).
+# The packages the lent H200 lacks for a full run of the workflow (tools/gpu-machine/README.md):
+# DIR/cu1, DIR/cu2, ... the parts of FA4's CUDA 13 library tree, each small enough to go beside the
+# working tree and DIR/rerun (10 MiB kept for it) in a call of 64 MiB; DIR/c every wheel (FA4 and the
+# CuTe DSL, snakemake, jsonschema; cp312) and the tree's checksum, its largest wheels in DIR/cw where
+# DIR/c and the working tree would pass 64 MiB. Prints the calls that stash them. DIR: .whl.
 #     tools/gpu-machine/h200_wheels.sh [DIR]
-# On the H200: one call per part, carrying DIR/cuN: `mkdir -p /tmp/stash && cp DIR/cuN/* /tmp/stash/`
-# (the last one may carry DIR/rerun too: `tools/gpu-machine/h200_rerun.sh stash`), and one carrying
-# DIR/cw where there is one: `mkdir -p /tmp/stash/w && cp DIR/cw/* /tmp/stash/w/`; then, carrying
-# DIR/c, `tools/gpu-machine/h200_site.sh DIR`. The script prints the calls.
 set -euo pipefail
 DIR=${1:-.whl}
 PLATFORM=(--only-binary=:all: --python-version 3.12 --platform manylinux_2_28_x86_64
@@ -33,8 +27,7 @@ grep -v -i -E '^(#|packaging==|torch==|triton==)' requirements/cuda-h200.txt > "
 pip download -q "${PLATFORM[@]}" --find-links "$tmp/cp" -c "$tmp/constraints.txt" -d "$DIR/c/w" \
     snakemake==9.27.1 jsonschema==4.26.0
 cp -n "$tmp"/cp/*.whl "$DIR/c/w/"
-# the CUDA 13 tree, unpacked and packed again with xz (64 MB), in parts that fit a call beside the
-# working tree (tracked and untracked files git does not ignore) and DIR/rerun
+# the CUDA 13 tree packed again with xz (64 MB), in parts that fit a call beside the tree and DIR/rerun
 pip download -q --no-deps "${PLATFORM[@]}" -d "$tmp" nvidia-cutlass-dsl-libs-cu13==4.8.1
 mkdir "$tmp/cu13"
 unzip -q "$tmp"/nvidia_cutlass_dsl_libs_cu13-*.whl -d "$tmp/cu13"
@@ -53,9 +46,8 @@ done
 # (grep reads the whole listing: with -q it would stop early, and pipefail would read unzip's SIGPIPE)
 unzip -l "$DIR"/c/w/nvidia_cutlass_dsl_libs_core-*.whl | grep "dsl_packages/cutlass/cute/__init__.py" >/dev/null ||
     { echo "no cutlass.cute in the CuTe DSL's wheels" >&2; exit 1; }
-# DIR/c beside the working tree, counted as the device tool counts a call (the disk's blocks), with
-# 2 MiB kept for the tree to grow: the largest wheels go to DIR/cw until it fits; DIR/c/wheels.txt
-# names every wheel, so that h200_site.sh can tell a set with one left unstashed
+# DIR/c beside the tree in the disk's blocks (as a call counts them), 2 MiB kept for the tree to grow:
+# the largest wheels go to DIR/cw until it fits; wheels.txt lets h200_site.sh tell one unstashed
 ls "$DIR/c/w" | LC_ALL=C sort > "$DIR/c/wheels.txt"
 treek=$(git ls-files -z --cached --others --exclude-standard | du -ck --files0-from=- | tail -1 | cut -f1)
 while [ $(( treek + $(du -sk "$DIR/c" | cut -f1) )) -gt $(( 65536 - 2048 )) ]; do
