@@ -1,6 +1,6 @@
 """Test set-up: the device the kernel tests run on, a copy of the committed reference run for the
 comparison's tests, a copy of the project for workflow tests, one tiny workflow run that the
-tests which only read a finished run share, and what the session makes beside its tests.
+tests which only read a finished run share, and what a test run makes beside its tests.
 
 Without CUDA the kernel runs under Triton's CPU interpreter, switched on here (`minimodel.entry`)
 before any test module imports the kernel. The development tools in tools/ are importable by name
@@ -8,7 +8,7 @@ before any test module imports the kernel. The development tools in tools/ are i
 
 What takes minutes and only waits or runs a subprocess is a background resource (`background`):
 the shared tiny run (`tiny_run`, `snakemake_until`), kernel_report's compiles, the runs through
-SLURM. Each is made once per session, under pytest-xdist too: in a folder every worker sees,
+SLURM. Each is made once per test run, under pytest-xdist too: in a folder every worker sees,
 under a file lock, by the first worker whose tests need it, in a thread started as its first test
 starts, so it goes on beside the tests collected before those that read it (docs/testing.md). A
 test that changes a finished run changes a copy of it (`copy_of_tiny_run`), never the shared one;
@@ -43,7 +43,7 @@ HAS_CUDA = torch.cuda.is_available()
 
 # One thread per process: under pytest-xdist each worker has a core to itself, and a torch that
 # starts an OpenMP thread per core in every worker has them spin on each other's cores
-# (tests/test_references.py took 4.5 times the CPU on a busy 2-core machine, docs/testing.md).
+# (docs/testing.md, "One thread per process"; commit c4c6d37 gives the CPU time it saves).
 # The processes the tests start (Snakemake and its jobs, contenders' children, kernel_report)
 # inherit it; a rule that sets its own threads (cpu_roofline) still does. A value the user set is kept.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -108,8 +108,8 @@ def user_env() -> dict:
 # (`--dist loadgroup` would say this with marks, but pytest-xdist 3.8 under pytest 9.2 drops the
 # groups and spreads the tests: pytest-xdist#1386.) `make test` takes `--dist worksteal`, which
 # hands each worker a contiguous run of the tests in their order and steals from a run's end, so a
-# module's tests stay together there too but for a steal at its edge (docs/testing.md: its end
-# comes sooner).
+# module's tests stay together there too but for a steal at its edge (docs/testing.md,
+# "Scheduling").
 ONE_WORKER = {
     "tests/test_plots_script.py": "the committed reference's figures, drawn once for two tests",
 }
@@ -133,7 +133,7 @@ def pytest_xdist_make_scheduler(config, log):
 
 
 class Background:
-    """A session's resource made once, beside the tests rather than before them: `make(folder)`
+    """A test run's resource made once, beside the tests rather than before them: `make(folder)`
     builds it in a folder every xdist worker sees and returns what it found (JSON). The first
     worker whose tests need it starts it in a thread as its first test starts, under a file lock,
     so the other workers find it made or wait for it; the tests that read it are collected last
@@ -143,7 +143,7 @@ class Background:
     def __init__(self, name: str, make, also_wanted_by=lambda item: False):
         self.name, self.make, self.also_wanted_by = name, make, also_wanted_by
         self.thread: threading.Thread | None = None
-        self.home: Path | None = None  # the session's shared folder, once the session started
+        self.home: Path | None = None  # the test run's shared folder, once it started
 
     def wanted_by(self, item: pytest.Item) -> bool:
         return self.name in getattr(item, "fixturenames", ()) or self.also_wanted_by(item)
@@ -157,7 +157,7 @@ class Background:
         with FileLock(self.home / f"{self.name}.lock"):
             if made.exists():
                 return
-            shutil.rmtree(self.folder, ignore_errors=True)  # what an interrupted session left
+            shutil.rmtree(self.folder, ignore_errors=True)  # what an interrupted test run left
             self.folder.mkdir(parents=True)
             try:
                 found = self.make(self.folder)
@@ -188,7 +188,7 @@ BACKGROUND: dict[str, Background] = {}
 
 
 def background(name: str, make, also_wanted_by=lambda item: False):
-    """Register `make` as the session's background resource `name`; returns the session fixture
+    """Register `make` as the test run's background resource `name`; returns the session fixture
     of that name (assign it in the test module), which gives (its folder, what `make` found)."""
     BACKGROUND[name] = Background(name, make, also_wanted_by)
 
@@ -201,11 +201,11 @@ def background(name: str, make, also_wanted_by=lambda item: False):
 
 
 def pytest_collection_finish(session):
-    """What the session imported (torch, pandas, matplotlib, every test module: 376,000 objects)
+    """What the test run imported (torch, pandas, matplotlib, every test module: 376,000 objects)
     left out of the garbage collector's full collections from now on, its own and those of the
     code under test (`timers.release_memory`): over them a full collection took 0.24 s, and
     test_timing.py's test of the rounds, which collected after every sample then, took 72 s in
-    `make test` (docs/testing.md). What the tests create is still collected."""
+    `make test` (commit 3c366fd). What the tests create is still collected."""
     gc.collect()
     gc.freeze()
 
@@ -219,7 +219,7 @@ def pytest_collection_modifyitems(items):
 
 @pytest.fixture(scope="session", autouse=True)
 def _background(request, tmp_path_factory):
-    """Every background resource a test of this session reads, started at once; at the session's
+    """Every background resource a test of this run reads, started at once; at the run's
     end, waited for (another worker may be reading it)."""
     base = tmp_path_factory.getbasetemp()
     home = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base

@@ -91,11 +91,10 @@ def test_readme_reads_in_minutes():
 
 
 def test_readme_links_point_to_files():
-    """Every relative link of README.md names a file of the project (or one another branch adds)."""
-    added_elsewhere = {"docs/verify.md", "docs/troubleshooting.md", "docs/contenders-inputs.md"}
+    """Every relative link of README.md names a file of the project."""
     links = re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", README.read_text())
     assert links
-    missing = [link for link in links if not (ROOT / link).exists() and link not in added_elsewhere]
+    missing = [link for link in links if not (ROOT / link).exists()]
     assert not missing
 
 
