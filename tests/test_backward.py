@@ -246,7 +246,7 @@ def test_config_rules():
     with pytest.raises(ValueError, match="in_kernel dQ: BLOCK_M1 is 64 or 128"):
         BwdConfig(32, 128, 128, 64, 12, 2, dkdv="gluon_ws", dq="in_kernel")
     cfg = BwdConfig(32, 64, 64, 32)
-    assert (cfg.dkdv, cfg.dq, cfg.path, cfg.dq_consumers, cfg.deterministic) == (
+    assert (cfg.dkdv, cfg.dq, cfg.language, cfg.dq_consumers, cfg.deterministic) == (
         "tl", "tl_pass", "tl", None, True)
     assert get_bwd_config(64, True, "cuda").BLOCK_N1 % get_bwd_config(64, True, "cuda").BLOCK_M1 == 0
     assert get_bwd_config(32, False, "cuda") == get_bwd_config(64, False, "cuda")

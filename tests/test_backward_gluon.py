@@ -66,7 +66,7 @@ def test_a_gluon_configuration_is_checked_when_made():
         for causal in (False, True):
             ws, tma = gluon_ws_config(d, causal), gluon_ws_config(d, causal, "in_kernel")
             assert (ws.dkdv, ws.dq, tma.dkdv, tma.dq) == ("gluon_ws", "tl_pass", "gluon_ws", "in_kernel")
-            assert ws.path == tma.path == "gluon_ws" and ws.BLOCK_N1 == tma.BLOCK_N1 == 128
+            assert ws.language == tma.language == "gluon" and ws.BLOCK_N1 == tma.BLOCK_N1 == 128
             assert (ws.deterministic, tma.deterministic) == (True, False)
             # dQ in the kernel takes ws's tiles (at d = 64 its 128 rows, Pᵀ and dSᵀ through shared memory)
             assert tma.BLOCK_M1 == ws.BLOCK_M1 and tma.num_stages_kv == ws.num_stages_kv
@@ -79,10 +79,10 @@ def test_a_gluon_configuration_is_checked_when_made():
 @pytest.mark.parametrize("d", [16, 32, 64, 128, 256])
 @pytest.mark.parametrize("causal", [False, True])
 def test_the_policy_runs_tl_off_hopper_and_under_the_interpreter(arch, d, causal):
-    assert get_bwd_config(d, causal, "cuda", arch).path == "tl"
-    assert get_bwd_config(d, causal, "cpu", n=4096).path == "tl"
+    assert get_bwd_config(d, causal, "cuda", arch).dkdv == "tl"
+    assert get_bwd_config(d, causal, "cpu", n=4096).dkdv == "tl"
     if arch != HOPPER:
-        assert get_bwd_config(d, causal, "cuda", arch, n=4096).path == "tl"
+        assert get_bwd_config(d, causal, "cuda", arch, n=4096).dkdv == "tl"
 
 
 @pytest.mark.parametrize("d", HEAD_DIMS)
@@ -96,7 +96,7 @@ def test_the_policy_picks_the_warp_specialized_kernel_on_hopper_from_ws_min_n(d,
         cfg = get_bwd_config(d, causal, "cuda", HOPPER, n=n)
         dq = "gluon_pass" if n >= min_n else "tl_pass"
         assert cfg == gluon_ws_config(d, causal, dq) and cfg.deterministic and cfg.dkdv == "gluon_ws"
-    assert get_bwd_config(d, causal, "cuda", HOPPER, n=policy.WS_MIN_N - 1).path == "tl"
+    assert get_bwd_config(d, causal, "cuda", HOPPER, n=policy.WS_MIN_N - 1).dkdv == "tl"
 
 
 def test_the_dq_pass_policy_is_the_one_timed():
@@ -359,7 +359,7 @@ def test_the_gluon_path_is_deterministic_and_a_broadcast_do_runs_tl(gen):
         first, second = (flash_attn_backward(q, k, v, o, lse, do, causal, config=cfg) for _ in range(2))
         assert all(torch.equal(a, b) for a, b in zip(first, second, strict=True)), cfg
     ones = torch.ones(1, 1, 1, 1, dtype=q.dtype, device="cuda").expand(q.shape)  # autograd's dO of a sum
-    assert launch_bwd_config(q, k, v, True, gluon_ws_config(128, True), ones).path == "tl"
+    assert launch_bwd_config(q, k, v, True, gluon_ws_config(128, True), ones).dkdv == "tl"
 
 
 @requires_hopper

@@ -82,7 +82,7 @@ class Local:
             return functools.partial(getattr(builtin, self.name), causal=causal), {}
         cfg = launch_config(q, k, v, causal)
         fn = lambda q, k, v: flash_attn_forward(q, k, v, causal=causal, config=cfg)
-        return fn, {"path": cfg.path, **{f"cfg_{key}": val for key, val in cfg.as_dict().items()}}
+        return fn, {"path": cfg.language, **{f"cfg_{key}": val for key, val in cfg.as_dict().items()}}
 
     def _make(self, direction: str, inputs, causal: bool):
         """(make, like, extra) of a backward pass: `make()` builds the call of `direction` (dQ, dK,
@@ -90,7 +90,7 @@ class Local:
         q, k, v, do = inputs
         if self.name == contract.TRITON and direction == contract.BACKWARD:
             cfg = launch_bwd_config(q, k, v, causal, do=do)  # what the call runs
-            extra = {"path": cfg.path, "forward_path": launch_config(q, k, v, causal).path,
+            extra = {"path": cfg.language, "forward_path": launch_config(q, k, v, causal).language,
                      **{f"cfg_{key}": val for key, val in cfg.as_dict().items()}}
             return (lambda: backward_fn(q, k, v, causal, do=do)), q, extra
         fn = (functools.partial(attention, causal=causal) if self.name == contract.TRITON

@@ -12,7 +12,7 @@ on fresh random inputs, the kernel's errors against float64 beside PyTorch's own
 
 `check(case, direction, generator)` is the pass as a parameter, what the correctness stage calls
 through `minimodel.gpu.implementations.Local`. Both record the configuration the kernel ran
-(`path`, its tiles).
+(`path`: "tl" or "gluon", as every table says it; its variant and tiles).
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ def check_case(B: int, H: int, N: int, d: int, causal: bool, dtype: str = "float
         "tolerance": tol, "err_vs_torch_fp16": err_literal,
         "lab_literal_pass": err_literal < ABS_FLOOR,
         "has_nan": has_nan, "passed": (not has_nan) and err_kernel <= tol,
-        "skipped": False, "reason": "", "path": cfg.path,
+        "skipped": False, "reason": "", "path": cfg.language,
         "BLOCK_M": cfg.BLOCK_M, "BLOCK_N": cfg.BLOCK_N,
         "num_warps": cfg.num_warps, "num_stages": cfg.num_stages, "TMA": cfg.TMA,
     }
@@ -85,9 +85,9 @@ def check_backward_case(B: int, H: int, N: int, d: int, causal: bool, dtype: str
 
     err_kernel_vs_fp64, err_torch_vs_fp64 and tolerance are those of the gradient nearest its
     tolerance (`worst`), so the row reads as a forward row does; err_<grad>_* give all three.
-    path: the backward's dK/dV kernel (`BwdConfig.dkdv`: "tl" or "gluon_ws"); forward_path: the
-    forward kernel whose O and LSE it took (`FwdConfig.path`); then the backward's configuration
-    (`BwdConfig`: its dq, tiles and warps).
+    path: the backward's dK/dV kernel's language (`BwdConfig.language`: "tl" or "gluon");
+    forward_path: that of the forward whose O and LSE it took (`FwdConfig.language`); then the
+    backward's configuration (`BwdConfig`: its dkdv, dq, tiles and warps).
     """
     H_kv = H_kv or H
     q, k, v, do = random_inputs(B, H, N, d, getattr(torch, dtype), H_kv, device, layout, generator)
@@ -98,8 +98,8 @@ def check_backward_case(B: int, H: int, N: int, d: int, causal: bool, dtype: str
     cfg = launch_bwd_config(q, k, v, causal, config, do)  # what the call ran
     row = {"B": B, "H": H, "H_kv": H_kv, "N": N, "d": d, "causal": causal, "dtype": dtype, "layout": layout}
     row.update(grad_errors(got, exact, lowp))
-    row.update({"skipped": False, "reason": failure_reason(row), "path": cfg.path,
-                "forward_path": launch_config(q, k, v, causal).path, **cfg.as_dict()})
+    row.update({"skipped": False, "reason": failure_reason(row), "path": cfg.language,
+                "forward_path": launch_config(q, k, v, causal).language, **cfg.as_dict()})
     return row
 
 

@@ -1,8 +1,8 @@
 """The kernel's two configuration types: `FwdConfig`, the forward's kernel and tiles, and
 `BwdConfig`, the backward's dK/dV kernel, its dQ, tiles and warps. Each names its kernels with
 flags (`FwdConfig.path`; `BwdConfig.dkdv` and `.dq`), and is checked when made. `policy` picks
-them; `launch` says what a call really runs; every timing and correctness row records one
-(`as_dict`, and `path`).
+them; `launch` says what a call really runs; every timing and correctness row records one: its
+fields as `cfg_*` columns (`as_dict`), and in `path` its kernel's language (`language`).
 """
 
 from __future__ import annotations
@@ -61,6 +61,12 @@ class FwdConfig:
     def TMA(self) -> bool:
         """Whether tiles move by TMA (both Hopper paths): the inputs must be TMA-readable."""
         return self.path != "tl"
+
+    @property
+    def language(self) -> str:
+        """"gluon" or "tl" (either tl path): a row's `path` column, as in every table; `cfg_path`
+        says which path."""
+        return "gluon" if self.path == "gluon" else "tl"
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -123,9 +129,10 @@ class BwdConfig:
                              f"num_stages_q 2 to 4, got {tiles} and {self.num_stages_q}")
 
     @property
-    def path(self) -> str:
-        """Which dK/dV kernel runs (`dkdv`): what a timing row's `path` says."""
-        return self.dkdv
+    def language(self) -> str:
+        """"gluon" (gluon_ws) or "tl": a row's `path` column, as in every table; `cfg_dkdv` and
+        `cfg_dq` say which kernels."""
+        return "gluon" if self.dkdv == "gluon_ws" else "tl"
 
     @property
     def preprocess_rows(self) -> int:
