@@ -68,3 +68,16 @@ def test_timed_rows_give_each_implementation_s_fraction_and_the_split_gain(tiny_
     points = len(gpu) // gpu["impl"].nunique()
     assert found["split_gain"]["best"] == 3.0 and found["split_gain"]["points"] == points
     assert {r["impl"] for r in found["impls"]} == set(gpu["impl"])
+
+
+def test_the_tiny_runs_readme_has_the_decode_section_and_says_what_was_not_measured(tiny_run):
+    """The readme rule passes decode's answers: its README shows the section, and without a GPU says
+    that decode was not timed, and why."""
+    results = tiny_run.root / "results"
+    text = (results / contract.RESULTS_README).read_text()
+    section = " ".join(text[text.index("## Decode"):text.index("## How long it took")].split())
+    found = decode_answers.answers(paths_of(results)[1])
+    assert f"{found['model']['bound_us']:,.1f} µs" in section
+    assert f"This run timed nothing ({contract.NO_GPU_TIMING})" in section
+    assert f"Not measured here: {contract.NO_GPU_TIMING}." in section
+    assert "passed its float64 check under Triton's interpreter" in section

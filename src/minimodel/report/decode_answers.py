@@ -62,6 +62,10 @@ def gpu_answers(gpu: pd.DataFrame, summary: dict, timing: dict) -> dict:
     out = {"timed": bool(len(timed)), "device": summary.get("device"), "status": summary.get("status", ""),
            "rotation": summary.get("rotation", "")}
     if not len(timed):
+        if not out["status"]:  # a GPU that timed no point: why, from the rows' statuses
+            cuda = gpu[gpu["backend"] == "cuda"] if "backend" in gpu else gpu
+            why = ", ".join(f"{n} {s}" for s, n in cuda["status"].value_counts().items()) or "no timed points"
+            out["status"] = f"on {out['device']} no point passed its check and was timed ({why})"
         return out
     out["bandwidth_gbs"] = summary["bandwidth_bytes_per_s"] / 1e9
     out["ridge"] = ceilings["peak_flops_per_s"] / ceilings["bandwidth_bytes_per_s"] if ceilings else None
