@@ -81,3 +81,12 @@ def test_the_tiny_runs_readme_has_the_decode_section_and_says_what_was_not_measu
     assert f"This run timed nothing ({contract.NO_GPU_TIMING})" in section
     assert f"Not measured here: {contract.NO_GPU_TIMING}." in section
     assert "passed its float64 check under Triton's interpreter" in section
+
+
+def test_a_gpu_that_timed_no_point_says_why_from_its_rows():
+    gpu = pd.DataFrame({"impl": [contract.TRITON, contract.NAIVE, contract.NAIVE], "backend": "cuda",
+                        "status": [contract.FAILED_CHECK, contract.OUT_OF_MEMORY, contract.OUT_OF_MEMORY]})
+    found = decode_answers.gpu_answers(gpu, {"device": "NVIDIA H100"}, {})
+    assert not found["timed"]
+    assert found["status"] == (f"on NVIDIA H100 no point passed its check and was timed "
+                               f"(2 {contract.OUT_OF_MEMORY}, 1 {contract.FAILED_CHECK})")
