@@ -11,7 +11,7 @@ from conftest import REFERENCE
 from minimodel.floor import contract
 from minimodel.floor.provenance import io, manifest
 from minimodel.report import compare
-from minimodel.report.compare import decode
+from minimodel.report.compare import cli, decode
 
 
 def vouch(path: Path) -> None:
@@ -92,3 +92,14 @@ def test_a_run_made_before_decode_is_not_comparable_and_named(tiny_run):
     assert len(rows) == 3 and (rows["verdict"] == "not comparable").all()
     assert rows["reason"].str.contains("missing in the reference").all()
     assert verdict["verdict"] == "agree"
+
+
+def test_the_help_and_docs_name_the_decode_part_and_its_tolerance():
+    """compare's --help (its module's docstring) and docs/reproducing.md's table state decode's rule
+    with the tolerance the code applies."""
+    tolerance = f"{decode.GBS_TOLERANCE:.0%}".replace("%", " %")
+    help_text = " ".join(cli.__doc__.split())
+    assert "- decode (" in help_text and f"GB/s within {tolerance}" in help_text
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "reproducing.md").read_text()
+    row = next(line for line in docs.splitlines() if line.startswith("| decode |"))
+    assert f"GB/s within {tolerance}" in row

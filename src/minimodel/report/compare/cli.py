@@ -20,6 +20,10 @@ Each part is judged by what should travel between machines (paths: `minimodel.fl
 - GPU bytes (`gpu/bytes/`): on the same GPU model, DRAM reads and bytes stored into the L2
   within GPU_BYTES_TOLERANCE, a point not measured in both runs by its status (the same one agrees,
   a changed one disagrees); on another GPU, or without one, not comparable.
+- decode (`symbolic/decode/`, `cpu/decode/`, `gpu/decode/`): the model's rows and the CPU's
+  counted bytes identical; each GPU row's status equal; on the same GPU model, each timed point's
+  GB/s within 10 % (`decode.GBS_TOLERANCE`). A run made before decode has none of its tables: not
+  comparable, named.
 - inputs: per rule, which code, parameters and environment differ between the two manifests,
   so that a reader sees why numbers moved. Expected between two runs; informational, never a
   failure.
