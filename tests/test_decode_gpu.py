@@ -1,11 +1,15 @@
 """Decode's stage 3 and its figures: without a GPU, the kernel checked under the interpreter and every
 timed row saying why not; with one, every implementation checked and timed (a GPU test)."""
 
+from types import SimpleNamespace
+
+import jinja2
 import pandas as pd
 import pytest
 from conftest import HAS_CUDA, requires_gpu
 
 from minimodel.floor import contract, decode_grid
+from minimodel.floor.provenance import configcheck, project
 from minimodel.gpu import decode
 from minimodel.report import decode_plots
 
@@ -51,6 +55,30 @@ def test_the_figures_draw_the_model_and_say_when_nothing_was_timed(tmp_path):
     timed = rows.assign(status=contract.OK, gb_per_s=1000.0)
     _, drawn = decode_plots.decode_bandwidth(timed, {"bandwidth_bytes_per_s": 4e12, "device": "H"})
     assert len(drawn) == 8 and set(drawn["L_q"]) == {1}  # uniform lengths, the first query length
+    # a read-only stream above the copy bandwidth stays inside the axes; the interpreter's rows (ok, no
+    # GB/s) are not drawn
+    timed.loc[timed["impl"] == contract.TRITON, "gb_per_s"] = 5000.0
+    checked = rows[rows["impl"] == contract.TRITON].assign(backend=decode.INTERPRETER, status=contract.OK)
+    fig, drawn = decode_plots.decode_bandwidth(pd.concat([checked, timed]),
+                                               {"bandwidth_bytes_per_s": 4e12, "device": "H"})
+    assert len(drawn) == 8 and all(ax.get_ylim()[1] > 5000 for ax in fig.axes)
+
+
+@pytest.mark.parametrize("leave_out", [[], ["flex", "fa4"]])
+def test_the_report_captions_render_on_the_config(leave_out):
+    """Each decode caption renders as Snakemake's report renders it, on the config's keys (a key the
+    config lacks is an error here); the stage 3 ones name what `decode.gpu.leave_out` leaves out."""
+    config = configcheck.load_config()
+    config["decode"]["gpu"]["leave_out"] = leave_out
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined)
+    folder = project.root() / "workflow" / "report"
+    for name in (*contract.DECODE_FIGURES, "table_decode_gpu", "table_decode_symbolic"):
+        text = env.from_string((folder / f"{name}.rst").read_text()).render(
+            snakemake=SimpleNamespace(config=config))
+        assert "{" not in text, name
+        if name in ("decode_bandwidth", "table_decode_gpu"):
+            named = ", but flex, fa4 (decode.gpu.leave_out)" in " ".join(text.split())
+            assert named == bool(leave_out), name
 
 
 @requires_gpu

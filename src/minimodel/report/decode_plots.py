@@ -67,20 +67,22 @@ def decode_bytes(table: pd.DataFrame, bandwidth: float):
 def decode_bandwidth(table: pd.DataFrame, summary: dict):
     """GB/s against the KV length per implementation, one panel per batch, the copy bandwidth drawn."""
     timed = table[table["status"] == contract.OK] if "status" in table else table.iloc[:0]
-    if "gb_per_s" not in timed or not len(timed):
+    timed = timed[timed["gb_per_s"].notna()] if "gb_per_s" in timed else timed.iloc[:0]  # no interpreter rows
+    if not len(timed):
         return no_gpu_figure("decode_bandwidth", summary.get("status") or "no decode point was timed"), timed
     rows, title = _slice(timed)
     batches = sorted(rows["B"].unique())
     fig = Figure(figsize=(5 * len(batches), 4.5))
     axes = fig.subplots(1, len(batches), squeeze=False)[0]
     ceiling = summary["bandwidth_bytes_per_s"] / 1e9
+    top = 1.1 * max(ceiling, float(rows["gb_per_s"].max()))  # a read-only stream may pass the copy's
     for ax, batch in zip(axes, batches, strict=True):
         for impl, line in rows[rows["B"] == batch].groupby("impl", sort=False):
             line = line.sort_values("kv_len")
             ax.plot(line["kv_len"], line["gb_per_s"], "o-", label=LABELS.get(impl, impl))
         ax.axhline(ceiling, color="black", linestyle="--", label=f"copy bandwidth {ceiling:,.0f} GB/s")
         ax.set(xscale="log", xlabel="KV length", ylabel="GB/s (least bytes ÷ time)", title=f"batch {batch}",
-               ylim=(0, ceiling * 1.1))
+               ylim=(0, top))
     axes[0].legend(fontsize=8)
     fig.suptitle(f"Decode on {summary.get('device')}: {title}")
     return fig, rows
