@@ -72,7 +72,7 @@ def test_the_report_captions_render_on_the_config(leave_out):
     config["decode"]["gpu"]["leave_out"] = leave_out
     env = jinja2.Environment(undefined=jinja2.StrictUndefined)
     folder = project.root() / "workflow" / "report"
-    for name in (*contract.DECODE_FIGURES, "table_decode_gpu", "table_decode_symbolic"):
+    for name in (*contract.DECODE_FIGURES, "table_decode_gpu", "table_decode_symbolic", "table_decode_cpu"):
         text = env.from_string((folder / f"{name}.rst").read_text()).render(
             snakemake=SimpleNamespace(config=config))
         assert "{" not in text, name

@@ -29,7 +29,11 @@ rule decode_cpu:
     input:
         code=code("scripts/decode_cpu.py"),
     output:
-        table=out(C.DECODE_CPU),
+        table=report(
+            out(C.DECODE_CPU),
+            caption="../report/table_decode_cpu.rst",
+            category="Tables",
+        ),
         manifest=manifest_of("decode_cpu"),
     log:
         logfile("decode_cpu"),
