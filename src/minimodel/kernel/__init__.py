@@ -1,16 +1,11 @@
-"""Stage 3: the Triton flash-attention kernels and their one public API.
+"""Stage 3: the Triton flash-attention kernels and their one public API (`__all__`).
 
-The forward (`flash_attn_forward`: the tl kernels in `flash`, the Gluon one for Hopper in `hopper`),
-the backward (`flash_attn_backward`: the tl kernels in `backward`, the Gluon ones for Hopper in
-`gluon_bwd_ws` and `gluon_bwd_dqpass`) and the differentiable entry point `attention` (`autograd`);
-their configuration types (`config`: `FwdConfig`, `BwdConfig`, kernels named by flags), the policy
-that picks one (`policy`), and what a call really runs (`launch`); the split-KV decode
-(`flash_decode`, in `decode`).
-
-Importing this package defines the kernels, and Triton decides then whether they are compiled or
-interpreted (TRITON_INTERPRET): the process's entry point made that choice first, by importing
-`minimodel.entry`. `INTERPRETED` says which it is. The Gluon kernels are defined everywhere and run
-only on Hopper, compiled.
+The forward (`flash_attn_forward`: tl kernels in `flash`, Gluon for Hopper in `hopper`), the
+backward (`flash_attn_backward`: tl in `backward`, Gluon in `gluon_bwd_ws`, `gluon_bwd_dqpass`),
+the differentiable `attention` (`autograd`); the configuration types (`config`), the policy that
+picks one (`policy`), what a call really runs (`launch`); the split-KV decode (`decode`).
+Importing this package defines the kernels, compiled or interpreted as the process's entry point
+chose first (`minimodel.entry`; `INTERPRETED`). The Gluon kernels run only on Hopper, compiled.
 """
 
 from minimodel.kernel.autograd import attention

@@ -1,13 +1,7 @@
-"""The differentiable entry point: `attention(q, k, v, causal=False, sm_scale=None, deterministic=True)`.
+"""The differentiable entry point, `attention(q, k, v, causal=False, sm_scale=None, deterministic=True)`:
+the forward is `flash_attn_forward` (its default kernel, which stores the LSE the backward needs),
+the backward `flash_attn_backward`; gradients flow to whichever of q, k, v require them.
 
-The forward is `flash_attn_forward` (its default kernel, the Gluon one included, which stores
-the LSE the backward needs); the backward is `flash_attn_backward` (Triton, FlashAttention-2's
-Algorithm 2). Gradients flow to whichever of q, k, v require them.
-
-    import torch
-    from minimodel.kernel import attention
-    q, k, v = (torch.randn(2, 4, 1024, 64, device="cuda", dtype=torch.float16, requires_grad=True)
-               for _ in range(3))
     attention(q, k, v, causal=True).sum().backward()   # q.grad, k.grad, v.grad
 """
 

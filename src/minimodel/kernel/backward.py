@@ -1,30 +1,22 @@
 """Flash-attention backward in Triton: `flash_attn_backward(q, k, v, o, lse, do, causal, sm_scale)`.
 
-FlashAttention-2's Algorithm 2 in three launches, none with atomics, so every gradient is the
-same bit for bit from run to run:
+FlashAttention-2's Algorithm 2 in three launches, none with atomics: every gradient is the same
+bit for bit from run to run.
 1. `_bwd_preprocess`: D = rowsum(dO ∘ O), one float32 per query row.
-2. `_bwd_dkdv_kernel`: one program per (key tile, batch, K/V head). It keeps its K and V tiles
-   and the fp32 accumulators dK and dV on chip while every query tile of every query head of its
-   group streams past (grouped-query attention: dK and dV are summed over the group inside the
-   program, in a fixed order). Per query tile, with S = scale·Q Kᵀ recomputed:
+2. `_bwd_dkdv_kernel`: one program per (key tile, batch, K/V head), its K, V tiles and float32 dK,
+   dV on chip while every query tile of every query head of its group streams past (dK and dV
+   summed over the group in the program, in a fixed order). Per query tile, S = scale·Q Kᵀ:
        P = exp(S − LSE),  dV += Pᵀ dO,  dP = dO Vᵀ,  dS = P ∘ (dP − D),  dK += dSᵀ Q.
-3. `_bwd_dq_kernel`: one program per (query tile, batch·head), the same recomputation with key
-   tiles streaming past: dQ += dS K. (A separate pass instead of a read-modify-write of dQ per
-   key tile, or atomics: it recomputes P once more, and writes dQ once.)
-On Hopper launch 2 may be the warp-specialized Gluon kernel (`BwdConfig.dkdv` "gluon_ws",
-`gluon_bwd_ws`), and launch 3 the Gluon dQ pass (`dq` "gluon_pass", `gluon_bwd_dqpass`) or none,
-dQ then added in launch 2 by TMA reductions (`dq` "in_kernel", not deterministic).
-dQ and dK carry the softmax scale: dQ = scale · dS K, dK = scale · dSᵀ Q.
+3. `_bwd_dq_kernel`: one program per (query tile, batch·head), key tiles streaming past: dQ += dS K
+   (a pass of its own: it recomputes P once more and writes dQ once, without atomics).
+On Hopper launch 2 may be the warp-specialized Gluon kernel (`BwdConfig.dkdv` "gluon_ws"), and
+launch 3 the Gluon dQ pass (`dq` "gluon_pass") or none, dQ then added in launch 2 by TMA reductions
+(`dq` "in_kernel", not deterministic). dQ = scale · dS K, dK = scale · dSᵀ Q.
 
-LSE is the forward's: the natural-log log-sum-exp of each row of S, (B, H, N) float32
-(`flash_attn_forward(..., return_lse=True)`, either of its kernels). The kernels work in base 2,
-P = exp2(q·k · scale·log2 e − LSE · log2 e); the scale is multiplied in before LSE is
-subtracted, so the exponent's rounding is that of a float32 of the scaled score (fine for any
-scale a model uses; the forward's any-finite-scale guarantee is the forward's alone).
-
-Every program is on the grid's x axis (B·H past 65,535 launches) and every element offset is
-64-bit, as in the forward (`minimodel.kernel.flash`). Runs on CUDA, or on CPU tensors under
-Triton's interpreter.
+LSE is the forward's natural-log log-sum-exp, (B, H, N) float32. The kernels work in base 2,
+P = exp2(q·k · scale·log2 e − LSE · log2 e): the scale is multiplied in before LSE is subtracted,
+fine for any scale a model uses (the forward's any-finite-scale guarantee is the forward's alone).
+Programs and 64-bit offsets as in the forward (`flash`); CUDA, or CPU tensors under the interpreter.
 """
 
 from __future__ import annotations
@@ -275,22 +267,16 @@ def flash_attn_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: to
                         deterministic: bool = True):
     """(dQ, dK, dV) of attention softmax(Q Kᵀ · sm_scale) V at the output gradient dO.
 
-    q: (B, H, N, d); k, v: (B, H_kv, N, d) with H divisible by H_kv (dK and dV are summed over
-    the H / H_kv query heads sharing a K/V head). o, lse: the forward's output and its
-    natural-log LSE, `flash_attn_forward(q, k, v, causal, sm_scale, return_lse=True)`;
-    do: (B, H, N, d). Dtypes, head dims, devices as the forward: float16 or bfloat16, d in
-    `flash.SUPPORTED_HEAD_DIMS`, one CUDA device or the CPU under TRITON_INTERPRET=1. Every
-    tensor is read through its strides (any layout, broadcast dO included); a non-contiguous
-    LSE is copied. causal and sm_scale must be the forward's (sm_scale defaults to 1/sqrt(d)).
-    causal defaults to False, as in SDPA and FlashAttention.
-    config: kernels and tiles (`BwdConfig`); defaults to `launch.default_bwd_config(q, causal,
-    deterministic)`; what runs is `launch_bwd_config(q, k, v, causal, config, do, deterministic)`
-    (a gluon_ws configuration runs the tl table's where the Gluon kernels cannot: off Hopper, under
-    the interpreter, inputs TMA cannot read). deterministic (default True): the same bits on every
-    call. False lets the default add dQ inside the dK/dV kernel where that is faster (Hopper, N >=
-    1024: TMA reductions, whose order varies, so dQ's last bits do); ignored under
-    `torch.use_deterministic_algorithms(True)` and when `config` is given.
-    Returns dQ, dK, dV, contiguous, in the shapes and dtype of q, k, v.
+    q, k, v, do: shapes, dtypes, head dims and devices as the forward takes them (dK and dV summed
+    over the H / H_kv query heads sharing a K/V head), any strides (broadcast dO included). o, lse:
+    `flash_attn_forward(q, k, v, causal, sm_scale, return_lse=True)` (a non-contiguous LSE is
+    copied). causal (default False, as in SDPA and FlashAttention) and sm_scale must be the forward's.
+    config: kernels and tiles (`BwdConfig`); defaults to `launch.default_bwd_config`; what runs is
+    `launch_bwd_config(q, k, v, causal, config, do, deterministic)` (gluon_ws runs the tl table's
+    where the Gluon kernels cannot). deterministic (default True): the same bits on every call;
+    False lets the default add dQ in the dK/dV kernel where that is faster (Hopper, N >= 1024, by
+    TMA reductions whose order varies); ignored under `torch.use_deterministic_algorithms(True)`
+    and when `config` is given. Returns dQ, dK, dV, contiguous, in the shapes and dtype of q, k, v.
     """
     _validate(q, k, v, o, lse, do)
     B, H, N, d = q.shape

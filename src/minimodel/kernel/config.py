@@ -20,15 +20,9 @@ DKDV = ("tl", "gluon_ws")
 DQ = ("tl_pass", "gluon_pass", "in_kernel")
 WS_WARPS, WS_KEYS = 12, 128  # gluon_ws: a producer warpgroup and two MMA warpgroups of 64 keys
 DQ_ROWS, DQ_KEYS = 64, 64  # the Gluon dQ pass: query rows per consumer warpgroup, keys per step
-
-
-def gluon_dq_tiles(consumers: int) -> tuple[int, int, int]:
-    """(BLOCK_M2, BLOCK_N2, num_warps_q) of the Gluon dQ pass with 2 or 3 consumer warpgroups: 64
-    query rows each, 64 keys per step, the producer's warpgroup and the consumers' warps."""
-    return consumers * DQ_ROWS, DQ_KEYS, 4 * (consumers + 1)
-
-
-GLUON_DQ_TILES = {c: gluon_dq_tiles(c) for c in (2, 3)}
+# (BLOCK_M2, BLOCK_N2, num_warps_q) of the Gluon dQ pass by its consumer warpgroups (2 or 3): DQ_ROWS
+# query rows each, DQ_KEYS keys per step, the producer's warpgroup and the consumers' warps
+GLUON_DQ_TILES = {c: (c * DQ_ROWS, DQ_KEYS, 4 * (c + 1)) for c in (2, 3)}
 
 
 @dataclass(frozen=True)
@@ -36,10 +30,8 @@ class FwdConfig:
     """The forward's kernel (`path`, one of FWD_PATHS) and its tiles and launch options.
 
     BLOCK_M query rows per program, BLOCK_N keys per step, num_warps, num_stages (with "gluon":
-    K/V buffers). MAXNREG: cap on registers per thread (None: the compiler's choice); a cap lets
-    more programs share a multiprocessor, e.g. two 8-warp programs at 128 registers. "gluon" has a
-    producer warp and two consumer warpgroups of 64 query rows taking turns on the tensor cores
-    (BLOCK_M = 128, num_warps 4 per warpgroup).
+    K/V buffers). MAXNREG: cap on registers per thread (None: the compiler's), so that more programs
+    share a multiprocessor. "gluon": two consumer warpgroups of 64 rows (BLOCK_M 128, num_warps 4).
     """
 
     BLOCK_M: int
@@ -64,8 +56,7 @@ class FwdConfig:
 
     @property
     def language(self) -> str:
-        """"gluon" or "tl" (either tl path): a row's `path` column, as in every table; `cfg_path`
-        says which path."""
+        """A row's `path` column, as in every table: "gluon" or "tl" (either; `cfg_path` says which)."""
         return "gluon" if self.path == "gluon" else "tl"
 
     def as_dict(self) -> dict:
@@ -76,16 +67,12 @@ class FwdConfig:
 class BwdConfig:
     """The backward's kernels (`dkdv` of DKDV, `dq` of DQ), tiles and launch options.
 
-    dK/dV kernel: BLOCK_N1 key rows per program, BLOCK_M1 query rows per inner step (BLOCK_N1 a
-    multiple of BLOCK_M1: the causal diagonal of a key tile falls in whole query tiles),
-    num_warps_kv, num_stages_kv. "gluon_ws": BLOCK_N1 = 128, 12 warps, num_stages_kv >= 2 ring
-    stages of Q, dO, LSE and D; Hopper only, compiled, on inputs TMA can read (`launch.gluon_ok`).
-    dQ: "tl_pass" BLOCK_M2 query rows per program, BLOCK_N2 keys per step (BLOCK_M2 a multiple of
-    BLOCK_N2, the forward's rule); "gluon_pass" (beside gluon_ws) 2 or 3 consumer warpgroups of 64
-    rows (`GLUON_DQ_TILES`), num_stages_q K/V buffers (2 to 4); "in_kernel" (gluon_ws, BLOCK_M1 64
-    or 128) no dQ launch: the dK/dV kernel adds each tile pair's share into a float32 dQ by TMA
-    reductions, whose order, so dQ's last bits, vary between calls. The preprocess takes
-    `preprocess_rows` rows.
+    dK/dV: BLOCK_N1 key rows per program (a multiple of BLOCK_M1), BLOCK_M1 query rows per step,
+    num_warps_kv, num_stages_kv; "gluon_ws": BLOCK_N1 128, 12 warps, num_stages_kv >= 2 ring stages,
+    Hopper only, compiled, on inputs TMA can read (`launch.gluon_ok`). dQ: "tl_pass" BLOCK_M2 query
+    rows per program (a multiple of BLOCK_N2), BLOCK_N2 keys per step; "gluon_pass" (with gluon_ws)
+    `GLUON_DQ_TILES`, num_stages_q K/V buffers (2 to 4); "in_kernel" (gluon_ws, BLOCK_M1 64 or 128)
+    no dQ launch: the dK/dV kernel adds into a float32 dQ by TMA reductions, in varying order.
     """
 
     BLOCK_M1: int
@@ -130,8 +117,7 @@ class BwdConfig:
 
     @property
     def language(self) -> str:
-        """"gluon" (gluon_ws) or "tl": a row's `path` column, as in every table; `cfg_dkdv` and
-        `cfg_dq` say which kernels."""
+        """A row's `path` column, as in every table: "gluon" (gluon_ws) or "tl" (`cfg_dkdv`, `cfg_dq`)."""
         return "gluon" if self.dkdv == "gluon_ws" else "tl"
 
     @property

@@ -1,22 +1,14 @@
 """Flash-attention forward in Triton (lab 02): `flash_attn_forward(Q, K, V, causal=True)`, the
 tl kernels (pointer loads, and TMA on Hopper) and the one entry point of every forward kernel.
 
-FlashAttention-2 order: one program per (query tile, batch·head); each program keeps its
-query tile, the running maximum m, the running sum l and the fp32 output accumulator on chip
-while every key/value tile streams past once (the online softmax of theory 02).
-
-Runs on a CUDA device, or on CPU tensors under Triton's interpreter, which a run switches on
-before this module defines a kernel (`minimodel.entry`).
-
-    import torch
-    from minimodel.kernel import flash_attn_forward
-    q, k, v = (torch.randn(2, 4, 1024, 64, device="cuda", dtype=torch.float16) for _ in range(3))
-    o = flash_attn_forward(q, k, v, causal=True)
+FlashAttention-2 order: one program per (query tile, batch·head) keeps its query tile, the running
+maximum m, the running sum l and the fp32 output accumulator on chip while every key/value tile
+streams past once (the online softmax of theory 02). Runs on a CUDA device, or on CPU tensors
+under Triton's interpreter, which a run switches on before this module defines a kernel
+(`minimodel.entry`).
 """
 
 from __future__ import annotations
-
-import math
 
 import torch
 import triton
@@ -25,6 +17,7 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 
 from minimodel.kernel import hopper, launch
 from minimodel.kernel.config import FwdConfig
+from minimodel.kernel.inputs import scale as _scale
 from minimodel.kernel.inputs import validate as _validate
 from minimodel.kernel.launch import LN2, LOG2E, HostDescriptor, launch_config
 from minimodel.kernel.launch import grid as _grid
@@ -67,10 +60,8 @@ def _online_softmax_state(BLOCK_M: tl.constexpr, HEAD_DIM: tl.constexpr):
 
 @triton.jit
 def _kv_range(pid_m, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, IS_CAUSAL: tl.constexpr):
-    """Keys [0, lo) need no mask; [lo, hi) hold the causal diagonal band or the ragged tail.
-
-    Causal tiles above the diagonal (keys >= hi) are never loaded.
-    """
+    """Keys [0, lo) need no mask; [lo, hi) hold the causal diagonal band or the ragged tail;
+    causal tiles above the diagonal (keys >= hi) are never loaded."""
     if IS_CAUSAL:
         lo = pid_m * BLOCK_M
         hi = tl.minimum((pid_m + 1) * BLOCK_M, N)
@@ -82,11 +73,8 @@ def _kv_range(pid_m, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, IS_CAUSAL:
 
 @triton.jit
 def _program_ids(N, BLOCK_M: tl.constexpr, IS_CAUSAL: tl.constexpr):
-    """(query tile, batch·head) of this program on the one-dimensional grid.
-
-    One axis holds every program: a CUDA grid's y axis stops at 65,535, its x axis at 2³¹ − 1.
-    The query tiles of one head are consecutive, so they share its K/V tiles in L2.
-    """
+    """(query tile, batch·head) of this program, every program on the x axis (y stops at 65,535);
+    the query tiles of one head are consecutive, sharing its K/V tiles in L2."""
     num_m = tl.cdiv(N, BLOCK_M)
     pid = tl.program_id(0)
     pid_m = pid % num_m
@@ -113,11 +101,8 @@ def _flash_fwd_kernel(
     HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     IS_CAUSAL: tl.constexpr, STORE_LSE: tl.constexpr,
 ):
-    """Pointer loads with real strides: any layout, any device Triton runs on.
-
-    Every element offset is 64-bit: a row index times a stride passes 2³¹ in a long sequence
-    of a transposed (B, N, H, d) tensor, or in any view whose rows lie far apart.
-    """
+    """Pointer loads with real strides: any layout, any device. Every element offset is 64-bit: a
+    row index times a stride passes 2³¹ in a long transposed (B, N, H, d) tensor."""
     pid_m, pid_bh = _program_ids(N, BLOCK_M, IS_CAUSAL)
     b = (pid_bh // H).to(tl.int64)
     h = (pid_bh % H).to(tl.int64)
@@ -164,10 +149,8 @@ def _flash_fwd_kernel_tma(
     HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     IS_CAUSAL: tl.constexpr, STORE_LSE: tl.constexpr,
 ):
-    """The same algorithm with tiles moved by TMA (4-D descriptors; out-of-range rows read as 0).
-
-    The descriptors hold 64-bit strides; the tile coordinates are per dimension, each < 2³¹.
-    """
+    """The same algorithm with tiles moved by TMA (4-D descriptors: 64-bit strides, coordinates
+    per dimension, out-of-range rows read as 0)."""
     pid_m, pid_bh = _program_ids(N, BLOCK_M, IS_CAUSAL)
     b = pid_bh // H
     h = pid_bh % H
@@ -225,8 +208,7 @@ def arguments(Q, K, V, O, LSE, qk_scale: float, cfg: FwdConfig, causal: bool, st
 
 
 def arguments_of(cfg: FwdConfig):
-    """The function giving the call of the kernel `cfg` runs: the Gluon one's (`hopper.arguments`)
-    or the tl one's (`arguments`)."""
+    """`hopper.arguments` or `arguments`: the call of the kernel `cfg` runs."""
     return hopper.arguments if cfg.path == "gluon" else arguments
 
 
@@ -235,19 +217,15 @@ def flash_attn_forward(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, causal
                        config: FwdConfig | None = None):
     """Attention softmax(Q Kᵀ · sm_scale) V, without materializing the N × N scores.
 
-    Q: (B, H, N, d); K, V: (B, H_kv, N, d) with H divisible by H_kv (grouped-query and
-    multi-query attention; K and V are not copied). float16 or bfloat16, all on one CUDA
-    device, or on the CPU under TRITON_INTERPRET=1. d ∈ {16, 32, 64, 128, 256}. Any strides
-    (e.g. a transposed (B, N, H, d) tensor) are read as they are.
-    causal: query i sees keys j <= i; True by default, lab 02's signature (`attention` and the
-    backward default to False, as SDPA and FlashAttention do). sm_scale: any finite number > 0
-    (a huge one makes the softmax a hard maximum, as in float64, never NaN), defaults to 1/sqrt(d).
-    Inputs that require grad are refused while autograd is on: this is the forward alone
-    (`minimodel.kernel.attention` is the differentiable entry point).
-    return_lse: also return the natural-log log-sum-exp of each row, (B, H, N) float32.
-    config: kernel and tiles (`FwdConfig`); defaults to `launch.default_config(Q, causal)`, the
-    policy's; what runs is `launch_config(Q, K, V, causal, config)`.
-    Returns O with Q's shape and dtype (contiguous), and LSE when asked.
+    Q: (B, H, N, d); K, V: (B, H_kv, N, d), H divisible by H_kv (grouped-query attention, K and V
+    not copied); float16 or bfloat16 on one CUDA device, or the CPU under TRITON_INTERPRET=1; d in
+    `SUPPORTED_HEAD_DIMS`; any strides. causal: query i sees keys j <= i; True by default, lab 02's
+    signature (`attention` and the backward default to False, as SDPA and FlashAttention do).
+    sm_scale: any finite number > 0 (a huge one gives a hard maximum, never NaN), default 1/sqrt(d).
+    Inputs that require grad are refused while autograd is on (`attention` is differentiable).
+    return_lse: also return each row's natural-log log-sum-exp, (B, H, N) float32. config: kernel
+    and tiles (`FwdConfig`), the policy's by default; what runs is `launch_config(Q, K, V, causal,
+    config)`. Returns O with Q's shape and dtype (contiguous), and LSE when asked.
     """
     try:
         key = launch.launch_key(Q, K, V, causal, return_lse, config)
@@ -260,9 +238,7 @@ def flash_attn_forward(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, causal
     if seen is None:
         _validate(Q, K, V)
     B, H, N, d = Q.shape
-    scale = 1.0 / math.sqrt(d) if sm_scale is None else float(sm_scale)
-    if not (math.isfinite(scale) and scale > 0):  # the kernel takes each row's maximum before scaling
-        raise ValueError(f"sm_scale must be a finite number > 0, got {sm_scale!r}")
+    scale = _scale(d, sm_scale)  # any finite > 0: the kernel takes each row's maximum before scaling
     O = torch.empty(Q.shape, dtype=Q.dtype, device=Q.device)
     # the kernel writes LSE only when asked; otherwise O stands in for its pointer
     LSE = torch.empty((B, H, N), dtype=torch.float32, device=Q.device) if return_lse else O

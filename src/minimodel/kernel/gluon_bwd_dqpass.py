@@ -1,26 +1,17 @@
-"""The backward's dQ pass for Hopper (sm_90) in Gluon, warp-specialized as the forward (`hopper`):
-what the tl `backward._bwd_dq_kernel` computes, bit-for-bit deterministic like it (no atomics),
-with the tensor cores' asynchronous GEMMs and a producer warpgroup that keeps K and V coming.
+"""The backward's dQ pass for Hopper (sm_90) in Gluon (`BwdConfig.dq` "gluon_pass"), warp-specialized
+as the forward (`hopper`): what the tl `backward._bwd_dq_kernel` computes, deterministic like it.
 
-One program per (query tile of CONSUMERS·BLOCK_M rows, batch, query head); the partitions:
-- `_load` (the default partition, few registers): Q and dO of both consumers once, then K and V of
-  every key tile the tile sees through TMA into a ring of STAGES stages (`hopper_state.Channels`,
-  with dO's buffers beside Q's);
-- `_consume` CONSUMERS times (two warpgroups with most of the registers, or three at 160
-  registers each), consumer w owning query rows [w·BLOCK_M, (w + 1)·BLOCK_M) of the tile: dQ in
-  registers for the whole loop.
-Step j, key tile j:
+One program per (query tile of CONSUMERS·BLOCK_M rows, batch, query head): `_load` (the default
+partition, few registers) brings Q and dO once, then K and V of every key tile through TMA into a
+ring of STAGES stages (`hopper_state.Channels`, dO's buffers beside Q's); `_consume` CONSUMERS
+times (2, or 3 at 160 registers each), consumer w owning query rows [w·BLOCK_M, (w + 1)·BLOCK_M),
+dQ in registers for the whole loop. Step j, key tile j:
     S = Q Kⱼᵀ,  dP = dO Vⱼᵀ,  P = exp2(S·scale·log2 e − LSE·log2 e),  dS = P ∘ (dP − D),
     dQ += dS Kⱼ        (dS from registers, as the forward's P).
-The GEMMs of step j are issued before dQ's GEMM of step j − 1, which runs under step j's
-exponentials; so Kⱼ's stage is released a step after Vⱼ's. The end: dQ · scale, in Q's dtype,
-leaves through TMA from the consumer's Q buffer.
-
-Rows past N: Q, dO, K, V read as zeros (4-D descriptors bounded per head); LSE and D load as 0
-there. Keys past N and, causal, keys after the query get P = 0 (only the tiles from `full` on
-build the mask); query rows past N are never stored. `BwdConfig.dq` "gluon_pass" picks it
-(`backward.arguments`); tools/dq_pass_probe.py checks and times it beside the tl pass. Gluon has
-no interpreter: this runs compiled on sm_90 only, or compiles for sm_90 on a CPU.
+Step j's GEMMs are issued before dQ's GEMM of step j − 1, which runs under step j's exponentials,
+so Kⱼ's stage is released a step after Vⱼ's. dQ · scale leaves through TMA from the Q buffer.
+Rows and keys past N read as zeros and get P = 0; causal masks only the tiles from `full` on.
+Compiled on sm_90 only, or for sm_90 on a CPU.
 """
 
 # no `from __future__ import annotations`: an aggregate checks its fields against their annotations
@@ -42,9 +33,7 @@ from minimodel.kernel.launch import LOG2E, grid
 from minimodel.kernel.policy import GLUON_BWD_HEAD_DIMS
 
 _LOG2E = gl.constexpr(LOG2E)
-CONSUMERS = 2  # MMA warpgroups, DQ_ROWS query rows each (the policy's; 3 may be asked for)
-# DQ_ROWS, the M of one warpgroup MMA (128 rows spill 96-144 bytes at d = 64); DQ_KEYS keys per step
-# (128 at d = 64 ran 0.62-0.99x the tl pass's speed on the H200)
+CONSUMERS = 2  # MMA warpgroups of DQ_ROWS query rows (one MMA's M), DQ_KEYS keys per step (notes/backward.md)
 
 
 @gluon.jit
@@ -99,9 +88,8 @@ def _scores(ch: Channels, q, do, j, WG: gl.constexpr, T: Tiles):
 
 @gluon.jit
 def _consume(ch: Channels, do_buf, tile: QueryTile, delta_ptr, sm_scale, WG: gl.constexpr, T: Tiles):
-    """Consumer WG: dQ of rows [WG·BLOCK_M, (WG + 1)·BLOCK_M) of the query tile. `tile`: the
-    forward's, its output dQ's descriptor, its LSE the forward's (natural log); delta_ptr: D =
-    rowsum(dO ∘ O), float32 (B, H, N)."""
+    """Consumer WG: dQ of rows [WG·BLOCK_M, (WG + 1)·BLOCK_M) of the query tile (`tile`: its output
+    dQ's descriptor, the forward's LSE); delta_ptr: D = rowsum(dO ∘ O), float32 (B, H, N)."""
     full, total = _kv_tiles(tile.pid_m, tile.N, T.BLOCK_Q, T.BLOCK_N, T.IS_CAUSAL)
     row0 = tile.pid_m * T.BLOCK_Q + WG * T.BLOCK_M
     rows = row0 + gl.arange(0, T.BLOCK_M, layout=gl.SliceLayout(1, T.s_layout))
@@ -154,8 +142,7 @@ def _bwd_dq_hopper(q_desc, k_desc, v_desc, do_desc, dq_desc, lse, delta, qk_scal
                    HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                    CONSUMERS: gl.constexpr, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr,
                    CONSUMER_REGS: gl.constexpr):
-    """One program per (query tile of CONSUMERS·BLOCK_M rows, batch·head) on the grid's x axis:
-    the producer (`_load`) and CONSUMERS consumers (`_consume`)."""
+    """One program per (query tile of CONSUMERS·BLOCK_M rows, batch·head): `_load`, `_consume`s."""
     T = Tiles(BLOCK_M, BLOCK_N, HEAD_DIM, CONSUMERS, STAGES, IS_CAUSAL, False, False, q_desc.dtype)
     pid_m, pid_bh, b, h = query_program(N, H, T)
     tile = QueryTile(dq_desc, lse, b, h, pid_m, pid_bh, N, qk_scale)  # the forward's, dQ its output
@@ -173,11 +160,9 @@ def _bwd_dq_hopper(q_desc, k_desc, v_desc, do_desc, dq_desc, lse, delta, qk_scal
 
 def dq_launch(q, k, v, do, dq, lse, delta, scale: float, causal: bool, block_n: int = DQ_KEYS,
               stages: int = 4, consumers: int = CONSUMERS):
-    """(kernel, grid, arguments, launch options) of the dQ pass: dq (q's shape and dtype,
-    contiguous) gets scale · dS K. q, k, v, do must be readable by TMA (`launch.gluon_readable`);
-    lse (natural log) and delta float32 (B, H, N), contiguous. block_n: keys per step, stages: K/V
-    buffers, consumers: MMA warpgroups of DQ_ROWS query rows, 2 or 3 (each then with
-    `hopper.CONSUMER_REGS` registers)."""
+    """(kernel, grid, arguments, launch options) of the dQ pass: dq (q's shape and dtype, contiguous)
+    gets scale · dS K. q, k, v, do readable by TMA (`launch.gluon_readable`); lse, delta float32
+    (B, H, N), contiguous. block_n: keys per step, stages: K/V buffers, consumers: 2 or 3."""
     B, H, N, d = q.shape
     if d not in GLUON_BWD_HEAD_DIMS:
         raise ValueError(f"the Gluon dQ pass is built for head dims {GLUON_BWD_HEAD_DIMS}, got {d}")
@@ -194,7 +179,6 @@ def dq_launch(q, k, v, do, dq, lse, delta, scale: float, causal: bool, block_n: 
 
 
 def config_launch(q, k, v, do, dq, lse, delta, scale: float, cfg, causal: bool):
-    """`dq_launch` with the tiles of `cfg` (a `BwdConfig` with dq "gluon_pass"): its `dq_consumers`
-    MMA warpgroups, BLOCK_N2 keys per step, num_stages_q stages."""
+    """`dq_launch` with the tiles of `cfg` (dq "gluon_pass": `dq_consumers`, BLOCK_N2, num_stages_q)."""
     return dq_launch(q, k, v, do, dq, lse, delta, scale, causal, block_n=cfg.BLOCK_N2,
                      stages=cfg.num_stages_q, consumers=cfg.dq_consumers)

@@ -1,10 +1,8 @@
 """What the partitions of the warp-specialized Gluon backward (`gluon_bwd_ws`) share, as aggregates
-(Triton's `_aggregate`), each passed to a partition as one argument: the constexpr shapes and layouts
-(`Config`), one program's key block (`KeyBlock`), the shared memory and the barriers between the
-partitions, allocated in one place (`Ring`), the producer's inputs (`Descriptors`) and where the
-gradients go (`Grads`); and the TMA reduction that adds a shared tile into global memory
-(`async_reduce_shared_to_global`), which Triton 3.6's Gluon has (`ttng.async_tma_reduce`) but
-does not expose for Hopper.
+(as `hopper_state`'s): shapes and layouts (`Config`), one program's key block (`KeyBlock`), the
+shared memory and barriers (`Ring`), the producer's inputs (`Descriptors`), where the gradients go
+(`Grads`); and the TMA reduction into global memory (`async_reduce_shared_to_global`), which Triton
+3.6 has (`ttng.async_tma_reduce`) but Gluon does not expose for Hopper.
 """
 
 # no `from __future__ import annotations`: an aggregate checks its fields against their annotations
@@ -16,6 +14,8 @@ from triton.experimental.gluon.language._core import _unwrap_if_constexpr, built
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma
 from triton.language.core import _aggregate as aggregate
 
+from minimodel.kernel.hopper_state import fields
+
 # LSE and D in shared memory (a stage is [BLOCK_M] of them), as the producer's plain stores write them
 ROW_LAYOUT = gl.SwizzledSharedLayout(vec=1, per_phase=1, max_phase=1, order=[0])
 REDUCE_KINDS = {"add": ir.DESCRIPTOR_REDUCE_KIND.ADD, "min": ir.DESCRIPTOR_REDUCE_KIND.MIN,
@@ -24,12 +24,10 @@ REDUCE_KINDS = {"add": ir.DESCRIPTOR_REDUCE_KIND.ADD, "min": ir.DESCRIPTOR_REDUC
 
 @builtin
 def async_reduce_shared_to_global(tensor_desc, coord, src, kind="add", _semantic=None):
-    """global[the box of `tensor_desc` at `coord`] (op)= the shared-memory tile `src` by the bulk
-    tensor copy engine (`cp.reduce.async.bulk.tensor`, as FlashAttention-3 reduces its fp32 dQ);
-    op: `kind`, one of REDUCE_KINDS. Written as Triton's `tma.async_copy_shared_to_global`: issued by
-    the whole warpgroup, one copy; asynchronous: `tma.store_wait` before `src` is written again.
-    Additions of different programs into one box are atomic element by element, their order
-    unspecified."""
+    """global[the box of `tensor_desc` at `coord`] (op)= the shared tile `src` by the bulk tensor copy
+    engine (`cp.reduce.async.bulk.tensor`, as FlashAttention-3 reduces dQ); op: `kind` of REDUCE_KINDS.
+    As `tma.async_copy_shared_to_global`: one copy, asynchronous (`tma.store_wait` before `src` is
+    written again). Programs' additions into one box are atomic per element, in no fixed order."""
     kind = _unwrap_if_constexpr(kind)
     if kind not in REDUCE_KINDS:
         raise ValueError(f"TMA reduction kind {kind!r}; accepted: {', '.join(REDUCE_KINDS)}")
@@ -105,7 +103,7 @@ class Config:
         self.row_layout = gl.constexpr(gl.BlockedLayout([1], [32], [4], [0]))  # the producer's warpgroup
 
 
-@aggregate
+@fields
 class KeyBlock:
     """One program's work: dK, dV of the keys [start_n, start_n + BLOCK_N) of one (batch, K/V
     head), from the query tiles first … ⌈N/BLOCK_M⌉ − 1 of each of the GROUP query heads sharing
@@ -121,22 +119,10 @@ class KeyBlock:
     N: gl.tensor
     GROUP: gl.tensor
 
-    @gluon.constexpr_function
-    def __init__(self, b, h_kv, start_n, first, tiles, band_end, H, N, GROUP):
-        self.b = b
-        self.h_kv = h_kv
-        self.start_n = start_n
-        self.first = first
-        self.tiles = tiles
-        self.band_end = band_end
-        self.H = H
-        self.N = N
-        self.GROUP = GROUP
-
     @gluon.jit
     def create(H, N, GROUP, C):
-        """This program's block. Programs run key tile fastest (causal: the first key tiles, with
-        the most query tiles, start first), all on the grid's x axis (B·H_kv past 65,535)."""
+        """This program's block: key tile fastest (causal: the first, with the most query tiles,
+        start first), every program on the grid's x axis."""
         num_n = gl.cdiv(N, C.BLOCK_N)
         pid = gl.program_id(0)
         pid_n = pid % num_n
@@ -159,7 +145,7 @@ class KeyBlock:
         return self.h_kv * self.GROUP + g, (self.first + t - g * self.tiles) * C.BLOCK_M
 
 
-@aggregate
+@fields
 class Ring:
     """The shared memory and the barriers that connect the partitions, allocated in one place
     (`create`). Who arrives and who waits:
@@ -191,21 +177,6 @@ class Ring:
     empty: gl.shared_memory_descriptor
     ds_ready: gl.shared_memory_descriptor
 
-    @gluon.constexpr_function
-    def __init__(self, k, v, q, do, lse, delta, ds, dq, kv_ready, ready, empty, ds_ready):
-        self.k = k
-        self.v = v
-        self.q = q
-        self.do = do
-        self.lse = lse
-        self.delta = delta
-        self.ds = ds
-        self.dq = dq
-        self.kv_ready = kv_ready
-        self.ready = ready
-        self.empty = empty
-        self.ds_ready = ds_ready
-
     @gluon.jit
     def create(C):
         bar: gl.constexpr = mbarrier.MBarrierLayout()
@@ -231,7 +202,7 @@ class Ring:
         return Ring(k, v, q, do, lse, delta, ds, dq, kv_ready, ready, empty, ds_ready)
 
 
-@aggregate
+@fields
 class Descriptors:
     """What the producer reads: TMA descriptors of Q, dO, K, V, 4-D (B, H, N, d); LSE and D,
     contiguous float32 (B, H, N), as pointers."""
@@ -243,17 +214,8 @@ class Descriptors:
     lse: gl.tensor
     delta: gl.tensor
 
-    @gluon.constexpr_function
-    def __init__(self, q, do, k, v, lse, delta):
-        self.q = q
-        self.do = do
-        self.k = k
-        self.v = v
-        self.lse = lse
-        self.delta = delta
 
-
-@aggregate
+@fields
 class Grads:
     """Where dK and dV go (contiguous (B, H_kv, N, d), the inputs' dtype), and the scales."""
 
@@ -261,10 +223,3 @@ class Grads:
     dv: gl.tensor
     qk_scale: gl.tensor  # sm_scale · log2 e
     sm_scale: gl.tensor
-
-    @gluon.constexpr_function
-    def __init__(self, dk, dv, qk_scale, sm_scale):
-        self.dk = dk
-        self.dv = dv
-        self.qk_scale = qk_scale
-        self.sm_scale = sm_scale

@@ -1,28 +1,19 @@
 """The backward's dK/dV kernel for Hopper (sm_90) in Gluon, warp-specialized as FlashAttention-3's
 (`BwdConfig.dkdv` "gluon_ws"). One program per (128 keys, batch, K/V head), three partitions:
-
-- `_produce` (the default partition, one warpgroup cut to few registers): K and V once, then
-  Q and dO of every query tile through TMA, and its LSE and D by plain loads, into a ring of
-  STAGES stages;
-- `_mma` twice (two warpgroups with most of the registers), consumer w owning keys
-  [64w, 64w + 64) of the block: dK and dV in registers for the whole loop.
-
-A step, in transposed form (keys as the rows of every warpgroup MMA):
+`_produce` (the default partition, few registers) brings K and V once, then Q and dO of every
+query tile by TMA and their LSE and D by plain loads, into a ring of STAGES stages; `_mma` twice
+(two warpgroups with most of the registers), warpgroup w owning keys [64w, 64w + 64): dK and dV
+in registers for the whole loop. A step, in transposed form (keys as the rows of every MMA):
     Sᵀ = K Qᵀ,  dPᵀ = V dOᵀ,  Pᵀ = exp2(Sᵀ·scale·log2 e − LSE·log2 e),
     dV += Pᵀ dO,  dSᵀ = Pᵀ ∘ (dPᵀ − D),  dK += dSᵀ Q        (Pᵀ, dSᵀ from registers)
-With DQ_IN_KERNEL (`BwdConfig.dq` "in_kernel") the fifth GEMM, dQ = dS K: each consumer writes its
-dSᵀ rows to a shared buffer (double-buffered), both wait for the other's, and each computes half of
-the query tile's dQ over all 128 keys (half the head dim, or half the rows where the tile has 128),
-stores it, times the softmax scale, to a shared float32 tile of its own, and the TMA engine adds
-that into a float32 dQ (`_dq_reduce`, FlashAttention-3's way, clipped at N by a 4-D descriptor)
-while the warpgroup goes on; the adds' order makes dQ's last bits vary between runs. Without it the
-kernel writes only dK and dV and a dQ pass runs after it (`backward.arguments`), deterministic.
+With DQ_IN_KERNEL (`dq` "in_kernel") the fifth GEMM, dQ = dS K: each warpgroup hands its dSᵀ rows
+to the other through shared memory (double-buffered), computes half of the query tile's dQ over
+all 128 keys, and the TMA engine adds it, times the scale, into a float32 dQ (`_dq_reduce`, as
+FlashAttention-3 does; the adds' order makes dQ's last bits vary). Without it a dQ pass follows.
 
-Rows past N: Q, dO, K, V read as zeros (4-D descriptors, bounded per head); LSE and D, which the
-producer's warpgroup loads itself (`_rows`), read as zeros too; those query columns get P = 0
-(masked), so dS = 0 and they add nothing. Keys past N get P = 0 too. The aggregates the partitions
-share are in `gluon_bwd_state`. Gluon has no interpreter: this runs compiled on sm_90 only
-(`launch.gluon_ok`), or compiles for sm_90 on a CPU (tools/bwd_ws_report.py).
+Rows and keys past N read as zeros (4-D descriptors bounded per head; LSE and D masked loads) and
+get P = 0, so they add nothing. The aggregates are in `gluon_bwd_state`. Compiled on sm_90 only
+(`launch.gluon_ok`), or for sm_90 on a CPU (tools/bwd_ws_report.py).
 """
 
 # no `from __future__ import annotations`: an aggregate checks its fields against their annotations
@@ -57,9 +48,8 @@ MMA_REGS = gl.constexpr(240)  # registers per MMA thread: 2·128·240 + 128·24 
 
 @gluon.jit
 def _rows(d: Descriptors, ring: Ring, blk: KeyBlock, h, start_m, s, C: Config):
-    """LSE and D of the step's query rows into stage s, by the producer's plain loads (one value
-    a thread; 0 past N). Not by TMA: a 1-D copy's coordinate (B·H·N-flat, float32) must be a
-    multiple of 4, i.e. 16 bytes, which a ragged N breaks (an illegal instruction on sm_90)."""
+    """LSE and D of the step's query rows into stage s by plain loads (0 past N): a 1-D TMA copy's
+    coordinate must be a multiple of 16 bytes, which a ragged N breaks (an illegal instruction)."""
     cols = start_m + gl.arange(0, C.BLOCK_M, layout=C.row_layout)
     base = (blk.b.to(gl.int64) * blk.H + h) * blk.N  # 64-bit: B·H·N may pass 2³¹
     inside = cols < blk.N
@@ -130,11 +120,10 @@ def _dq_mma(ring: Ring, t, WG: gl.constexpr, C: Config):
 
 @gluon.jit
 def _through_shared(ring: Ring, t, pt, dpt, q, do, dk, dv, WG: gl.constexpr, C: Config):
-    """(dK, dV, this share of dQ) of a step with Pᵀ, then dSᵀ, as the left operands of dV's and
-    dK's GEMMs from this warpgroup's rows of ds[t % 2] instead of registers (SMEM_OPERANDS): at
-    128 query rows Sᵀ and dPᵀ take 64 registers each, and Pᵀ's and dSᵀ's operand copies would
-    spill. dSᵀ takes Pᵀ's place once dV's GEMM is done with it; the other warpgroup read these rows
-    last for its dQ GEMM of step t − 2, done before it arrived on ds_ready of step t − 1."""
+    """(dK, dV, this share of dQ) of a step with Pᵀ, then dSᵀ, the left operands of dV's and dK's
+    GEMMs from this warpgroup's rows of ds[t % 2], not registers (SMEM_OPERANDS: at 128 query rows
+    their register copies would spill). dSᵀ takes Pᵀ's place once dV's GEMM is done with it; the
+    other warpgroup last read these rows for its dQ GEMM of step t − 2, done before step t − 1."""
     mine = ring.ds.index(t % 2).slice(WG * C.WG_KEYS, C.WG_KEYS)
     mine.store(pt.to(C.dtype))
     fence_async_shared()
@@ -200,9 +189,8 @@ def _mma(ring: Ring, blk: KeyBlock, total, g: Grads, dq_desc, WG: gl.constexpr, 
         do = ring.do.index(s)
         zeros = gl.zeros([C.WG_KEYS, C.BLOCK_M], gl.float32, C.st_layout)
         st = warpgroup_mma(k, q.permute((1, 0)), zeros, use_acc=False, is_async=True)
-        # dPᵀ accumulates onto −D, so dPᵀ − D comes out of the MMA: in transposed form D is a value
-        # per column, BLOCK_M / 4 registers a thread, which the loop has no room to keep (LSE too,
-        # read from shared memory only where it is used)
+        # dPᵀ accumulates onto −D, giving dPᵀ − D: D (and LSE), a value per column, BLOCK_M / 4
+        # registers a thread, the loop has no room to keep, so they are read where used
         delta = ring.delta.index(s).load(C.col_layout)
         dpt = warpgroup_mma(v, do.permute((1, 0)), zeros - gl.expand_dims(delta, 0), is_async=True)
         h, start_m = blk.query(t, C)
@@ -239,9 +227,8 @@ def _mma(ring: Ring, blk: KeyBlock, total, g: Grads, dq_desc, WG: gl.constexpr, 
 def _bwd_dkdv_ws(q_desc, do_desc, k_desc, v_desc, lse, delta, dk_ptr, dv_ptr, dq_desc, qk_scale, sm_scale,
                  H, N, GROUP, BLOCK_M: gl.constexpr, STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr,
                  DQ_IN_KERNEL: gl.constexpr):
-    """dK, dV (and with DQ_IN_KERNEL dQ's share) of 128 keys of one (batch, K/V head), summed over
-    its GROUP query heads. lse, delta: float32 pointers. dq_desc: with DQ_IN_KERNEL, the float32
-    dQ's 4-D descriptor (`dq_descriptor`), else None."""
+    """dK, dV (with DQ_IN_KERNEL, dQ's share into dq_desc, else None) of 128 keys of one (batch,
+    K/V head), summed over its GROUP query heads. lse, delta: float32 pointers."""
     C = Config(BLOCK_M, k_desc.block_type.shape[2], k_desc.block_type.shape[3], STAGES, IS_CAUSAL,
                DQ_IN_KERNEL, k_desc.dtype)
     blk = KeyBlock.create(H, N, GROUP, C)
@@ -267,19 +254,16 @@ def dq_descriptor(dq: torch.Tensor, block_m: int) -> TensorDescriptor:
 
 
 def dkdv_launch(q, k, v, do, dq, dk, dv, lse, delta, scale: float, cfg, causal: bool):
-    """(kernel, grid, arguments, launch options) of the dK/dV launch for `cfg` (a `BwdConfig` with
-    dkdv "gluon_ws": BLOCK_M1 query rows per step, 128 keys per program, num_stages_kv ring stages;
-    dq "in_kernel": dq is the zeroed float32 accumulator the kernel adds scale · dS K to, else
-    unused). q, k, v, do must be readable by TMA (`launch.gluon_ok`); lse, delta, dq, dk, dv
-    contiguous."""
+    """(kernel, grid, arguments, launch options) of the dK/dV launch for `cfg` (dkdv "gluon_ws"; dq
+    "in_kernel": dq is the zeroed float32 accumulator, else unused). q, k, v, do readable by TMA
+    (`launch.gluon_ok`); lse, delta, dq, dk, dv contiguous."""
     B, H, N, _ = q.shape
     H_kv = k.shape[1]
     rows = cfg.BLOCK_M1
     in_kernel = cfg.dq == "in_kernel"
     args = dict(q_desc=_descriptor(q, rows), do_desc=_descriptor(do, rows),
                 k_desc=_descriptor(k, cfg.BLOCK_N1), v_desc=_descriptor(v, cfg.BLOCK_N1), lse=lse,
-                delta=delta,
-                dk_ptr=dk, dv_ptr=dv, dq_desc=dq_descriptor(dq, rows) if in_kernel else None,
+                delta=delta, dk_ptr=dk, dv_ptr=dv, dq_desc=dq_descriptor(dq, rows) if in_kernel else None,
                 qk_scale=scale * LOG2E, sm_scale=scale, H=H, N=N, GROUP=H // H_kv, BLOCK_M=cfg.BLOCK_M1,
                 STAGES=cfg.num_stages_kv, IS_CAUSAL=bool(causal), DQ_IN_KERNEL=in_kernel)
     return _bwd_dkdv_ws, grid(N, B * H_kv, cfg.BLOCK_N1), args, {"num_warps": 4}

@@ -1,32 +1,19 @@
 """Flash-attention forward for Hopper (sm_90) in Gluon, scheduled like FlashAttention-3.
 
-One program per (query tile, batch·head). Inside it, warp specialization:
-- `_load`, the producer (the default partition; its registers go to the consumers): Q once,
-  then every K and V tile through TMA into a ring of shared-memory stages;
-- `_consume`, CONSUMERS warpgroups with many registers, each owning BLOCK_M rows of the query
-  tile. Every key tile is read by all of them from the same stage.
-Two overlaps hide the softmax behind the tensor cores:
-- inside a consumer, QKᵀ of tile j + 1 is issued before the softmax of tile j finishes
-  (the GEMM runs asynchronously while the exponentials are computed);
-- between consumers, a pair of mbarriers hands the tensor cores from one warpgroup to the
-  other (PINGPONG): one issues its GEMMs while the other does its softmax.
-The forward runs two consumers of 64 query rows taking turns (`policy.gluon_config`, d = 128);
-its partitions and state (`hopper_state`) serve the backward's Gluon dQ pass too
-(`gluon_bwd_dqpass`: two or three consumers, no turns).
-The softmax follows the tl kernel's (`flash._softmax_step`) step for step: scores in base 2, the
-raw row maximum subtracted before scaling, so any finite sm_scale gives the float64 answer, never
-NaN. It is written out again in `_consume`, not shared: `_softmax_step` issues its two matmuls
-and the softmax as one step, while here the softmax of tile j runs between the asynchronous QKᵀ
-of tile j and PV of tile j − 1, each GEMM waited for where the overlap allows.
+One program per (query tile, batch·head), warp-specialized: `_load`, the producer (the default
+partition; its registers go to the consumers), brings Q once and every K and V tile through TMA
+into a ring of shared-memory stages; `_consume`, CONSUMERS warpgroups of BLOCK_M query rows, read
+each key tile from the same stage. Two overlaps hide the softmax behind the tensor cores: inside a
+consumer, QKᵀ of tile j + 1 is issued before the softmax of tile j finishes; between consumers, a
+pair of mbarriers hands the tensor cores from one warpgroup to the other (PINGPONG). The forward
+runs two consumers of 64 rows taking turns (`policy.gluon_config`, d = 128); its partitions and
+their state (`hopper_state`) serve the Gluon dQ pass too (`gluon_bwd_dqpass`, no turns).
 
-What the partitions share is in `hopper_state`, as aggregates: the shapes and layouts (`Tiles`),
-the shared memory and every barrier, with who arrives and who waits on each (`Channels`), the
-query tile and its outputs (`QueryTile`), the producer's inputs (`Inputs`).
-
-Gluon has no interpreter: the kernel runs only on a CUDA device of compute capability 9.0,
-compiled (`launch.launch_config`), or is compiled for sm_90 on the CPU by tools. Defining it needs
-neither, so `flash` imports this module wherever it is imported; both take what their launches
-share from `launch`.
+The softmax is the tl kernel's (`flash._softmax_step`) step for step: base 2, the raw maximum
+subtracted before scaling (any finite sm_scale gives the float64 answer, never NaN). It is written
+out again because here the softmax of tile j runs between the asynchronous QKᵀ of tile j and PV
+of tile j − 1. Gluon has no interpreter: this runs compiled on sm_90 (`launch.launch_config`), or
+compiles for sm_90 on a CPU; defining it needs neither.
 """
 
 # no `from __future__ import annotations`: an aggregate checks its fields against their annotations
@@ -78,12 +65,9 @@ def _phase(j, STAGES: gl.constexpr):
 
 @gluon.jit
 def _load(src: Inputs, ch: Channels, tile: QueryTile, T: Tiles):
-    """Producer: each consumer's Q rows once, then K and V of each key tile into stage
-    j % STAGES once it is free.
-
-    K and V have their own barriers, so QKᵀ may start while V is still in flight. Rows past N
-    (a ragged tail) arrive as zeros: the descriptors are 4-D, bounded per head.
-    """
+    """Producer: each consumer's Q rows once, then K and V of each key tile into stage j % STAGES
+    once it is free; K and V have their own barriers, so QKᵀ may start while V is in flight. Rows
+    past N arrive as zeros (4-D descriptors, bounded per head)."""
     mbarrier.expect(ch.q_ready, T.CONSUMERS * src.q.block_type.nbytes)
     for c in gl.static_range(T.CONSUMERS):
         row0 = tile.pid_m * T.BLOCK_Q + c * T.BLOCK_M
@@ -133,11 +117,9 @@ def _mask(s, j, full, rows, N, BLOCK_N: gl.constexpr, IS_CAUSAL: gl.constexpr):
 
 @gluon.jit
 def _wait_turn(turns, t, WG: gl.constexpr, PINGPONG: gl.constexpr):
-    """Block until the previous consumer has issued its GEMMs of step t (consumer 0 goes first).
-
-    turns[i] completes a phase each time consumer i − 1 (cyclically) hands over: consumer 0
-    waits for phase t − 1 (t = 0 passes on the fresh barrier), the others for phase t.
-    """
+    """Block until the previous consumer has issued its GEMMs of step t: turns[i] completes a phase
+    each time consumer i − 1 (cyclically) hands over; consumer 0 waits for phase t − 1 (t = 0
+    passes on the fresh barrier), the others for phase t."""
     if PINGPONG:
         mbarrier.wait(turns.index(WG), (t & 1) ^ (WG == 0))
 
@@ -150,11 +132,8 @@ def _pass_turn(turns, WG: gl.constexpr, CONSUMERS: gl.constexpr, PINGPONG: gl.co
 
 @gluon.jit
 def _consume(ch: Channels, tile: QueryTile, WG: gl.constexpr, T: Tiles):
-    """Consumer warpgroup WG: rows [WG·BLOCK_M, (WG+1)·BLOCK_M) of the query tile.
-
-    Step j issues QKᵀ of tile j and PV of tile j − 1 back to back, then computes the softmax of
-    tile j while PV runs, so the tensor cores and the exponentials overlap within the warpgroup.
-    """
+    """Consumer warpgroup WG: rows [WG·BLOCK_M, (WG+1)·BLOCK_M) of the query tile. Step j issues
+    QKᵀ of tile j and PV of tile j − 1 back to back, then the softmax of tile j runs under PV."""
     full, total = _kv_tiles(tile.pid_m, tile.N, T.BLOCK_Q, T.BLOCK_N, T.IS_CAUSAL)
     rows = (tile.pid_m * T.BLOCK_Q + WG * T.BLOCK_M
             + gl.arange(0, T.BLOCK_M, layout=gl.SliceLayout(1, T.s_layout)))
@@ -223,22 +202,18 @@ def _consume(ch: Channels, tile: QueryTile, WG: gl.constexpr, T: Tiles):
 
 
 _GL_DTYPES = {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16}
-# registers per consumer thread after setmaxnreg, by the number of consumer warpgroups (the
-# producer's warpgroup gives its share away): 2 · 128 · 240 + 128 · 24 and 3 · 128 · 160 + 128 · 32
-# both fit the multiprocessor's 65,536
+# registers per consumer thread by consumer warpgroups, the producer's given away: 2·128·240 + 128·24
+# and 3·128·160 + 128·32 fit the multiprocessor's 65,536
 CONSUMER_REGS = {2: 240, 3: 160}
 _TWO_CONSUMERS_REGS = gl.constexpr(CONSUMER_REGS[GLUON_FWD_CONSUMERS])
 
 
-# H, N and GROUP are not specialized on their values, so that one compiled kernel serves every
-# call with the same constexprs and dtype
 @gluon.jit(do_not_specialize=["H", "N", "GROUP"])
 def _flash_fwd_hopper(q_desc, k_desc, v_desc, o_desc, lse_ptr, qk_scale, H, N, GROUP,
                       HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                       STAGES: gl.constexpr, IS_CAUSAL: gl.constexpr, STORE_LSE: gl.constexpr):
-    """One program per (query tile of 2·BLOCK_M rows, batch·head), on the grid's x axis: the
-    producer (`_load`, the default partition) and two consumers (`_consume`) taking turns,
-    connected by `Channels`."""
+    """One program per (query tile of 2·BLOCK_M rows, batch·head): the producer and two consumers
+    taking turns. H, N, GROUP not specialized: one compiled kernel serves every such call."""
     T = Tiles(BLOCK_M, BLOCK_N, HEAD_DIM, 2, STAGES, IS_CAUSAL, True, STORE_LSE, q_desc.dtype)
     pid_m, pid_bh, b, h = query_program(N, H, T)
     src = Inputs(q_desc, k_desc, v_desc, h // GROUP)  # grouped-query attention: GROUP heads share K, V
@@ -251,19 +226,14 @@ def _flash_fwd_hopper(q_desc, k_desc, v_desc, o_desc, lse_ptr, qk_scale, H, N, G
     ], [4, 4], [_TWO_CONSUMERS_REGS, _TWO_CONSUMERS_REGS])
 
 
-
-
 @functools.cache
 def _shared_layout(rows: int, d: int, dtype: torch.dtype):
     return gl.NVMMASharedLayout.get_default_for([1, 1, rows, d], _GL_DTYPES[dtype])
 
 
 def _descriptor(t: torch.Tensor, rows: int, full: bool = True):
-    """A 4-D (B, H, N, d) descriptor: rows past N of a head read as zeros, never the next head's.
-
-    A size-1 dimension's stride is never stepped along; it is given one TMA accepts. `full`: a
-    `TensorDescriptor` (what compiling needs), else the launcher's `HostDescriptor`.
-    """
+    """A 4-D (B, H, N, d) descriptor: rows past N of a head read as zeros, never the next head's;
+    a size-1 dimension gets a stride TMA accepts. `full`: a `TensorDescriptor`, else a `HostDescriptor`."""
     d = t.shape[-1]
     strides = [s if n > 1 else d * t.shape[-2] for n, s in zip(t.shape, t.stride(), strict=True)]
     strides[-1] = 1

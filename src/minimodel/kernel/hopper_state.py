@@ -2,7 +2,7 @@
 `_aggregate`), each passed to a partition as one argument: the constexpr shapes and layouts
 (`Tiles`), the shared memory and the barriers between the partitions, allocated in one place
 (`Channels`), one program's query tile and outputs (`QueryTile`) and what the producer reads
-(`Inputs`).
+(`Inputs`). `fields` makes an aggregate whose constructor takes its fields in order.
 """
 
 # no `from __future__ import annotations`: an aggregate checks its fields against their annotations
@@ -11,6 +11,17 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma
 from triton.language.core import _aggregate as aggregate
+
+
+def fields(cls):
+    """`aggregate(cls)` with a constructor that takes its fields, in the order `cls` annotates them."""
+    names = tuple(cls.__annotations__)
+
+    def __init__(self, *values):
+        for name, value in zip(names, values, strict=True):
+            setattr(self, name, value)
+    cls.__init__ = gluon.constexpr_function(__init__)
+    return aggregate(cls)
 
 
 @aggregate
@@ -56,7 +67,7 @@ class Tiles:
         self.kv_smem = gl.constexpr(gl.NVMMASharedLayout.get_default_for([BLOCK_N, HEAD_DIM], dtype))
 
 
-@aggregate
+@fields
 class Channels:
     """The shared memory and the barriers between the partitions, allocated in one place
     (`create`). Who arrives and who waits:
@@ -77,18 +88,6 @@ class Channels:
     k_empty: gl.shared_memory_descriptor
     v_empty: gl.shared_memory_descriptor
     turns: gl.shared_memory_descriptor
-
-    @gluon.constexpr_function
-    def __init__(self, q, k, v, q_ready, k_ready, v_ready, k_empty, v_empty, turns):
-        self.q = q
-        self.k = k
-        self.v = v
-        self.q_ready = q_ready
-        self.k_ready = k_ready
-        self.v_ready = v_ready
-        self.k_empty = k_empty
-        self.v_empty = v_empty
-        self.turns = turns
 
     @gluon.jit
     def create(T):
@@ -113,7 +112,7 @@ class Channels:
         return Channels(q, k, v, q_ready, k_ready, v_ready, k_empty, v_empty, turns)
 
 
-@aggregate
+@fields
 class QueryTile:
     """One program's work: the query tile pid_m of one (batch, head), and where its outputs go."""
 
@@ -126,19 +125,8 @@ class QueryTile:
     N: gl.tensor
     qk_scale: gl.tensor
 
-    @gluon.constexpr_function
-    def __init__(self, o_desc, lse_ptr, b, h, pid_m, pid_bh, N, qk_scale):
-        self.o_desc = o_desc
-        self.lse_ptr = lse_ptr
-        self.b = b
-        self.h = h
-        self.pid_m = pid_m
-        self.pid_bh = pid_bh
-        self.N = N
-        self.qk_scale = qk_scale
 
-
-@aggregate
+@fields
 class Inputs:
     """What the producer reads: Q, K, V's descriptors and the K/V head of the program."""
 
@@ -146,10 +134,3 @@ class Inputs:
     k: tma.tensor_descriptor
     v: tma.tensor_descriptor
     h_kv: gl.tensor
-
-    @gluon.constexpr_function
-    def __init__(self, q, k, v, h_kv):
-        self.q = q
-        self.k = k
-        self.v = v
-        self.h_kv = h_kv

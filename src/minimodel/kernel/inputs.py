@@ -1,7 +1,6 @@
-"""What the kernel accepts: the forward's head dims, dtypes, devices, shapes (`validate`), the
-backward's O, dO and LSE against them (`validate_backward`), the softmax scale (`scale`); and
-whether Triton interprets it (`INTERPRETED`, decided when this package was imported: a run sets the
-switch first, through `minimodel.entry`)."""
+"""What the kernel accepts: the forward's inputs (`validate`), the backward's O, dO and LSE against
+them (`validate_backward`), the softmax scale (`scale`); and whether Triton interprets it
+(`INTERPRETED`, decided when this package was imported; a run sets it first, `minimodel.entry`)."""
 
 from __future__ import annotations
 

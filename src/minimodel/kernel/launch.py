@@ -1,13 +1,8 @@
-"""The launch: what a call really runs, and how it reaches its kernels, shared by every kernel:
-
-- the configuration a call runs (`launch_config`, `launch_bwd_config`): the policy's (`policy`)
-  or the caller's, with a kernel that cannot read the inputs (TMA, Gluon: `tma_ok`, `gluon_ok`)
-  replaced by the tl one;
-- the base-2 constants: a call passes qk_scale = sm_scale · log2(e) (`LOG2E`), and a kernel turns
-  its base-2 log-sum-exp back to natural log (`LN2`);
-- the one-axis grid and its limit (`grid`, `MAX_PROGRAMS`);
-- what Triton's launcher reads of a TMA descriptor (`HostDescriptor`);
-- the forward's calls made before (`LAUNCHES`), whose compiled kernel a repeat launches directly (`run`).
+"""The launch, shared by every kernel: the configuration a call runs (`launch_config`,
+`launch_bwd_config`: the policy's or the caller's, a kernel that cannot read the inputs replaced by
+the tl one); the base-2 constants (`LOG2E`, `LN2`); the one-axis grid (`grid`); what Triton's
+launcher reads of a TMA descriptor (`HostDescriptor`); the forward's calls made before
+(`LAUNCHES`), whose compiled kernel a repeat launches directly (`run`).
 """
 
 from __future__ import annotations
@@ -39,10 +34,8 @@ def grid(N: int, batch_heads: int, block_m: int) -> tuple[int, int, int]:
 
 
 class HostDescriptor(NamedTuple):
-    """What Triton's launcher reads of a host tensor descriptor (base, shape, strides, padding):
-    for a kernel already compiled it encodes the TMA descriptor from these alone, so the checks a
-    `TensorDescriptor` runs at construction (paid once, by the call that compiled) are not paid
-    again. Both kernels' direct launches pass these."""
+    """What Triton's launcher reads of a host tensor descriptor: for a kernel already compiled it
+    encodes the TMA descriptor from these alone, without a `TensorDescriptor`'s checks."""
 
     base: torch.Tensor
     shape: list
@@ -58,12 +51,11 @@ class Launch(NamedTuple):
     compiled: object
 
 
-# Calls made before, by everything their launch depends on (`launch_key`). A repeat skips the
-# argument checks, the tile policy and Triton's argument binder, and launches the kernel compiled
-# for the first one directly: with equal devices, dtypes, shapes, strides and input addresses
-# modulo 16, every argument Triton specializes on is equal too (O and LSE are fresh allocations,
-# 16-byte aligned). Triton 3.6 spends most of a call's host time binding arguments
-# (notes/kernel.md). Emptied when it holds MAX_LAUNCHES shapes.
+# Calls made before, by everything their launch depends on (`launch_key`): a repeat skips the checks,
+# the policy and Triton's argument binder (most of a call's host time, notes/kernel.md) and launches
+# the first one's compiled kernel; equal devices, dtypes, shapes, strides and addresses modulo 16
+# make every argument Triton specializes on equal (O and LSE are fresh, 16-byte aligned). Emptied
+# when it holds MAX_LAUNCHES shapes.
 LAUNCHES: dict = {}
 MAX_LAUNCHES = 4096
 
@@ -138,9 +130,8 @@ def launch_config(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, causal: boo
     """The configuration a forward call really runs: `config` or the default, with TMA only where it
     can be. "tl_tma" needs compute capability 9 and TMA-readable inputs (`tma_ok`), else it runs as
     `policy.portable_config`; "gluon" needs Hopper, compiled, d in `policy.GLUON_HEAD_DIMS` and
-    `gluon_readable` inputs, else the tl kernel's choice runs (`policy.tl_config`). Recorded with
-    every correctness and timing row (`path` says which kernel).
-    """
+    `gluon_readable` inputs, else the tl kernel's choice runs (`policy.tl_config`). Every
+    correctness and timing row records it."""
     cfg = config or default_config(Q, causal)
     if cfg.path == "gluon":
         if _hopper_compiled(Q) and Q.shape[-1] in policy.GLUON_HEAD_DIMS and gluon_readable(Q, K, V):

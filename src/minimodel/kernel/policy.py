@@ -25,24 +25,19 @@ GLUON_BWD_HEAD_DIMS = (64, 128)  # the Gluon backward's (dK/dV and the dQ pass)
 
 
 @functools.cache
-def _arch(device_index: int) -> int:
-    major, minor = torch.cuda.get_device_capability(device_index)
-    return 10 * major + minor
+def _properties(device_index: int):
+    return torch.cuda.get_device_properties(device_index)
 
 
 def device_arch(device: torch.device) -> int:
     """Compute capability of a CUDA device as major·10 + minor (90 for the H200), read once."""
-    return _arch(device.index or 0)
-
-
-@functools.cache
-def _sms(device_index: int) -> int:
-    return torch.cuda.get_device_properties(device_index).multi_processor_count
+    p = _properties(device.index or 0)
+    return 10 * p.major + p.minor
 
 
 def device_sms(device: torch.device) -> int:
     """Streaming multiprocessors of a CUDA device (132 on the H200), read once."""
-    return _sms(device.index or 0)
+    return _properties(device.index or 0).multi_processor_count
 
 
 def portable_config(head_dim: int) -> FwdConfig:
@@ -65,13 +60,9 @@ def gluon_config() -> FwdConfig:
 def get_fwd_config(head_dim: int, causal: bool, device_type: str, n: int | None = None,
                    batch_heads: int | None = None, sm_count: int | None = None,
                    arch: int = HOPPER) -> FwdConfig:
-    """The forward's configuration for a head dim, causality and problem size on a device.
-
-    On Hopper at d = 128, past the launch-bound sizes, the Gluon kernel: it overlaps softmax and
-    tensor cores where the tl kernel cannot. Everything else, the interpreter included, takes the
-    tl kernel's choice (`tl_config`); `launch.launch_config` falls back to it where the inputs are
-    ones the Gluon kernel cannot read.
-    """
+    """The forward's configuration for a head dim, causality and problem size on a device: on
+    Hopper at d = 128, past the launch-bound sizes, the Gluon kernel (it overlaps softmax and tensor
+    cores where the tl kernel cannot); everything else, the interpreter included, `tl_config`'s."""
     cfg = tl_config(head_dim, causal, device_type, n, batch_heads, sm_count, arch)
     if device_type == "cuda" and arch == HOPPER and head_dim in GLUON_HEAD_DIMS and cfg.TMA:
         return gluon_config()
@@ -80,17 +71,11 @@ def get_fwd_config(head_dim: int, causal: bool, device_type: str, n: int | None 
 
 def tl_config(head_dim: int, causal: bool, device_type: str, n: int | None = None,
               batch_heads: int | None = None, sm_count: int | None = None, arch: int = HOPPER) -> FwdConfig:
-    """The tl kernel's tiles for a head dim, causality and problem size on a device.
-
-    On Hopper: the winners of the H200 search in notes/kernel.md, through TMA. When causal 128-row
-    query tiles would give fewer than two programs per multiprocessor (the lab grid's B·H = 8),
-    64-row tiles double the programs and balance rows of unequal length. Small problems take
-    `portable_config`: they are launch-bound, a TMA descriptor costs host time at every launch, and
-    small tiles give more programs. Any other architecture: `portable_config`, with no tuning for
-    one GPU carried over to another. BLOCK_M is a multiple of BLOCK_N, so the causal diagonal of a
-    query tile falls in whole key tiles. The interpreter runs one program at a time in numpy, where
-    larger tiles mean fewer programs; it takes the lab's 64 × 64 everywhere.
-    """
+    """The tl kernel's tiles for a head dim, causality and problem size on a device. On Hopper the
+    H200 search's winners (notes/kernel.md), through TMA; causal 128-row tiles giving fewer than two
+    programs per multiprocessor become 64-row ones. Small, launch-bound problems and every other
+    architecture take `portable_config` (a TMA descriptor costs host time at every launch). BLOCK_M
+    is a multiple of BLOCK_N. The interpreter, one program at a time, takes the lab's 64 × 64."""
     if device_type != "cuda":
         return FwdConfig(64, 64, 4, 1)
     if arch != HOPPER or head_dim > 128:
@@ -134,11 +119,9 @@ PORTABLE_CONFIGS = {64: BwdConfig(64, 128, 128, 64, 8, 2, 8, 2), 128: BwdConfig(
 INTERPRETER_CONFIG = BwdConfig(32, 64, 64, 32, 4, 1, 4, 1)
 
 # gluon_ws per (head dim, causal): (BLOCK_M1, num_stages_kv), FlashAttention-3's tiles where powers
-# of two allow (its 80 query rows at d = 128 not causal are 64 here). Compiled for sm_90 without a
-# spill (tools/bwd_ws_report.py); with the tl dQ pass it ran the backward 1.13-1.30x faster than the
-# tl kernels at FlashAttention's grid's N = 4096 on the H200 (notes/backward.md). With dQ in the
-# kernel, d = 64's 128 rows reach their GEMMs' Pᵀ and dSᵀ through shared memory; d = 128 keeps 64
-# (128 rows ask for 330 KB of shared memory).
+# of two allow, none spilling on sm_90 (tools/bwd_ws_report.py; timed in notes/backward.md). With dQ
+# in the kernel, d = 64's 128 rows take Pᵀ and dSᵀ through shared memory; d = 128 keeps 64 (128 rows
+# would not fit its shared memory).
 GLUON_WS_TILES = {(64, False): (128, 2), (64, True): (128, 2), (128, False): (64, 2), (128, True): (64, 2)}
 # The shortest sequence gluon_ws is picked for: FlashAttention's grid starts here. Shorter ones, the
 # lab grid's N = 64 and 256, keep the tl kernels.
@@ -155,16 +138,12 @@ class DqPass(NamedTuple):
     min_n: int = WS_MIN_N
 
 
-# On the H200 (tools/dq_pass_probe.py, FlashAttention's grid, the dQ launch alone; notes/backward.md)
-# two consumers and 4 stages ran 1.46-1.62x the tl pass's speed at d = 128 and 1.33-1.49x at d = 64
-# causal. At d = 64 not causal two ran 0.88-1.02x, three 0.87x at N = 1024, 1.01x at 2048 and
-# 1.03-1.09x at N = 4096-16384: three from N = 4096 there.
+# Timed on the H200 against the tl pass (tools/dq_pass_probe.py; notes/backward.md): two consumers
+# and 4 stages win from N = 1024 but at d = 64 not causal, where three win from N = 4096.
 GLUON_DQ_PASS = {(64, False): DqPass(4, consumers=3, min_n=4096), (64, True): DqPass(4),
                  (128, False): DqPass(4), (128, True): DqPass(4)}
 # Three consumers take 192 query rows a program: they need many waves over the SMs, or the last,
-# partial wave costs more than the third warpgroup saves. On the H200 at (4, 32, 4096, 64) 2,816
-# programs (21 waves) ran 1.04x the tl pass's speed; at the lab grid's (2, 4, 4096, 64) 176 programs
-# (1.3 waves) 0.73x. Between the two, untimed, the policy asks for 8 waves.
+# partial wave costs more than the third warpgroup saves (21 waves won, 1.3 lost; notes/backward.md).
 THREE_CONSUMERS_MIN_WAVES = 8
 
 
@@ -178,8 +157,8 @@ def dq_consumers(head_dim: int, causal: bool, n: int, heads: int | None = None,
     """The Gluon dQ pass's consumer warpgroups at (B·H = `heads`, N = n) on `sms` SMs; None where
     the tl pass runs. Two from the pass's `min_n`; where the pass has three (d = 64 not causal),
     three from `min_n` where their programs fill `THREE_CONSUMERS_MIN_WAVES` waves, two where two's
-    programs fit in one wave (the lab grid's (2, 4, 1024, 64): 1.30x the tl pass), else the tl pass
-    (at (2, 4, 4096, 64): two consumers 0.99x). Without `heads` or `sms`, by N alone."""
+    programs fit in one wave, else the tl pass (notes/backward.md). Without `heads` or `sms`, by N
+    alone."""
     dq_pass = GLUON_DQ_PASS[(head_dim, bool(causal))]
     if dq_pass.consumers != 3:
         return dq_pass.consumers if n >= dq_pass.min_n else None
@@ -221,12 +200,10 @@ def tl_bwd_config(head_dim: int, causal: bool, device_type: str, arch: int = HOP
 def get_bwd_config(head_dim: int, causal: bool, device_type: str, arch: int = HOPPER,
                    n: int | None = None, deterministic: bool = True, heads: int | None = None,
                    sms: int | None = None) -> BwdConfig:
-    """The backward's configuration when none is given (arch: compute capability as major·10 +
-    minor; n: the sequence length, None for the tl table; heads: B·H and sms: the device's SMs, for
-    the dQ pass's programs): on Hopper, compiled, at the head dims it is built for and N >=
-    WS_MIN_N, gluon_ws, its dQ by a pass (the Gluon one where `dq_consumers` picks it, else the tl
-    one) or, with deterministic False, in the kernel (faster; dQ's last bits vary between calls);
-    the tl kernels' table everywhere else, deterministic either way."""
+    """The backward's configuration when none is given (arch: major·10 + minor; n: N, None for the
+    tl table; heads: B·H and sms, for the dQ pass's programs): on Hopper, compiled, at its head dims
+    and N >= WS_MIN_N, gluon_ws, dQ by the Gluon pass where `dq_consumers` picks it, else the tl one,
+    or with deterministic False in the kernel (faster, dQ's last bits vary); else the tl table's."""
     if (device_type == "cuda" and arch == HOPPER and not INTERPRETED and head_dim in GLUON_BWD_HEAD_DIMS
             and n is not None and n >= WS_MIN_N):
         if not deterministic:
