@@ -34,8 +34,8 @@ from minimodel.kernel.policy import gluon_ws_config
 
 # (d, causal, dQ) of `gluon_ws_config`: every dK/dV kernel and dQ pass the policy can pick
 DEFAULT = [(d, causal, dq) for d in (64, 128) for causal in (False, True) for dq in ("tl_pass", "in_kernel")]
-# warpgroup MMAs, exp2, fp32 reductions to global memory (the atomics into dQ), mbarrier operations,
-# CTA barriers, local-memory stores and loads (spills), TMA loads, TMA reductions
+# warpgroup MMAs, exp2, reductions and atomics to global memory (REDG, ATOMG: no path has them),
+# mbarrier operations, CTA barriers, local-memory stores and loads (spills), TMA loads, TMA reductions
 OPCODES = ("HGMMA", "MUFU", "REDG", "SYNCS", "BAR", "STL", "LDL", "UTMALDG", "UTMAREDG", "ATOMG")
 
 

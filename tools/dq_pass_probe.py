@@ -3,7 +3,7 @@ checked against float64, then both timed alone on the same inputs, interleaved.
 
     python tools/dq_pass_probe.py                      # the checks, then FlashAttention's grid
     python tools/dq_pass_probe.py --n 4096 --d 128 --csv dq.csv
-    python tools/dq_pass_probe.py --tiles 128,3 --pingpong   # keys a step, stages; turns on the GEMMs
+    python tools/dq_pass_probe.py --tiles 128,3             # keys a step, stages
     python tools/dq_pass_probe.py --d 64 --tiles 64,4 --tiles 64,4,3  # two Gluon passes side by side
                                                                       # (the second: 3 consumers)
     python tools/dq_pass_probe.py --grid lab --d 64 --tiles 64,4 --tiles 64,4,3   # the lab grid's points
@@ -15,7 +15,7 @@ Timed: the dQ launch alone (O, LSE and D made once), CUDA-graph medians, `sample
 alternate the passes (the tl one and each `--tiles` of the Gluon one), a row per point and Gluon
 pass; `tl_over_gluon` is the tl pass's time over that Gluon pass's (above 1: the Gluon pass is
 faster), and `backward_ms` the whole default backward for scale (which runs the
-Gluon pass itself where the policy picks it, `bwd_config.GLUON_DQ_PASS`). A development
+Gluon pass itself where the policy picks it, `policy.GLUON_DQ_PASS`). A development
 tool: the workflow never imports it.
 """
 
@@ -142,7 +142,6 @@ def main(argv=None) -> int:
     parser.add_argument("--d", type=int, action="append", help="only these head dims")
     parser.add_argument("--tiles", type=variant, action="append",
                         help="BLOCK_N,STAGES[,CONSUMERS] of a Gluon pass (repeatable; default 64,4,2)")
-    parser.add_argument("--pingpong", action="store_true", help="the consumers take turns issuing GEMMs")
     parser.add_argument("--samples", type=int, default=5)
     parser.add_argument("--rep-ms", type=float, default=50.0)
     parser.add_argument("--no-check", action="store_true")
@@ -153,7 +152,7 @@ def main(argv=None) -> int:
     a = parser.parse_args(argv)
     if not torch.cuda.is_available():
         parser.error("the dQ passes run on a CUDA device only")
-    variants = [{**tiles, "pingpong": a.pingpong} for tiles in a.tiles or [variant("64,4")]]
+    variants = a.tiles or [variant("64,4")]
     failed = 0 if a.no_check else check(variants)
     grid = grids.lab_grid if a.grid == contract.LAB_GRID else grids.flashattention_grid
     points = [p for p in grid(grids.default_timing_config())
@@ -168,7 +167,7 @@ def main(argv=None) -> int:
     if rows:
         for i, tiles in enumerate(variants):  # rows come point by point, a row per variant in order
             ratios = [r["tl_over_gluon"] for r in rows[i::len(variants)]]
-            print(f"tl over gluon {_name(tiles)}{' pingpong' if a.pingpong else ''}: geometric mean "
+            print(f"tl over gluon {_name(tiles)}: geometric mean "
                   f"{statistics.geometric_mean(ratios):.3f}, {min(ratios):.3f}-{max(ratios):.3f} over "
                   f"{len(ratios)} points; {failed} checks failed")
     return 1 if failed else 0
