@@ -46,7 +46,7 @@ def test_the_readme_states_the_decode_models_numbers(tiny_run):
 
 
 def test_timed_rows_give_each_implementation_s_fraction_and_the_split_gain(tiny_run, tmp_path):
-    _, paths = paths_of(tiny_run.root / "results")
+    readme_paths, paths = paths_of(tiny_run.root / "results")
     gpu = pd.read_csv(paths["gpu"])
     gpu = gpu[gpu["backend"] == "cuda"].copy()
     gpu["status"] = contract.OK
@@ -68,6 +68,14 @@ def test_timed_rows_give_each_implementation_s_fraction_and_the_split_gain(tiny_
     points = len(gpu) // gpu["impl"].nunique()
     assert found["split_gain"]["best"] == 3.0 and found["split_gain"]["points"] == points
     assert {r["impl"] for r in found["impls"]} == set(gpu["impl"])
+    text = results_readme.render(TEMPLATE, {**results_readme.collect(readme_paths),
+                                            "decode": decode_answers.answers(paths)})
+    flat = " ".join(text[text.index("## Decode"):text.index("## How long it took")].split())
+    assert "On NVIDIA H200 the split kernel ran up to 3.00 × faster" in flat
+    assert "it split at every timed point." in flat
+    assert "this GPU's ridge point is 200.0 FLOP per byte" in flat
+    assert "A fraction above 1 is no error" in flat and "4,000.0 GB/s" in flat
+    assert f"| {contract.TRITON} | 0.50 | 0.50 | {points} |" in flat
 
 
 def test_the_tiny_runs_readme_has_the_decode_section_and_says_what_was_not_measured(tiny_run):
