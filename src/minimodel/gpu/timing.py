@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 import time
 
 import torch
@@ -93,13 +94,16 @@ def run(cfg: dict, random_seed: int, cpu_prediction: dict | None = None, progres
     """
     clock = Clock()
     rows, samples = [], []
-    # started before the ceilings: no idle GPU between them and the points
-    with started(contenders, clock) as children:
+    # the contenders' processes start while the ceilings are measured (`starting`): a shard of the
+    # stage pays the longer of the two, not both; no idle GPU between the ceilings and the points
+    with starting(contenders) as start:
+        with clock.on("ceilings"):
+            ceilings = gpu_ceilings(cfg["warmup_ms"])
+        with clock.on("contenders' processes started"):  # what their start took past the ceilings
+            children = start.wait()
         impls = implementations(children)
         always = {impl.name: impl for impl in impls[:len(contract.IMPLEMENTATIONS)]}  # in each grid's order
         contenders_timed = impls[len(contract.IMPLEMENTATIONS):]
-        with clock.on("ceilings"):
-            ceilings = gpu_ceilings(cfg["warmup_ms"])
         for p, direction, case in tqdm(list(passes(cfg, random_seed)), desc="timing", file=progress):
             order = [always[name] for name in contract.IMPLEMENTATIONS_BY_GRID[p.grid]] + contenders_timed
             got, taken = time_pass(p, direction, order, case, cfg["samples"], ceilings, clock)
@@ -168,6 +172,55 @@ def started(contenders, clock: Clock):
     finally:
         for child in children:
             child.stop()
+
+
+class Starting:
+    """The contenders' child processes (`Child`) being started by a thread of their own, which
+    lives as long as they may: a child dies with the thread that started it
+    (`minimodel.floor.subprocesses.die_with_parent`). The children start one after another, their
+    modules imported while this process goes on (the ceilings: GPU work, which the children's
+    imports on the CPU leave alone)."""
+
+    def __init__(self, contenders):
+        self.children = [Child(c, registry.SEARCH) for c in contenders]
+        self._ready, self._done = threading.Event(), threading.Event()
+        self._error: BaseException | None = None
+        self._keeper = threading.Thread(target=self._keep, name="contenders", daemon=True)
+        self._keeper.start()
+
+    def _keep(self) -> None:
+        try:
+            for child in self.children:
+                child.start()
+        except BaseException as err:  # raised in the stage's thread, by `wait`
+            self._error = err
+        finally:
+            self._ready.set()
+        self._done.wait()
+
+    def wait(self) -> list:
+        """The children, once each has started (its module imported) or failed to (its rows say why)."""
+        self._ready.wait()
+        if self._error is not None:
+            raise self._error
+        return self.children
+
+    def stop(self) -> None:
+        self._ready.wait()
+        for child in self.children:
+            child.stop()
+        self._done.set()
+        self._keeper.join()
+
+
+@contextlib.contextmanager
+def starting(contenders):
+    """`Starting` the children of `contenders`, all stopped at the end of the block."""
+    start = Starting(contenders)
+    try:
+        yield start
+    finally:
+        start.stop()
 
 
 def say_failures(children, rows: list[dict], progress) -> None:

@@ -72,12 +72,24 @@ def package_set() -> tuple[str, int]:
     return hashlib.sha256("\n".join(names).encode()).hexdigest(), len(names)
 
 
-def _nvidia_smi(*fields: str) -> list[str] | None:
+def smi_device(uuid: str | None, environ=os.environ) -> str:
+    """nvidia-smi's name for the GPU this process's CUDA calls device 0: its UUID. nvidia-smi counts
+    every GPU of the host, not those CUDA_VISIBLE_DEVICES leaves this process (a job handed one of
+    several: `minimodel.gpu.device_slots`, SLURM), so its index 0 may be another GPU. Without a
+    UUID, the first device CUDA_VISIBLE_DEVICES names (an index or a UUID), else 0."""
+    if uuid:
+        return uuid if uuid.startswith(("GPU-", "MIG-")) else f"GPU-{uuid}"
+    visible = environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
+    return visible or "0"
+
+
+def _nvidia_smi(*fields: str, device: str = "0") -> list[str] | None:
     if not shutil.which("nvidia-smi"):
         return None
     try:
         out = subprocess.run(["nvidia-smi", f"--query-gpu={','.join(fields)}", "--format=csv,noheader",
-                              "--id=0"], capture_output=True, text=True, timeout=20, check=True).stdout
+                              f"--id={device}"], capture_output=True, text=True, timeout=20,
+                             check=True).stdout
     except (OSError, subprocess.SubprocessError):
         return None
     values = [v.strip() for v in out.strip().split(",")]
@@ -85,15 +97,18 @@ def _nvidia_smi(*fields: str) -> list[str] | None:
 
 
 def gpu() -> dict | None:
-    """The first CUDA device: name, capability, memory, driver, CUDA runtime, cuDNN, clocks."""
+    """The first CUDA device this process sees (the one a GPU job claimed: CUDA_VISIBLE_DEVICES):
+    name, UUID, capability, memory, driver, CUDA runtime, cuDNN, clocks."""
     if not devices.cuda_available():
         return None
     # not at the top: the Snakefile's process imports this module, and no torch
     import torch
 
     props = torch.cuda.get_device_properties(0)
+    uuid = str(props.uuid) if getattr(props, "uuid", None) else None
     info = {
         "name": props.name,
+        "uuid": None if uuid is None else smi_device(uuid),
         "capability": f"{props.major}.{props.minor}",
         "multiprocessors": props.multi_processor_count,
         "memory_bytes": props.total_memory,
@@ -102,7 +117,7 @@ def gpu() -> dict | None:
         "cudnn": torch.backends.cudnn.version(),
     }
     smi = _nvidia_smi("driver_version", "clocks.sm", "clocks.mem", "clocks.max.sm", "clocks.max.mem",
-                      "power.limit")
+                      "power.limit", device=smi_device(uuid))
     if smi:
         info.update(zip(("driver", "clock_sm", "clock_mem", "clock_max_sm", "clock_max_mem",
                          "power_limit"), smi, strict=True))
