@@ -11,9 +11,11 @@ from minimodel.floor import contract
 from minimodel.floor.provenance import machine
 from minimodel.floor.provenance.io import write_csv, write_json
 from minimodel.floor.provenance.manifest import stage
-from minimodel.gpu import decode
+from minimodel.gpu import decode, device_slots
 
 with stage(snakemake) as st:
+    # a GPU of its own on a host with several (--resources gpu=K gpu_measure=K), before CUDA starts
+    held = device_slots.claim(device_slots.MEASURING, progress=st.progress)
     cfg, cap, seed = snakemake.params.cfg, snakemake.params.max_cache_bytes, snakemake.params.random_seed
     if machine.gpu_required(snakemake.params.require_cuda):
         machine.require_cuda()
@@ -30,6 +32,8 @@ with stage(snakemake) as st:
         st.extra.update(backend="interpreter", status=contract.NO_GPU_TIMING)
         print("decode_gpu: no CUDA device; the kernel checked under the interpreter, "
               f"{snakemake.output.table} lists the timed points as not run", file=st.progress)
+    if held is not None:
+        st.extra["gpu_slot"] = held.record()
     summary["random_seed"] = seed
     write_csv(snakemake.output.table, pd.DataFrame(rows))
     write_csv(snakemake.output.samples, pd.DataFrame(samples, columns=[*decode.SAMPLE_COLUMNS]))

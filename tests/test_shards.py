@@ -204,14 +204,24 @@ def _manifests(root: Path, rule: str) -> list[dict]:
 
 def test_two_gpus_of_one_host_run_two_shards_at_once_on_distinct_gpus(tiny_run, tmp_path):
     root = copy_of_tiny_run(tiny_run, tmp_path / "two")
-    snakemake(root, "--resources", "gpu=2", "gpu_measure=2", "--forcerun", "gpu_timing_shard", *TARGETS)
-    spans = [(m["extra"]["gpu_slot"]["index"], m["started"], m["finished"], m["extra"]["gpu_slot"])
-             for m in _manifests(root, "gpu_timing_shard")]
-    assert len(spans) == len(list((root / "results/gpu/timing/shards").iterdir()))
-    at_once = [(a, b) for i, a in enumerate(spans) for b in spans[i + 1:] if a[1] < b[2] and b[1] < a[2]]
-    assert at_once, spans
-    assert all(a[0] != b[0] for a, b in at_once), at_once
-    assert {s[3]["cuda_visible_devices"] for s in spans} == {"0", "1"}
+    snakemake(root, "--resources", "gpu=2", "gpu_measure=2", "--forcerun", "gpu_timing_shard", "decode_gpu",
+              *TARGETS, "results/" + contract.manifest("decode_gpu"))
+
+    def spans(rule):
+        return [(m["extra"]["gpu_slot"]["index"], m["started"], m["finished"], m["extra"]["gpu_slot"])
+                for m in _manifests(root, rule)]
+
+    def overlapping(jobs):
+        return [(a, b) for i, a in enumerate(jobs) for b in jobs[i + 1:] if a[1] < b[2] and b[1] < a[2]]
+
+    timed = spans("gpu_timing_shard")
+    assert len(timed) == len(list((root / "results/gpu/timing/shards").iterdir()))
+    assert overlapping(timed), timed
+    assert {s[3]["cuda_visible_devices"] for s in timed} == {"0", "1"}
+    # every measuring job (decode_gpu too) holds both slots of its GPU: none beside another on it
+    measuring = timed + spans("decode_gpu")
+    assert {tuple(s[3]["slots"]) for s in measuring} == {device_slots.MEASURING}
+    assert all(a[0] != b[0] for a, b in overlapping(measuring)), overlapping(measuring)
     for table in ("gpu/timing/timing.csv", "gpu/timing/samples.csv"):
         assert (root / "results" / table).read_bytes() == (tiny_run.root / "results" / table).read_bytes()
 
@@ -273,9 +283,11 @@ def test_the_estimate_places_the_jobs_as_the_workflow_runs_them():
     assert shards_estimate.schedule(1, 10, {"sweep": 10}, {"t": 5}, {}) == 15  # the warm-up beside the sweep
     assert shards_estimate.schedule(2, 0, {}, {"x": 5, "y": 5}, {}) == 5  # two GPUs: side by side
     assert shards_estimate.schedule(1, 0, {}, {"x": 5, "y": 5}, {"b": 1}) == 11  # one: one after another
+    # no shard waits for the sweep: a timing shard runs beside it on another GPU
+    assert shards_estimate.schedule(2, 0, {"sweep": 10}, {"x": 5}, {}) == 10
     # a timing shard that starts before the warm-up ends compiles its own first calls
-    assert shards_estimate.schedule(2, 4, {"sweep": 1}, {"x": 5}, {}, {"x": 3}) == 1 + 5 + 3
-    assert shards_estimate.schedule(2, 1, {"sweep": 2}, {"x": 5}, {}, {"x": 3}) == 2 + 5
+    assert shards_estimate.schedule(2, 4, {"sweep": 1}, {"x": 5}, {}, {"x": 3}) == 5 + 3
+    assert shards_estimate.schedule(1, 1, {"sweep": 2}, {"x": 5}, {}, {"x": 3}) == 2 + 5
 
 
 def test_the_estimate_of_the_reference_falls_with_more_gpus():

@@ -72,7 +72,9 @@ rule decode_gpu:
         benchfile("decode_gpu")
     conda:
         CONDA_ENV
-    threads: whole_machine()
+    # a measuring GPU job, as gpu_timing_shard: a GPU of its own (scripts/decode_gpu.py claims it)
+    # and the cores shared among the K GPUs of a local run
+    threads: per_gpu()
     resources:
         gpu=1,
         gpu_measure=1,

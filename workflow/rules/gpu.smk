@@ -116,7 +116,7 @@ rule gpu_warm:
     # never beside a timing or DRAM-bytes shard on its GPU, whose numbers its kernels would land
     # in. One job for every shard: its compiles land in the host's caches, which every shard on
     # the host reads. No shard waits for it (a warm-up run again re-runs none): it starts first
-    # (`priority`), beside the sweep, which the timing shards wait for.
+    # (`priority`), beside the sweep.
     priority: 1
     conda:
         CONDA_ENV
@@ -135,7 +135,6 @@ rule gpu_warm:
 rule gpu_timing_shard:
     """Stage 3: a shard of the timing, the kernel against naive and SDPA's backends at its passes (notes/labs.md, lab 02 E); says so without CUDA."""
     input:
-        correctness=rules.gpu_correctness.output.summary,
         code=code("scripts/gpu_timing_shard.py"),
         contenders=contender_modules("timing"),
     output:
@@ -168,6 +167,9 @@ rule gpu_timing:
     input:
         shards=shard_outputs("timing", C.TIMING_SHARD),
         manifests=shard_outputs("timing", C.manifest("gpu_timing_shard")),
+        # no timing shard waits for the sweep (on K GPUs they run beside it); the gather does: no
+        # timing table of a kernel that failed its check
+        correctness=rules.gpu_correctness.output.summary,
         cpu_ceilings=rules.cpu_roofline.output.ceilings,
         code=code("scripts/gpu_timing.py"),
     output:

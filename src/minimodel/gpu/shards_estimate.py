@@ -9,16 +9,17 @@ they are modelled from what it did record:
 - timing: per pass, each implementation's share of its "prepare <impl>" seconds (timing.json's
   `seconds`, split evenly over the passes it was prepared at) and of its "sample <impl>" seconds
   (split by its samples in samples.csv), and the passes' share of "reference"; beside them each
-  shard pays the fixed costs the whole stage paid once: the ceilings (their `seconds`), the
-  contenders' start, and the process's own start and end (the job's benchmark less the seconds);
+  shard pays the fixed costs the whole stage paid once: the ceilings and the contenders' start,
+  which a shard makes at once (`timing.starting`), the longer of the two; and the process's own
+  start and end (the job's benchmark less the seconds it counts);
 - the correctness sweep and the DRAM bytes record no time per case or point: a shard's share of
-  the job's benchmark seconds is its share of the rows that ran (not skipped), beside the same
-  fixed costs of a process and its contenders' start;
+  the job's benchmark seconds is its share of the rows that ran (not skipped), beside the fixed
+  costs of a process and its contenders' start, one after the other;
 - the warm-up: one job, its benchmark seconds.
 The jobs are then placed on K GPUs as the workflow runs them (`schedule`): the warm-up first, a
-correctness shard beside it on its GPU, the timing shards after the whole sweep, a measuring shard
-alone on its GPU; a timing shard that starts before the warm-up has ended pays its own first
-calls' compiles (gpu/warm/warm.csv's seconds of its passes).
+correctness shard beside it on its GPU, a measuring shard alone on its GPU, no shard waiting for
+another; a timing shard that starts before the warm-up has ended pays its own first calls'
+compiles (gpu/warm/warm.csv's seconds of its passes).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from minimodel.floor.provenance import configcheck
 from minimodel.gpu import shards
 
 GPUS = (1, 2, 4, 8)
+STARTED = "contenders' processes started"  # timing.json's seconds of the contenders' start
 
 
 def _benchmark(run: Path, rule: str) -> float:
@@ -60,7 +62,7 @@ def timing_shards(run: Path, cfg: dict, keys) -> dict[str, float]:
     taken = samples.groupby([*contract.TIMING_KEY]).size()
     passes = prepared.groupby(["grid", "d", "causal", "direction"])
     sample_key = list(contract.TIMING_KEY)
-    fixed = seconds.get("ceilings", 0.0) + _fixed(run)
+    fixed = max(seconds.get("ceilings", 0.0), seconds.get(STARTED, 0.0)) + _process(run)
     points = rows.groupby(["grid", "N", "d", "causal", "direction"]).ngroups
     reference = seconds.get("reference", 0.0) / max(1, points)
     estimate: dict[str, float] = {}
@@ -74,12 +76,17 @@ def timing_shards(run: Path, cfg: dict, keys) -> dict[str, float]:
     return estimate
 
 
-def _fixed(run: Path) -> float:
-    """What every shard pays that the whole timing stage paid once, but the ceilings: its
-    contenders' start, and its process's own start and end (the job's seconds less those it counts)."""
+def _process(run: Path) -> float:
+    """A GPU job's process's own start and end: the timing job's seconds less those it counts."""
     seconds = json.loads((run / contract.TIMING_SUMMARY).read_text())["seconds"]
-    started = seconds.get("contenders' processes started", 0.0)
-    return started + _benchmark(run, "gpu_timing") - sum(seconds.values())
+    return _benchmark(run, "gpu_timing") - sum(seconds.values())
+
+
+def _fixed(run: Path) -> float:
+    """What every correctness or DRAM-bytes shard pays that its whole stage paid once: its
+    contenders' start (the timing job's), and its process's own start and end."""
+    seconds = json.loads((run / contract.TIMING_SUMMARY).read_text())["seconds"]
+    return seconds.get(STARTED, 0.0) + _process(run)
 
 
 def _by_rows(run: Path, rule: str, table: str, keys, shard_path: str) -> dict[str, float]:
@@ -101,7 +108,8 @@ def schedule(gpus: int, warm: float, correctness: dict, timing: dict, dram: dict
     """The stage's wall seconds on `gpus` GPUs (module docstring): the warm-up first, then, each
     time, the job that can start soonest (the longest of those), each on the GPU it can start on
     soonest; a timing shard that starts before the warm-up ends compiles its own first calls
-    (`compiles`: seconds by shard)."""
+    (`compiles`: seconds by shard). No shard waits for another: the sweep's gather is what the
+    timing's gather waits for."""
     free = {g: {"gpu": 0.0, "gpu_measure": 0.0} for g in range(gpus)}
     free[0]["gpu_measure"] = warm_end = warm  # the warm-up starts first (its `priority`)
     waiting = [(f"c:{n}", s, ("gpu",)) for n, s in correctness.items()] + \
@@ -110,14 +118,9 @@ def schedule(gpus: int, warm: float, correctness: dict, timing: dict, dram: dict
     done: dict[str, float] = {"warm": warm_end}
     while waiting:
         best = None
-        sweep_left = any(j[0].startswith("c:") for j in waiting)
         for job in sorted(waiting, key=lambda j: -j[1]):
-            if job[0].startswith("t:") and sweep_left:
-                continue  # the timing shards wait for the sweep's gather
-            ready = max((t for n, t in done.items() if n.startswith("c:")), default=0.0) \
-                if job[0].startswith("t:") else 0.0
             for g, slots in free.items():
-                start = max(ready, *(slots[s] for s in job[2]))
+                start = max(slots[s] for s in job[2])
                 if best is None or start < best[0]:
                     best = (start, job, g)
         start, job, g = best
