@@ -45,7 +45,8 @@ def render_page(page: Path, config: dict, files=()) -> str:
     """A caption or the description as Snakemake's report renders it: Jinja (trim_blocks,
     lstrip_blocks) over snakemake.config, categories and files, with a link target per item and
     category, then reStructuredText; here any warning of docutils fails the test."""
-    categories = {Category(c): {} for c in {*contract.FIGURES.values(), "Answers", "Tables"}}
+    categories = {Category(c): {} for c in {*contract.FIGURES.values(), *contract.DECODE_FIGURES.values(),
+                                            "Answers", "Tables"}}
     targets = "".join(f"\n.. _{c.name}: javascript:app.showCategory('{c.name}')\n" for c in categories)
     targets += "".join(f"\n.. _{f.target}: javascript:app.showResultInfo('{f.path}')\n" for f in files)
     env = jinja2.Environment(trim_blocks=True, lstrip_blocks=True, undefined=jinja2.StrictUndefined)
@@ -63,7 +64,8 @@ def run_paths(run: Path) -> dict:
 
 
 def figure_items() -> list:
-    return [item(f"results/{contract.PLOTS}/{name}.png") for name in contract.FIGURES]
+    return [*(item(f"results/{contract.PLOTS}/{name}.png") for name in contract.FIGURES),
+            *(item(f"results/{contract.DECODE_PLOTS}/{name}.png") for name in contract.DECODE_FIGURES)]
 
 
 @pytest.fixture
@@ -96,7 +98,7 @@ def test_the_description_states_the_headline_numbers_and_links_every_figure(refe
     assert f"{ceilings['peak_flops_per_s'] / 1e9:,.1f} GFLOP/s" in page
     for f in files[1:]:  # one click from the first page to every figure, the README and the comparison
         assert f"javascript:app.showResultInfo('{f.path}')\">{f.target}</a>" in page
-    for category in set(contract.FIGURES.values()):
+    for category in {*contract.FIGURES.values(), *contract.DECODE_FIGURES.values()}:
         assert f">{category}</a>" in page
     assert "Contenders: none." in page  # the default config names none
 
