@@ -75,13 +75,14 @@ def test_a_tampered_output_is_damage_naming_it(checkout, capsys):
     assert "1 damaged, nothing stale; exit 1" in out
 
 
-def test_a_deleted_output_is_damage(checkout, capsys):
-    (checkout / "results" / "first" / "table.csv").unlink()
+@pytest.mark.parametrize("change, what", [
+    (Path.unlink, "missing, an output of rule first"),
+    (lambda p: p.write_text("a\n3\n"), "bytes differ from what rule first wrote")])
+def test_a_deleted_or_edited_table_is_damage_named_once(checkout, change, what):
+    change(checkout / "results" / "first" / "table.csv")
     assert cli.main(["verify", "results"]) == 1
-    report = verify.check("results")
     # named once, by the rule that wrote it, though another rule read it too
-    assert findings(report, verify.DAMAGED) == [
-        ("results/first/table.csv", "missing, an output of rule first", "first")]
+    assert findings(verify.check("results"), verify.DAMAGED) == [("results/first/table.csv", what, "first")]
 
 
 def test_a_changed_module_is_stale_not_damage(checkout, capsys):
@@ -104,12 +105,6 @@ def test_a_table_re_made_by_its_rule_leaves_its_reader_stale(checkout):
     assert findings(report, verify.STALE) == [
         ("results/first/table.csv", "data re-made by rule first", "second")]
     assert report.exit_code() == 0 and report.exit_code(strict=True) == 1
-
-
-def test_a_table_edited_after_its_rule_is_damage_once(checkout):
-    (checkout / "results" / "first" / "table.csv").write_text("a\n3\n")
-    assert findings(verify.check("results"), verify.DAMAGED) == [
-        ("results/first/table.csv", "bytes differ from what rule first wrote", "first")]
 
 
 def test_an_edited_manifest_is_damage(checkout):
@@ -321,12 +316,18 @@ def test_each_command_explains_itself(capsys, command, says):
         assert " ".join(words.split()) in out
 
 
-def test_verify_of_a_folder_without_manifests_exits_2(tmp_path, capsys):
-    assert cli.main(["verify", str(tmp_path)]) == 2
-    assert "holds no manifest.json" in capsys.readouterr().err
-    assert cli.main(["verify", str(tmp_path / "nothing")]) == 2
-    assert "is not a folder" in capsys.readouterr().err
-
+def test_verify_without_manifests_exits_2_and_checks_a_reference_alone(tmp_path, monkeypatch, capsys):
+    assert cli.main(["verify", str(tmp_path)]) == 2 and "holds no manifest.json" in capsys.readouterr().err
+    assert cli.main(["verify", str(tmp_path / "x")]) == 2 and "is not a folder" in capsys.readouterr().err
+    # a fresh clone's results, before `make run`: the committed reference is what `make verify` checks
+    ref = shutil.copytree(REFERENCE, tmp_path / "results" / "reference" / "nvidia-h200")
+    monkeypatch.chdir(ROOT)
+    assert cli.main(["verify", str(tmp_path / "results")]) == 0
+    out = capsys.readouterr().out
+    assert "holds no run of its own yet" in out and ": nothing damaged, " in out.splitlines()[-1]
+    (ref / "gpu" / "timing" / "timing.csv").write_bytes(b"x")
+    assert cli.main(["verify", str(tmp_path / "results")]) == 1
+    assert f"damaged  {ref}/gpu/timing/timing.csv" in capsys.readouterr().out
 
 
 def test_the_commands_as_a_user_runs_them(tmp_path):

@@ -288,7 +288,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("folder", nargs="?", default="results", metavar="FOLDER",
                         help="the run folder to check (default: results, relative to the directory "
                              "verify is run from); reference runs under FOLDER/reference are runs of "
-                             "their own, left out")
+                             "their own, left out where FOLDER holds a run, each checked where it "
+                             "holds none (a checkout before its first run)")
     parser.add_argument("--strict", action="store_true",
                         help="exit 1 when something is stale, as when something is damaged")
     parser.add_argument("--root", default=None,
@@ -297,15 +298,31 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "read; default: the current directory")
 
 
+def references(folder: str | os.PathLike) -> list[Path]:
+    """The committed reference runs under `folder`/reference: each folder there holding a manifest."""
+    return sorted(p for p in (Path(folder) / "reference").glob("*") if p.is_dir() and find_manifests(p))
+
+
 def run(args: argparse.Namespace) -> int:
     report = check(args.folder, args.root)
-    if not report.manifests:
+    if report.manifests:
+        print("\n".join(report.lines(args.strict)))
+        return report.exit_code(args.strict)
+    refs = references(args.folder) if Path(args.folder).is_dir() else []
+    if not refs:
         what = "is not a folder" if not Path(args.folder).is_dir() else f"holds no {MANIFEST_NAME}"
         print(f"verify: {args.folder} {what}: give the results folder of a run "
               "(python -m minimodel verify --help)", file=sys.stderr)
         return 2
-    print("\n".join(report.lines(args.strict)))
-    return report.exit_code(args.strict)
+    # a checkout before its first run: the committed reference runs are what its results hold
+    print(f"{_shown(Path(args.folder))} holds no run of its own yet (`make run` makes one): "
+          f"checking the committed reference run{'s' * (len(refs) > 1)} under it, each a run of its own")
+    codes = []
+    for ref in refs:
+        ref_report = check(ref, args.root)
+        print("\n".join(ref_report.lines(args.strict)))
+        codes.append(ref_report.exit_code(args.strict))
+    return max(codes)
 
 
 def main(argv: list[str] | None = None) -> int:
