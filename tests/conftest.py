@@ -50,6 +50,10 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
 DEVICE = "cuda" if HAS_CUDA else "cpu"
+# What compiles kernels for sm_80-sm_90 through Triton's ptxas takes minutes of CPU: its tests
+# (marked `compiles`) form a test run of their own, `make test-compile`, which CI runs after `make test`.
+COMPILES = os.environ.get("MINIMODEL_COMPILE") == "1"
+COMPILES_SKIP = "compiles kernels for sm_80-sm_90 (minutes): MINIMODEL_COMPILE=1, or make test-compile"
 requires_gpu = pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device")
 
 
@@ -146,6 +150,8 @@ class Background:
         self.home: Path | None = None  # the test run's shared folder, once it started
 
     def wanted_by(self, item: pytest.Item) -> bool:
+        if item.get_closest_marker("compiles") and not COMPILES:
+            return False  # skipped: `make test-compile` runs it
         return self.name in getattr(item, "fixturenames", ()) or self.also_wanted_by(item)
 
     @property
@@ -212,8 +218,13 @@ def pytest_collection_finish(session):
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(items):
-    """The tests that read a background resource last, each in the order collected: by the time a
-    worker reaches them, what they read has been made beside the tests before them."""
+    """The tests that compile kernels through ptxas (`compiles`) skip unless MINIMODEL_COMPILE=1
+    (`make test-compile`). The tests that read a background resource last, each in the order collected: by
+    the time a worker reaches them, what they read has been made beside the tests before them."""
+    if not COMPILES:
+        for item in items:
+            if item.get_closest_marker("compiles"):
+                item.add_marker(pytest.mark.skip(reason=COMPILES_SKIP))
     items.sort(key=lambda item: any(b.wanted_by(item) for b in BACKGROUND.values()))
 
 

@@ -233,6 +233,7 @@ WS_CASES = ("64,0,tl_pass", "64,1,in_kernel", "128,0,in_kernel", "128,1,tl_pass"
             "64,1,gluon_pass:3")
 
 
+@pytest.mark.compiles
 def test_the_warp_specialized_kernel_compiles_for_sm90_without_spilling_and_splits_its_registers(tmp_path):
     # compiled in a fresh process: this session interprets its kernels
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
@@ -377,6 +378,7 @@ def test_attention_not_deterministic_adds_dq_by_tma_reductions_and_matches_float
         assert err <= tolerance(err_torch), (err, err_torch)
 
 
+@pytest.mark.compiles
 def test_the_gluon_tma_reduction_compiles_to_the_bulk_tensor_reduce(tmp_path):
     """kernel/gluon_bwd_state's TMA reduction, compiled for sm_90 in a fresh process (this one interprets):
     one `cp.reduce.async.bulk.tensor ... .add` in the PTX, one UTMAREDG in the SASS."""

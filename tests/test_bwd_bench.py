@@ -59,6 +59,7 @@ def test_timing_without_a_gpu_is_refused_after_the_command_line_is_read(capsys):
     assert "timing needs a CUDA device" in capsys.readouterr().err
 
 
+@pytest.mark.compiles
 def test_the_shipped_hopper_configs_compile_for_sm90_without_spilling_and_fit():
     # compiled in a fresh process: this session interprets its kernels
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}

@@ -1,7 +1,7 @@
 """The decode kernels compiled for Hopper on a machine without a GPU (tools/decode_report.py).
 
 The compile runs in a subprocess without TRITON_INTERPRET (this session interprets the kernels),
-in the background from the session's start (conftest's `background`).
+in the background from the test run's start (conftest's `background`); `make test-compile` runs it.
 """
 
 import os
@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pandas as pd
+import pytest
 from conftest import background
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -28,6 +29,7 @@ def make_report(folder: Path) -> dict:
 decode_report = background("decode_report", make_report)
 
 
+@pytest.mark.compiles
 def test_every_decode_kernel_compiles_for_sm90_without_spills(decode_report):
     folder, made = decode_report
     assert made["returncode"] == 0, made["said"]

@@ -2,8 +2,8 @@
 for every point of both grids, both dtypes and every pass, what the policy picks on Hopper and a
 digest of each launch's SASS for sm_90. `test_the_compiled_kernels_match_the_committed_digests`
 compiles them all again (a few minutes on 2 cores, every kernel compiled once) and runs only where
-MINIMODEL_KERNEL_DIGESTS=1 (`make test-digests`, which CI runs); the tests of how the table is read
-and compared run always.
+MINIMODEL_COMPILE=1 (`make test-compile`, which CI runs); the tests of how the table is read and compared
+run always.
 """
 
 import os
@@ -19,7 +19,6 @@ from minimodel.gpu import grids
 
 ROOT = Path(__file__).resolve().parents[1]
 TABLE = ROOT / "tests" / "data" / "kernel_digests.csv"
-ENV = "MINIMODEL_KERNEL_DIGESTS"
 
 SASS = """
 	code for sm_90a
@@ -79,8 +78,7 @@ def test_the_committed_table_covers_every_point_dtype_pass_and_launch():
     assert table["sass_sha256"].str.fullmatch(r"[0-9a-f]{64}").all()
 
 
-@pytest.mark.skipif(os.environ.get(ENV) != "1", reason=f"compiles every kernel for sm_90 (minutes): "
-                                                         f"{ENV}=1, or make test-digests")
+@pytest.mark.compiles
 def test_the_compiled_kernels_match_the_committed_digests():
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}  # the tool compiles
     proc = subprocess.run([sys.executable, str(ROOT / "tools" / "kernel_digests.py"), "--quiet", "--check",

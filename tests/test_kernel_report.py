@@ -92,6 +92,7 @@ def test_signature_specializes_as_a_launch_does():
     assert set(attrs) == {(0,), (2,)}  # the pointer and the multiple of 16
 
 
+@pytest.mark.compiles
 def test_shipped_configs_compile_for_hopper_and_fit(kernel_reports):
     frame = run_report(kernel_reports, "shipped")
     assert len(frame) == 2 and "error" not in frame
@@ -102,6 +103,7 @@ def test_shipped_configs_compile_for_hopper_and_fit(kernel_reports):
     assert (frame["instructions"] > frame[["mufu", "ffma", "fmul", "fadd", "hgmma"]].sum(axis=1)).all()
 
 
+@pytest.mark.compiles
 def test_a_register_cap_is_compiled_in(kernel_reports):
     # 128 x 128, 8 warps at d = 64 takes 155 registers uncapped; two programs per multiprocessor
     # need at most 128 (65,536 registers for 512 threads)
@@ -111,12 +113,14 @@ def test_a_register_cap_is_compiled_in(kernel_reports):
     assert (capped["registers"] <= 128).all() and (capped["spill_stack_bytes"] == 0).all()
 
 
+@pytest.mark.compiles
 def test_a_config_over_the_shared_memory_limit_is_reported(kernel_reports):
     frame = run_report(kernel_reports, "over_shared")
     assert not frame["fits_shared"].any()
     assert (frame["shared_bytes"] > SHARED_MEMORY[90]).all()
 
 
+@pytest.mark.compiles
 @pytest.mark.parametrize("arch", [80, 89, 90])
 def test_every_config_the_policy_can_pick_compiles_without_spills_and_fits(kernel_reports, arch):
     # A100 (sm_80), L40S and Ada (sm_89), H100/H200 (sm_90): each TMA config with its fallback
@@ -131,6 +135,7 @@ def test_every_config_the_policy_can_pick_compiles_without_spills_and_fits(kerne
     assert (gluon["hgmma"] > 0).all() and (gluon["mufu"] > 0).all()
 
 
+@pytest.mark.compiles
 def test_the_gluon_kernel_compiles_for_hopper_at_the_head_dim_it_is_built_for(kernel_reports):
     # three K/V stages at d = 128 take 229,728 of the 232,448 bytes a program may use
     frame = run_report(kernel_reports, "gluon_128")
@@ -139,6 +144,7 @@ def test_the_gluon_kernel_compiles_for_hopper_at_the_head_dim_it_is_built_for(ke
     assert (frame["path"] == "gluon").all() and (frame["hgmma"] > 0).all()
 
 
+@pytest.mark.compiles
 def test_bfloat16_inputs_are_typed_and_compiled_as_bfloat16(kernel_reports):
     import torch
 

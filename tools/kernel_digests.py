@@ -15,7 +15,7 @@ function-name or header lines, the kernel's name replaced (`sass_sha256`); `sass
 digests them again with every constant-bank offset masked, so that a kernel whose parameter list
 changed but whose code did not keeps it. Each distinct specialization is compiled once. A change
 of the kernel's code that must leave the compiled default alone shows here as no difference
-(tests/test_kernel_digests.py, `make test-digests`). Nothing runs on a GPU.
+(tests/test_kernel_digests.py, `make test-compile`). Nothing runs on a GPU.
 """
 
 from __future__ import annotations
