@@ -216,8 +216,9 @@ def test_two_gpus_of_one_host_run_two_shards_at_once_on_distinct_gpus(tiny_run, 
 
     timed = spans("gpu_timing_shard")
     assert len(timed) == len(list((root / "results/gpu/timing/shards").iterdir()))
-    assert overlapping(timed), timed
-    assert {s[3]["cuda_visible_devices"] for s in timed} == {"0", "1"}
+    # a measuring job tries GPU 0 first, so one on GPU 1 ran while another held GPU 0 (the
+    # manifests' times, to the second, cannot show two jobs of under a second overlapping)
+    assert {s[3]["cuda_visible_devices"] for s in timed} == {"0", "1"}, timed
     # every measuring job (decode_gpu too) holds both slots of its GPU: none beside another on it
     measuring = timed + spans("decode_gpu")
     assert {tuple(s[3]["slots"]) for s in measuring} == {device_slots.MEASURING}
