@@ -295,3 +295,16 @@ def test_the_estimate_of_the_reference_falls_with_more_gpus():
     table = shards_estimate.estimate(ROOT / "results/reference/nvidia-h200", configcheck.load_config())
     assert list(table["GPUs"]) == list(shards_estimate.GPUS)
     assert table["wall_s"].is_monotonic_decreasing and table["wall_s"].min() >= table["longest_job_s"].max()
+
+
+def test_the_estimate_of_a_run_made_in_shards_takes_the_wall_times_they_recorded(tiny_run):
+    run = tiny_run.root / "results"
+    walls = [json.loads(p.read_text())["wall_s"] for p in run.glob("gpu/*/shards/*/shard.json")]
+    assert walls
+    measuring = sum(json.loads(p.read_text())["wall_s"] for p in [*run.glob("gpu/timing/shards/*/shard.json"),
+                                                                  *run.glob("gpu/bytes/shards/*/shard.json")])
+    table = shards_estimate.estimate(run, configcheck.load_config())
+    assert table["unsharded_one_gpu_s"].isna().all()  # no unsharded stage ran: none is made up
+    assert table["longest_job_s"].iloc[0] >= round(max(walls))
+    assert table["wall_s"].iloc[0] >= round(measuring)  # one GPU: the measuring shards one after another
+

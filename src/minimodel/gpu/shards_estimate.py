@@ -92,9 +92,9 @@ def _fixed(run: Path) -> float:
 def _by_rows(run: Path, rule: str, table: str, keys, shard_path: str) -> dict[str, float]:
     """Each shard's seconds of a stage that records none per row: its share of the rows that ran."""
     walls = _shard_walls(run, shard_path)
-    rows, fixed = pd.read_csv(run / table), _fixed(run)
     if walls:
         return walls
+    rows, fixed = pd.read_csv(run / table), _fixed(run)
     ran = rows[~rows[contract.SKIPPED].astype(bool)] if contract.SKIPPED in rows else rows
     names = ran.apply(lambda r: shards.name({k: r[k] for k in keys}), axis=1) if keys else pd.Series(
         shards.WHOLE, index=ran.index)
@@ -141,7 +141,8 @@ def _compiles(run: Path, keys) -> dict[str, float]:
 
 
 def estimate(run: Path, config: dict) -> pd.DataFrame:
-    """The table: GPUs, the stage's wall seconds and its longest shard, beside the unsharded stage's."""
+    """The table: GPUs, the stage's wall seconds and its longest shard, beside the unsharded stage's
+    (None for a run made in shards)."""
     gpu = config["gpu"]
     keys = gpu["shards"]
     ran = json.loads((run / contract.manifest("gpu_timing")).read_text())["params"]["cfg"]
@@ -152,12 +153,15 @@ def estimate(run: Path, config: dict) -> pd.DataFrame:
     dram = _by_rows(run, "gpu_bytes", contract.GPU_BYTES, keys["bytes"], contract.GPU_BYTES_SHARD)
     warm = _benchmark(run, "gpu_warm")
     compiles = _compiles(run, keys["timing"])
+    # the stage unsharded on one GPU, where the run was made so (a run in shards has no such time)
+    unsharded = ("gpu_correctness", "gpu_timing", "gpu_bytes")
     whole = (max(_benchmark(run, "gpu_correctness"), warm) + _benchmark(run, "gpu_timing")
-             + _benchmark(run, "gpu_bytes"))
+             + _benchmark(run, "gpu_bytes")) \
+        if all((run / contract.BENCHMARKS / f"{r}.tsv").is_file() for r in unsharded) else None
     longest = round(max([*timing.values(), *correctness.values(), *dram.values(), warm]))
     return pd.DataFrame([{"GPUs": k, "wall_s": round(schedule(k, warm, correctness, timing, dram, compiles)),
                           "longest_job_s": longest, "timing_shards": len(timing),
-                          "unsharded_one_gpu_s": round(whole)} for k in GPUS])
+                          "unsharded_one_gpu_s": None if whole is None else round(whole)} for k in GPUS])
 
 
 def main(argv=None) -> None:
