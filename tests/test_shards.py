@@ -27,7 +27,6 @@ from minimodel.gpu import device_slots, grids, shards, shards_estimate, shards_g
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = configcheck.load_config()["gpu"]
-TINY_SHARDS = yaml.safe_load((ROOT / "tests/data/tiny_config.yaml").read_text())["gpu"]["shards"]
 GATHERED = ("gpu/correctness/correctness.csv", "gpu/correctness/correctness.json", "gpu/timing/timing.csv",
             "gpu/timing/timing.json", "gpu/timing/samples.csv", "gpu/bytes/bytes.csv", "gpu/bytes/bytes.json",
             "gpu/bytes/kernels.csv")
@@ -246,7 +245,7 @@ def _descendants(pid: int) -> list[tuple[int, str]]:
 
 def test_a_shard_killed_mid_run_is_the_only_one_run_again(tiny_run, tmp_path):
     root = copy_of_tiny_run(tiny_run, tmp_path / "killed")
-    victim = "flashattention"
+    victim = "flashattention-d64-forward"
     (root / f"results/logs/gpu_timing_shard/{victim}.log").unlink()  # made again as the shard starts
     log = root / f"results/logs/gpu_timing_shard/{victim}.log"
     run = subprocess.Popen([sys.executable, "-m", "snakemake", "--cores", "1", "--configfile",
@@ -276,7 +275,7 @@ def test_changing_one_shards_points_runs_that_shard_and_the_gather_again(tiny_ru
     _with_config(root, timing={"lab_n": [128]})  # the lab grid's one N: its shards' points alone
     said = (lambda p: p.stdout + p.stderr)(snakemake(root, "-n", "--", "results/gpu/timing/manifest.json"))
     lab = {f"shard={name}" for name in shards.plan("timing", {**CONFIG["timing"], "fa_n": []},
-                                                     TINY_SHARDS["timing"])}
+                                                     CONFIG["shards"]["timing"])}
     assert set(_jobs(said, "gpu_timing_shard")) == lab and "rule gpu_timing:" in said
 
 
