@@ -243,6 +243,14 @@ def _descendants(pid: int) -> list[tuple[int, str]]:
     return found
 
 
+def _holds_open(pid: int, path: Path) -> bool:
+    """Whether process `pid` has `path` open (a stage keeps its rule's log open while it runs)."""
+    try:
+        return any(os.path.realpath(fd) == os.path.realpath(path) for fd in Path(f"/proc/{pid}/fd").iterdir())
+    except OSError:  # it ended meanwhile
+        return False
+
+
 def test_a_shard_killed_mid_run_is_the_only_one_run_again(tiny_run, tmp_path):
     root = copy_of_tiny_run(tiny_run, tmp_path / "killed")
     victim = "flashattention-d64-forward"
@@ -255,8 +263,8 @@ def test_a_shard_killed_mid_run_is_the_only_one_run_again(tiny_run, tmp_path):
     deadline, killed = time.monotonic() + 240, None
     while killed is None and time.monotonic() < deadline and run.poll() is None:
         for pid, cmdline in _descendants(run.pid):
-            # the shard's own process (not the shell that starts it), once its log says it is the victim
-            if "gpu_timing_shard.py" in cmdline and "python" in cmdline.split()[0] and log.exists():
+            # the shard's own process (not the shell that starts it) that holds the victim's log open
+            if "gpu_timing_shard.py" in cmdline and "python" in cmdline.split()[0] and _holds_open(pid, log):
                 os.kill(pid, signal.SIGKILL)
                 killed = pid
                 break
