@@ -315,4 +315,3 @@ def test_the_estimate_of_a_run_made_in_shards_takes_the_wall_times_they_recorded
     assert table["unsharded_one_gpu_s"].isna().all()  # no unsharded stage ran: none is made up
     assert table["longest_job_s"].iloc[0] >= round(max(walls))
     assert table["wall_s"].iloc[0] >= round(measuring)  # one GPU: the measuring shards one after another
-

@@ -298,31 +298,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "read; default: the current directory")
 
 
-def references(folder: str | os.PathLike) -> list[Path]:
-    """The committed reference runs under `folder`/reference: each folder there holding a manifest."""
-    return sorted(p for p in (Path(folder) / "reference").glob("*") if p.is_dir() and find_manifests(p))
-
-
 def run(args: argparse.Namespace) -> int:
     report = check(args.folder, args.root)
     if report.manifests:
         print("\n".join(report.lines(args.strict)))
         return report.exit_code(args.strict)
-    refs = references(args.folder) if Path(args.folder).is_dir() else []
+    # a checkout before its first run: its committed reference runs are what its results hold
+    folder = Path(args.folder)
+    refs = [r for p in sorted((folder / "reference").glob("*")) if p.is_dir()
+            if (r := check(p, args.root)).manifests]
     if not refs:
-        what = "is not a folder" if not Path(args.folder).is_dir() else f"holds no {MANIFEST_NAME}"
+        what = "is not a folder" if not folder.is_dir() else f"holds no {MANIFEST_NAME}"
         print(f"verify: {args.folder} {what}: give the results folder of a run "
               "(python -m minimodel verify --help)", file=sys.stderr)
         return 2
-    # a checkout before its first run: the committed reference runs are what its results hold
-    print(f"{_shown(Path(args.folder))} holds no run of its own yet (`make run` makes one): "
-          f"checking the committed reference run{'s' * (len(refs) > 1)} under it, each a run of its own")
-    codes = []
+    print(f"{_shown(folder)} holds no run of its own yet (`make run` makes one): checking the "
+          f"committed reference run{'s' * (len(refs) > 1)} under it, each a run of its own")
     for ref in refs:
-        ref_report = check(ref, args.root)
-        print("\n".join(ref_report.lines(args.strict)))
-        codes.append(ref_report.exit_code(args.strict))
-    return max(codes)
+        print("\n".join(ref.lines(args.strict)))
+    return max(ref.exit_code(args.strict) for ref in refs)
 
 
 def main(argv: list[str] | None = None) -> int:
