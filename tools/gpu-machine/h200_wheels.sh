@@ -54,7 +54,8 @@ while [ $(( treek + $(du -sk "$DIR/c" | cut -f1) )) -gt $(( 65536 - 2048 )) ]; d
     mkdir -p "$DIR/cw"
     mv "$DIR/c/w/$(ls -S "$DIR/c/w" | head -1)" "$DIR/cw/"
 done
-du -sh "$DIR"/cu[0-9]* "$DIR"/cw "$DIR/c" 2>/dev/null
+du -sh "$DIR"/cu[0-9]* "$DIR/c"
+if [ -d "$DIR/cw" ]; then du -sh "$DIR/cw"; fi  # du of a missing folder fails, and set -e would end here
 wc -l < "$DIR/c/wheels.txt"
 echo "on the H200, with the working tree of $tree bytes:"
 for d in "$DIR"/cu[0-9]*; do echo "  carrying $d: mkdir -p /tmp/stash && cp $d/* /tmp/stash/"; done
