@@ -7,7 +7,7 @@ import minimodel.entry  # noqa: F401 (first: compiled or interpreted is decided 
 from minimodel.floor import contract
 from minimodel.floor.provenance.io import write_csv, write_json
 from minimodel.floor.provenance.manifest import stage
-from minimodel.gpu import hbm, shards_gather
+from minimodel.gpu import hbm_plan, shards_gather
 from minimodel.gpu import ncu as ncu_tool
 
 with stage(snakemake) as st:
@@ -23,7 +23,7 @@ with stage(snakemake) as st:
                    "contenders": [i for i in dict.fromkeys(table["impl"])
                                   if i not in contract.BYTES_SCHEMES]}
     else:
-        summary = hbm.summary(table, first["ncu"], snakemake.params.l2_bytes)
+        summary = hbm_plan.summary(table, first["ncu"], snakemake.params.l2_bytes)
     st.extra.update(status=summary["status"], ncu=summary["ncu"], shards=[s["name"] for s in shards])
     if not summary["measured"]:  # said on the console where it happens, not only in the log
         print(f"gpu_bytes: {summary['status']}; {snakemake.output.table} lists the {len(table)} "

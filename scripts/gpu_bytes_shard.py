@@ -1,5 +1,6 @@
 """Rule `gpu_bytes_shard`: one shard of the DRAM-bytes stage (minimodel.gpu.shards): naive's, the
-kernel's and the contenders' bytes read with Nsight Compute at its rows; its planned rows without it."""
+kernel's and the contenders' bytes read with Nsight Compute at its rows; its planned rows without
+it (where no GPU can be, without importing torch: floor/provenance/devices.py)."""
 
 import sys
 import tempfile
@@ -7,13 +8,12 @@ import time
 from pathlib import Path
 
 import pandas as pd
-import torch
 
 import minimodel.entry  # noqa: F401 (first: compiled or interpreted is decided on import)
 from minimodel.contenders import registry
-from minimodel.floor.provenance import machine
+from minimodel.floor.provenance import devices, machine
 from minimodel.floor.provenance.manifest import stage
-from minimodel.gpu import device_slots, hbm, hbm_plan, shards_gather
+from minimodel.gpu import device_slots, hbm_plan, shards_gather
 from minimodel.gpu import ncu as ncu_tool
 
 with stage(snakemake) as st:
@@ -24,11 +24,14 @@ with stage(snakemake) as st:
         machine.require_cuda()
     contenders = registry.from_params(snakemake.params.contenders)
     kernels = pd.DataFrame(columns=ncu_tool.KERNEL_COLUMNS)
-    ncu = ncu_tool.find_ncu(cfg["ncu"]) if torch.cuda.is_available() else None
+    cuda = devices.cuda_available()
+    ncu = ncu_tool.find_ncu(cfg["ncu"]) if cuda else None
     if ncu is None:
-        reason = hbm.NO_NCU if torch.cuda.is_available() else hbm.NO_CUDA
+        reason = hbm_plan.NO_NCU if cuda else hbm_plan.NO_CUDA
         rows = hbm_plan.planned_rows(cfg, l2_bytes, reason, contenders)
     else:
+        from minimodel.gpu import hbm  # torch's: measured on the device
+
         with tempfile.TemporaryDirectory() as work:
             try:
                 rows, kernels = hbm.measure(cfg, l2_bytes, snakemake.params.random_seed, ncu, work,
@@ -36,7 +39,7 @@ with stage(snakemake) as st:
             finally:  # ncu's own output, each profiled process's, kept in the rule's log
                 for log in sorted(Path(work).glob("*.log"), key=lambda p: p.stat().st_mtime):
                     print(log.read_text(), file=sys.stderr)
-    summary = hbm.summary(pd.DataFrame(rows), ncu, l2_bytes)
+    summary = hbm_plan.summary(pd.DataFrame(rows), ncu, l2_bytes)
     st.extra.update(status=summary["status"], ncu=summary["ncu"])
     if held is not None:
         st.extra["gpu_slot"] = held.record()

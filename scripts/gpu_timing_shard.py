@@ -1,16 +1,15 @@
 """Rule `gpu_timing_shard`: one shard of the timing stage (minimodel.gpu.shards), the kernel against
-naive, SDPA's backends and the contenders at its passes; its planned passes without a GPU."""
+naive, SDPA's backends and the contenders at its passes; its planned passes without a GPU (where
+none can be, without importing torch: floor/provenance/devices.py)."""
 
 import time
-
-import torch
 
 import minimodel.entry  # noqa: F401 (first: compiled or interpreted is decided on import)
 from minimodel.contenders import registry
 from minimodel.floor import contract
-from minimodel.floor.provenance import machine
+from minimodel.floor.provenance import devices, machine
 from minimodel.floor.provenance.manifest import stage
-from minimodel.gpu import device_slots, shards_gather, timing
+from minimodel.gpu import device_slots, grids, shards_gather
 
 with stage(snakemake) as st:
     started = time.monotonic()
@@ -18,15 +17,17 @@ with stage(snakemake) as st:
     cfg = snakemake.params.cfg
     if machine.gpu_required(snakemake.params.require_cuda):
         machine.require_cuda()
-    measured = torch.cuda.is_available()
+    measured = devices.cuda_available()
     if measured:
+        from minimodel.gpu import timing  # torch's: measured on the device
+
         result = timing.run(cfg, snakemake.params.random_seed, progress=st.progress,
                             contenders=registry.from_params(snakemake.params.contenders))
         rows, samples = result.pop("rows"), result.pop("samples")
         result.pop("lab01_prediction_from_cpu_ceilings")  # the gather's, from the CPU's ceilings
         st.extra.update(backend="cuda", device=result["device"])
     else:
-        rows, samples = timing.no_gpu_rows(cfg), []
+        rows, samples = grids.no_gpu_timing_rows(cfg), []
         result = {"device": None, "status": contract.NO_GPU_TIMING}
         st.extra.update(backend="none", status=contract.NO_GPU_TIMING)
         print(f"gpu_timing_shard {snakemake.wildcards.shard}: no CUDA device; its {len(rows)} planned "

@@ -9,7 +9,7 @@ import pytest
 
 from minimodel import symbolic
 from minimodel.floor import contract
-from minimodel.gpu import grids, timing
+from minimodel.gpu import grids
 from minimodel.report import backward_answers, results_readme
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -40,7 +40,7 @@ def test_without_a_gpu_the_trade_is_on_the_cpus_roofline_and_the_timing_says_not
     no_gpu.write_text(json.dumps({"device": None, "status": contract.NO_GPU_TIMING}))
     table = tmp_path / "timing.csv"
     cfg = {**grids.default_timing_config(), "lab_n": [64], "fa_n": [1024], "fa_head_dims": [64]}
-    pd.DataFrame(timing.no_gpu_rows(cfg)).to_csv(table, index=False)
+    pd.DataFrame(grids.no_gpu_timing_rows(cfg)).to_csv(table, index=False)
     numbers = results_readme.collect(ref_paths(symbolic=symbolic_table, timing=no_gpu, timing_table=table))
     text = results_readme.render(TEMPLATE, numbers)
     section = text[text.index("## Backward"):text.index("## Theory 02")]

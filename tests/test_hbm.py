@@ -64,13 +64,14 @@ def _measured_rows():
 
 
 def test_planned_rows_say_why_nothing_was_measured():
-    rows = pd.DataFrame(hbm_plan.planned_rows(CFG, L2, hbm.NO_NCU, [Contender("mine", "m:f")]))
-    assert (rows["status"] == hbm.NO_NCU).all() and rows["dram_read_bytes"].isna().all()
+    rows = pd.DataFrame(hbm_plan.planned_rows(CFG, L2, hbm_plan.NO_NCU, [Contender("mine", "m:f")]))
+    assert (rows["status"] == hbm_plan.NO_NCU).all() and rows["dram_read_bytes"].isna().all()
     ours = rows["impl"] != "mine"
     assert rows[ours]["model_read_bytes"].gt(0).all() and rows[~ours]["model_read_bytes"].isna().all()
     assert ours.sum() == (~ours).sum() * 4  # the contender at every point (the forward's: 2 rows, 2 backward)
-    summary = hbm.summary(rows, None, L2)
-    assert summary["measured"] == 0 and summary["status"] == hbm.NO_NCU and summary["contenders"] == ["mine"]
+    summary = hbm_plan.summary(rows, None, L2)
+    assert summary["measured"] == 0 and summary["status"] == hbm_plan.NO_NCU
+    assert summary["contenders"] == ["mine"]
 
 
 def test_a_point_the_device_cannot_hold_is_skipped_with_the_reason():
@@ -261,7 +262,7 @@ def test_each_contender_is_profiled_apart_and_its_failures_stay_in_its_rows(tmp_
 def test_without_cuda_gpu_bytes_says_so_on_the_console(tmp_path):
     root, proc = snakemake_until(tmp_path, "gpu_bytes")
     table = pd.read_csv(root / "results" / "gpu" / "bytes" / "bytes.csv")
-    assert table["status"].eq(hbm.NO_CUDA).all() and table["dram_read_bytes"].isna().all()
-    line = f"gpu_bytes: {hbm.NO_CUDA}; results/gpu/bytes/bytes.csv lists the {len(table)} planned points"
+    assert table["status"].eq(hbm_plan.NO_CUDA).all() and table["dram_read_bytes"].isna().all()
+    line = f"gpu_bytes: {hbm_plan.NO_CUDA}; results/gpu/bytes/bytes.csv lists the {len(table)} planned points"
     assert line in proc.stderr
     assert line in (root / "results" / "logs" / "gpu_bytes.log").read_text()

@@ -42,7 +42,8 @@ def test_the_forwards_rows_are_those_of_the_committed_reference():
     params = json.loads((REF / contract.manifest("gpu_bytes")).read_text())["params"]
     ref = pd.read_csv(REF / contract.GPU_BYTES, float_precision="round_trip")
     contenders = [Contender(name, "m:f") for name in params["cfg"]["contenders"]]
-    planned = pd.DataFrame(hbm_plan.planned_rows(params["cfg"], params["l2_bytes"], hbm.NO_CUDA, contenders))
+    planned = pd.DataFrame(hbm_plan.planned_rows(params["cfg"], params["l2_bytes"], hbm_plan.NO_CUDA,
+                                                 contenders))
     planned["input_seed"] = params["random_seed"] + planned.index
     forward = contract.forward_rows(planned).reset_index(drop=True)
     ref = contract.forward_rows(ref).reset_index(drop=True)
@@ -79,13 +80,13 @@ def test_the_backward_model_columns_are_the_byte_models_for_all_heads():
 
 
 def test_without_cuda_the_backward_rows_say_not_measured_with_the_model_beside():
-    rows = pd.DataFrame(hbm_plan.planned_rows(CFG, L2, hbm.NO_CUDA))
+    rows = pd.DataFrame(hbm_plan.planned_rows(CFG, L2, hbm_plan.NO_CUDA))
     backward = rows[rows["direction"] == contract.BACKWARD]
-    assert len(backward) == len(rows) / 2 and (backward["status"] == hbm.NO_CUDA).all()
+    assert len(backward) == len(rows) / 2 and (backward["status"] == hbm_plan.NO_CUDA).all()
     assert backward["dram_read_bytes"].isna().all() and backward["model_read_bytes"].gt(0).all()
     assert (backward.loc[backward["impl"] == "flash", "model_B_r"] == contract.LAB_TILE[0]).all()
-    summary = hbm.summary(rows, None, L2)
-    assert summary["measured"] == 0 and summary["status"] == hbm.NO_CUDA
+    summary = hbm_plan.summary(rows, None, L2)
+    assert summary["measured"] == 0 and summary["status"] == hbm_plan.NO_CUDA
 
 
 @requires_gpu

@@ -212,9 +212,14 @@ def test_no_import_waits_for_a_switch():
     assert waiting == []
 
 
-# The rules whose jobs run no kernel: they import no torch where no GPU can be (1.5 s of CPU a job;
-# `floor/provenance/devices.py`). Every other script may import it, and the package's stages do.
-NO_KERNEL_SCRIPTS = ("symbolic", "plots", "readme", "compare", "compare_verdict", "verify")
+# The rules whose jobs run no kernel where no GPU can be: they import no torch there (1.5 s of CPU
+# a job; `floor/provenance/devices.py`). Those of the GPU stages that measure on a GPU import what
+# measures only where one may be, and write their planned rows without it. Every other script may
+# import it (the CPU stages, the correctness shards and decode, which run the kernel under Triton's
+# interpreter, and the correctness gather, which applies its rule), and the package's stages do.
+NO_KERNEL_SCRIPTS = ("symbolic", "plots", "readme", "compare", "compare_verdict", "verify",
+                     "gpu_warm", "gpu_timing_shard", "gpu_timing", "gpu_bytes_shard", "gpu_bytes",
+                     "decode_symbolic", "decode_plots", "cpu_bytes")
 
 
 def top_level_imports(path: Path) -> list[str]:

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from minimodel.floor import contract
-from minimodel.gpu import grids, hbm, hbm_plan, timing
+from minimodel.gpu import grids, hbm_plan
 from minimodel.report import results_readme
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -62,11 +62,11 @@ def test_readme_without_gpu_says_so(tmp_path):
     no_gpu.write_text(json.dumps({"device": None, "status": contract.NO_GPU_TIMING}))
     table = tmp_path / "timing.csv"
     cfg = {**grids.default_timing_config(), "lab_n": [64], "fa_n": [1024], "fa_head_dims": [64]}
-    pd.DataFrame(timing.no_gpu_rows(cfg)).to_csv(table, index=False)
+    pd.DataFrame(grids.no_gpu_timing_rows(cfg)).to_csv(table, index=False)
     planned = pd.DataFrame(hbm_plan.planned_rows({"n": [256], "head_dims": [64], "many_heads_l2_multiple": 2,
-                                             "ncu": None}, 2**20, hbm.NO_CUDA))
+                                             "ncu": None}, 2**20, hbm_plan.NO_CUDA))
     planned.to_csv(tmp_path / "bytes.csv", index=False)
-    (tmp_path / "bytes.json").write_text(json.dumps(hbm.summary(planned, None, 2**20)))
+    (tmp_path / "bytes.json").write_text(json.dumps(hbm_plan.summary(planned, None, 2**20)))
     paths = ref_paths(timing=no_gpu, timing_table=table, gpu_bytes=tmp_path / "bytes.csv",
                       gpu_bytes_summary=tmp_path / "bytes.json")
     numbers = results_readme.collect(paths)
@@ -74,7 +74,7 @@ def test_readme_without_gpu_says_so(tmp_path):
     assert "this machine has no CUDA device" in text
     assert "No GPU timing was possible on this machine" in text
     # the status says "not measured" itself: said once
-    assert f"Not measured in this run: {hbm.NO_CUDA.removeprefix('not measured: ')}." in text
+    assert f"Not measured in this run: {hbm_plan.NO_CUDA.removeprefix('not measured: ')}." in text
     reference = results_readme.collect(ref_paths())
     for page in (text, results_readme.render(HEADLINE, numbers),
                  *(results_readme.render(t, reference) for t in (TEMPLATE, HEADLINE))):

@@ -14,7 +14,7 @@ from minimodel.contenders.timed import TimingCase
 from minimodel.floor import contract
 from minimodel.floor.byte_model.forward import attention_flops
 from minimodel.floor.timers import Sampler
-from minimodel.gpu import grids, timing, timing_point, timing_rows
+from minimodel.gpu import grids, timing_point, timing_rows
 from minimodel.gpu.grids import Point
 from minimodel.gpu.implementations import Local, Prepared, Remote
 
@@ -36,7 +36,7 @@ def test_ratios_are_relative_to_the_kernel_per_point():
 def test_no_gpu_rows_cover_the_plan_and_carry_no_numbers():
     cfg = {**grids.default_timing_config(), "lab_n": [64, 256], "fa_n": [1024],
            "fa_head_dims": [64, 128]}
-    rows = timing.no_gpu_rows(cfg)
+    rows = grids.no_gpu_timing_rows(cfg)
     assert len(rows) == 3 * (2 * 2 + 1 * 2 * 2)  # forward, backward, fwd+bwd
     assert all(r["ms"] is None and r["status"] == contract.NO_GPU_TIMING for r in rows)
     planned = [(p.grid, p.N, p.d, p.causal) for p in grids.points(cfg)]
@@ -44,7 +44,7 @@ def test_no_gpu_rows_cover_the_plan_and_carry_no_numbers():
         timed = [(r["grid"], r["N"], r["d"], r["causal"]) for r in rows if r["direction"] == direction]
         assert timed == planned
     assert [r["direction"] for r in rows[:len(planned)]] == ["forward"] * len(planned)  # the forward's first
-    forward_only = timing.no_gpu_rows({**cfg, "backward": False})
+    forward_only = grids.no_gpu_timing_rows({**cfg, "backward": False})
     assert forward_only == rows[:len(planned)]
 
 

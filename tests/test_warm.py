@@ -77,7 +77,7 @@ def test_every_pass_prepares_the_kernel_and_each_contender_with_the_first_calls_
         assert names == [contract.TRITON, "mine", "yours"]
         assert case == warm.first_calls(planned) and samples == 1 and ceilings is None
     rows = pd.DataFrame(result["rows"])
-    assert list(rows.columns) == list(warm.COLUMNS) and len(rows) == 3 * len(passes)
+    assert list(rows.columns) == list(grids.WARM_COLUMNS) and len(rows) == 3 * len(passes)
     assert rows["seconds"].eq(0.75).all()  # its preparation and its one sample; no ms column
     assert result["seconds"]["prepare mine"] == pytest.approx(0.25 * len(passes), abs=0.1)
 
@@ -101,7 +101,7 @@ def test_an_error_outside_a_row_stops_the_warm_up_keeps_its_rows_and_says_so(mon
     progress = io.StringIO()
     result = warm.run(CFG, 3, progress=progress)
     passes = [(p, d) for p, d, _ in timing.passes(CFG, 3)]
-    rows = pd.DataFrame(result["rows"], columns=warm.COLUMNS)
+    rows = pd.DataFrame(result["rows"], columns=grids.WARM_COLUMNS)
     assert len(rows) == len(passes) and rows["status"].iloc[:2].eq("ok").all()
     stopped = rows.iloc[2:]
     assert stopped["impl"].isna().all() and stopped["status"].eq(result["stopped"]).all()
@@ -153,7 +153,7 @@ def test_without_cuda_gpu_warm_says_so_and_the_timing_does_not_record_it(tmp_pat
     root, _ = snakemake_until(tmp_path, "gpu_warm")
     cfg = configcheck.load_config(root / "config" / "tiny.yaml")["gpu"]["timing"]
     table = pd.read_csv(root / "results" / contract.WARM)
-    assert list(table.columns) == list(warm.COLUMNS) and len(table) == len(list(timing.passes(cfg, 0)))
+    assert list(table.columns) == list(grids.WARM_COLUMNS) and len(table) == len(list(timing.passes(cfg, 0)))
     assert table["status"].eq(contract.NO_GPU_WARM).all()
     made = json.loads((root / "results" / contract.manifest("gpu_timing")).read_text())
     assert not [e for e in made["inputs"] if "gpu/warm" in e["path"]]  # run after it, not made from it

@@ -5,14 +5,16 @@
 - `contract.FLASHATTENTION_GRID`: FlashAttention's benchmark grid, batch·N = fa_tokens and
   heads·d = fa_model_dim, for N in fa_n and d in fa_head_dims.
 Each point is timed causal and not, in every pass (`directions`). The timing stage, its no-GPU
-table, and the development tools all take their points from here, from the config the workflow
-validates (`minimodel.floor.provenance.configcheck.load_config`). A shard of the stage
+tables (`no_gpu_timing_rows`, the warm-up's `no_gpu_warm_rows`) and the development tools all take
+their points from here, from the config the workflow validates
+(`minimodel.floor.provenance.configcheck.load_config`). A shard of the stage
 (`minimodel.gpu.shards`) gives its passes instead, as `passes`, each with its point's index in
 the whole grid (its inputs' seed), so that a shard times what the whole stage would at its points.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from minimodel.contenders.catalog import Where
@@ -88,3 +90,27 @@ def default_timing_config(*configfiles) -> dict:
     """gpu.timing of the validated config (`configcheck.load_config`): kept for the tools until
     they call load_config themselves."""
     return configcheck.load_config(*configfiles)["gpu"]["timing"]
+
+
+# The tables of the timing stage and its warm-up where nothing ran (no CUDA device), planned from
+# the grids alone: a job that writes them imports no torch (floor/provenance/devices.py).
+WARM_COLUMNS = (*contract.TIMING_KEY, "status", "checked", "seconds")
+
+
+def no_gpu_timing_rows(cfg: dict) -> list[dict]:
+    """Without CUDA: one row per planned point and direction saying that it could not be timed
+    (the forward's rows first: `no_gpu_order`)."""
+    return [{"grid": each.point.grid, "N": each.point.N, "d": each.point.d, "causal": each.point.causal,
+             "status": contract.NO_GPU_TIMING, "ms": None, "direction": each.direction}
+            for each in sorted(passes(cfg), key=no_gpu_order)]
+
+
+def no_gpu_order(each: Pass) -> tuple[int, int]:
+    """Where a pass's row stands in the no-GPU table: by direction, then by point."""
+    return contract.DIRECTIONS.index(each.direction), each.index
+
+
+def no_gpu_warm_rows(cfg: dict) -> list[dict]:
+    """Without CUDA: one warm-up row per timing pass, saying that nothing was compiled."""
+    return [{**dataclasses.asdict(each.point), "direction": each.direction, "impl": None,
+             "status": contract.NO_GPU_WARM, "checked": None, "seconds": None} for each in passes(cfg)]

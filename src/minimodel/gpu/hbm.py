@@ -32,12 +32,9 @@ from minimodel.floor.provenance import project
 from minimodel.gpu import ncu as ncu_tool
 from minimodel.gpu.hbm_plan import DTYPE, model_columns, plan_indexed, planned_rows
 from minimodel.gpu.hbm_probe import MARKED, PROBE, RAISED_AFTER_MARK, RESTART
-from minimodel.gpu.ncu import KERNEL_COLUMNS, NCU_METRICS, NCU_OPTIONS
+from minimodel.gpu.ncu import KERNEL_COLUMNS, NCU_METRICS
 from minimodel.kernel import default_bwd_config, launch_config
 
-NO_CUDA = f"{contract.NOT_MEASURED}: no CUDA device on this machine"
-NO_NCU = (f"{contract.NOT_MEASURED}: Nsight Compute (ncu) was not found on PATH, in $CUDA_HOME/bin or "
-          "/usr/local/cuda/bin; set gpu.bytes.ncu to its path")
 NO_PERMISSION = (f"{contract.NOT_MEASURED}: ncu may not read the GPU's performance counters here "
                  "(ERR_NVGPUCTRPERM; an administrator can allow it for all users)")
 def _check_memory(row: dict, free_bytes: int) -> str:
@@ -175,19 +172,3 @@ def _flash_config(row) -> tuple[int, int, dict]:
                                                                "dkdv", "dq")
         block_m, block_n = cfg.BLOCK_M1, cfg.BLOCK_N1
     return block_m, block_n, {f"cfg_{name}": getattr(cfg, name) for name in recorded}
-
-
-def summary(table: pd.DataFrame, ncu: str | None, l2_bytes: int) -> dict:
-    """What the stage did: measured or why not, with ncu, its options, and the device's L2."""
-    statuses = table["status"].value_counts().to_dict()
-    measured = int(statuses.get(contract.MEASURED, 0))
-    device, device_l2 = None, None
-    if measured:
-        props = torch.cuda.get_device_properties(0)
-        device, device_l2 = props.name, int(props.L2_cache_size)  # beside the plan's assumed l2_bytes
-    status = contract.MEASURED if measured else next(iter(statuses), "no points")
-    contenders = [i for i in dict.fromkeys(table["impl"]) if i not in contract.BYTES_SCHEMES]
-    return {"status": status, "contenders": contenders, "measured": measured, "statuses": statuses,
-            "device": device, "device_l2_bytes": device_l2, "plan_l2_bytes": l2_bytes, "ncu": ncu,
-            "ncu_version": ncu_tool.ncu_version(ncu) if measured else None,
-            "ncu_options": NCU_OPTIONS, "metrics": NCU_METRICS, "dtype": DTYPE}

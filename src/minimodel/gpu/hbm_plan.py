@@ -32,9 +32,14 @@ import math
 from minimodel.floor import contract
 from minimodel.floor.byte_model import backward as backward_model
 from minimodel.floor.byte_model import forward as forward_model
-from minimodel.gpu.ncu import NCU_METRICS
+from minimodel.gpu import ncu as ncu_tool
+from minimodel.gpu.ncu import NCU_METRICS, NCU_OPTIONS
 
 DTYPE = "float16"
+# why a row was not measured, where the stage measured nothing
+NO_CUDA = f"{contract.NOT_MEASURED}: no CUDA device on this machine"
+NO_NCU = (f"{contract.NOT_MEASURED}: Nsight Compute (ncu) was not found on PATH, in $CUDA_HOME/bin or "
+          "/usr/local/cuda/bin; set gpu.bytes.ncu to its path")
 REGIMES = contract.BYTES_REGIMES
 ELEMENT_BYTES = forward_model.DTYPE_BYTES[DTYPE]
 MODEL_COLUMNS = ("model_B_r", "model_B_c", "model_read_bytes", "model_write_bytes",
@@ -129,3 +134,22 @@ def planned_rows(cfg: dict, l2_bytes: int, reason: str, contenders=()) -> list[d
     """The plan with the model beside it and `reason` as every row's status: nothing measured."""
     return [{**row, "status": reason, "kernels": None, **dict.fromkeys(NCU_METRICS.values()),
              **model_columns(row, *contract.LAB_TILE)} for row in plan(cfg, l2_bytes, contenders)]
+
+
+def summary(table, ncu: str | None, l2_bytes: int) -> dict:
+    """What the stage did (`table`: its rows' frame): measured or why not, with ncu, its options,
+    and the device's L2. Torch is imported only where rows were measured, on the device."""
+    statuses = table["status"].value_counts().to_dict()
+    measured = int(statuses.get(contract.MEASURED, 0))
+    device, device_l2 = None, None
+    if measured:
+        import torch  # not at the top: a job that measured nothing imports no torch
+
+        props = torch.cuda.get_device_properties(0)
+        device, device_l2 = props.name, int(props.L2_cache_size)  # beside the plan's assumed l2_bytes
+    status = contract.MEASURED if measured else next(iter(statuses), "no points")
+    contenders = [i for i in dict.fromkeys(table["impl"]) if i not in contract.BYTES_SCHEMES]
+    return {"status": status, "contenders": contenders, "measured": measured, "statuses": statuses,
+            "device": device, "device_l2_bytes": device_l2, "plan_l2_bytes": l2_bytes, "ncu": ncu,
+            "ncu_version": ncu_tool.ncu_version(ncu) if measured else None,
+            "ncu_options": NCU_OPTIONS, "metrics": NCU_METRICS, "dtype": DTYPE}

@@ -107,7 +107,7 @@ def _check_cover(shards: list[dict], want: list, got: str, what: str) -> None:
 def timing_order(cfg: dict, rows: list[dict], measured: bool) -> list[tuple[int, int]]:
     """Where each of a timing shard's rows (or samples) stands in the whole stage's table: by its
     point's index, then its pass (`measured`), or by its pass, then its point (the no-GPU table:
-    `timing.no_gpu_rows`)."""
+    `grids.no_gpu_timing_rows`)."""
     rank = {(p.point.grid, p.point.N, p.point.d, p.point.causal, p.direction):
             (p.index, contract.DIRECTIONS.index(p.direction)) for p in grids.passes(cfg)}
     keys = [rank[r["grid"], r["N"], r["d"], r["causal"], r.get("direction", contract.FORWARD)] for r in rows]

@@ -232,16 +232,3 @@ def say_failures(children, rows: list[dict], progress) -> None:
         line = failure_line(child.contender.name, failed, ran, child.log)
         if line:
             print(line, file=progress)
-
-
-def no_gpu_rows(cfg: dict) -> list[dict]:
-    """Without CUDA: one row per planned point and direction saying that it could not be timed
-    (the forward's rows first: `no_gpu_order`)."""
-    return [{"grid": each.point.grid, "N": each.point.N, "d": each.point.d, "causal": each.point.causal,
-             "status": contract.NO_GPU_TIMING, "ms": None, "direction": each.direction}
-            for each in sorted(grids.passes(cfg), key=no_gpu_order)]
-
-
-def no_gpu_order(each: grids.Pass) -> tuple[int, int]:
-    """Where a pass's row stands in the no-GPU table: by direction, then by point."""
-    return contract.DIRECTIONS.index(each.direction), each.index

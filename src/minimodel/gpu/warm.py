@@ -35,6 +35,7 @@ from tqdm import tqdm
 
 from minimodel.floor import contract
 from minimodel.gpu import timing
+from minimodel.gpu.grids import WARM_COLUMNS
 from minimodel.gpu.implementations import Local, Remote
 from minimodel.gpu.timing_point import Clock, time_pass
 
@@ -43,7 +44,6 @@ from minimodel.gpu.timing_point import Clock, time_pass
 WARMED = (contract.TRITON,)
 # One sample's budget of a warm-up call, ms: its graph holds one call (`timers.Sampler`).
 SAMPLE_MS = 1e-3
-COLUMNS = (*contract.TIMING_KEY, "status", "checked", "seconds")
 
 
 def first_calls(case):
@@ -75,7 +75,7 @@ def run(cfg: dict, random_seed: int, contenders=(), progress=None) -> dict:
                 for row in got:
                     impl = row["impl"]
                     row["seconds"] = round(spent[f"prepare {impl}"] + spent[f"sample {impl}"], 3)
-                    rows.append({column: row.get(column) for column in COLUMNS})
+                    rows.append({column: row.get(column) for column in WARM_COLUMNS})
                 clock.update(spent)
                 done += 1
             timing.say_failures(children, rows, progress)
@@ -88,9 +88,3 @@ def run(cfg: dict, random_seed: int, contenders=(), progress=None) -> dict:
         print(f"gpu_warm stopped after {done} of {len(passes)} passes ({reason}); the timing stage "
               "compiles the rest itself (the traceback is in the rule's log)", file=progress)
     return {"rows": rows, "seconds": {what: round(s, 1) for what, s in clock.most_common()}, **result}
-
-
-def no_gpu_rows(cfg: dict) -> list[dict]:
-    """Without CUDA: one row per timing pass, saying that nothing was compiled."""
-    return [{**dataclasses.asdict(p), "direction": direction, "impl": None, "status": contract.NO_GPU_WARM,
-             "checked": None, "seconds": None} for p, direction, _ in timing.passes(cfg, 0)]

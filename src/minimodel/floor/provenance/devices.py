@@ -1,8 +1,10 @@
 """Whether torch can use a CUDA device here, asked without importing torch where no GPU can be.
 
 Importing torch takes about 1.5 s of CPU, and the jobs that run no kernel (symbolic, plots,
-readme, compare, verify) would import it only to ask this: at entry (`minimodel.entry`: compiled
-or interpreted) and for their manifest's record of the device (`machine.environment`). On Linux,
+readme, compare, verify; without a GPU, the timing and DRAM-bytes shards and the warm-up, which
+then write their planned rows) would import it only to ask this: at entry (`minimodel.entry`:
+compiled or interpreted), for their manifest's record of the device (`machine.environment`), and
+whether to measure. On Linux,
 torch's CUDA reaches a GPU only through a driver's device nodes: NVIDIA's (`/dev/nvidiactl`,
 `/dev/nvidiaN`), ROCm's for torch's AMD builds (`/dev/kfd`), WSL2's (`/dev/dxg`). Where there
 are none, torch would answer no, and it is not asked; where there are some, or on another
