@@ -3,10 +3,10 @@
 (minimodel.gpu.device_slots).
 
 The workflow tests read the session's tiny run (conftest's `tiny_run`, its GPU stages in shards:
-the config's default `gpu.shards`) and change a copy of it: the same stages in one shard each give
-the same tables byte for byte; two GPUs faked for the run (`--resources gpu=2 gpu_measure=2`, the
-documented command) run two timing shards at once on two devices; a shard killed mid-run is the
-only one a second run makes again.
+the config's default `gpu.shards`) and change a copy of it: a second run from nothing, its stages
+in one shard each, gives the same tables byte for byte; two GPUs faked for the run (`--resources
+gpu=2 gpu_measure=2`, the documented command) run two timing shards at once on two devices; a
+shard killed mid-run is the only one a second run makes again.
 """
 
 import json
@@ -17,9 +17,10 @@ import sys
 import time
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import yaml
-from conftest import copy_of_tiny_run, snakemake, user_env
+from conftest import copy_of_tiny_run, copy_project, snakemake, user_env
 
 from minimodel.floor import contract
 from minimodel.floor.provenance import configcheck, reading
@@ -183,18 +184,35 @@ def _jobs(said: str, rule: str) -> list[str]:
             if f"rule {rule} (" in line]
 
 
-def test_the_stages_in_one_shard_each_give_the_same_tables(tiny_run, tmp_path):
+def test_a_second_run_from_nothing_with_a_stage_in_one_shard_gives_the_same_tables(tiny_run, tmp_path):
+    """A second project run from nothing, its GPU stages in one shard each where the shared run has
+    several: the byte model, the CPU's counts and every gathered GPU table are the same byte for
+    byte, each stage from the same seed."""
     assert len(list((tiny_run.root / "results/gpu/timing/shards").iterdir())) > 1  # the shared run's
-    one = copy_of_tiny_run(tiny_run, tmp_path / "one")
+    one = copy_project(tmp_path / "one")
     _with_config(one, shards={"correctness": [], "timing": [], "bytes": []})
-    proc = snakemake(one, *TARGETS)
+    made = ("results/" + contract.manifest("symbolic"), "results/" + contract.manifest("cpu_bytes"))
+    proc = snakemake(one, *TARGETS, *made)
     said = proc.stdout + proc.stderr
     for rule in ("gpu_correctness_shard", "gpu_timing_shard", "gpu_bytes_shard"):
         assert _jobs(said, rule) == ["shard=all"], rule
-    for table in GATHERED:
+    symbolic = (contract.SYMBOLIC_BYTES, contract.SYMBOLIC_FORMULAS, contract.SYMBOLIC_LAB_TABLE)
+    for table in (*GATHERED, *symbolic):
+        if table == contract.TIMING_SUMMARY:  # but its prediction from the CPU's measured ceilings
+            summaries = [json.loads((root / "results" / table).read_text()) for root in (one, tiny_run.root)]
+            for summary in summaries:
+                assert summary.pop("lab01_prediction_from_cpu_ceilings")["N"] > 0
+            assert summaries[0] == summaries[1]
+            continue
         assert (one / "results" / table).read_bytes() == (tiny_run.root / "results" / table).read_bytes(), \
             table
-    assert "Nothing to be done" in (lambda p: p.stdout + p.stderr)(snakemake(one, "-n", *TARGETS))
+    counted = ["bytes_model", "bytes_instrumented", "bytes_read", "bytes_written", "bytes_profiler"]
+    cpu = [pd.read_csv(root / "results" / contract.CPU_BYTES)[counted] for root in (one, tiny_run.root)]
+    pd.testing.assert_frame_equal(*cpu)  # counted bytes (their times are the machine's)
+    seeds = {json.loads((root / "results" / contract.manifest("gpu_correctness")).read_text())
+             ["params"]["random_seed"] for root in (one, tiny_run.root)}
+    assert seeds == {0}
+    assert "Nothing to be done" in (lambda p: p.stdout + p.stderr)(snakemake(one, "-n", *TARGETS, *made))
 
 
 def _manifests(root: Path, rule: str) -> list[dict]:

@@ -89,21 +89,6 @@ def test_the_run_is_compared_with_the_committed_reference(workdir):
         assert verdict["not_comparable"]["timing"] == ["the run had no GPU timing"]
 
 
-def test_two_runs_give_bit_identical_tables_and_verdicts(workdir, tmp_path_factory):
-    second = copy_project(tmp_path_factory.mktemp("second"))
-    snakemake(second, "--until", "symbolic", "cpu_bytes", "gpu_correctness")
-    for table in ("symbolic/bytes.csv", "symbolic/formulas.csv", "symbolic/lab_table.txt",
-                  "gpu/correctness/correctness.csv"):
-        assert (second / "results" / table).read_bytes() == (workdir / "results" / table).read_bytes()
-    cpu = [pd.read_csv(w / "results" / "cpu" / "bytes.csv") for w in (workdir, second)]
-    counted = ["bytes_model", "bytes_instrumented", "bytes_read", "bytes_written", "bytes_profiler"]
-    pd.testing.assert_frame_equal(cpu[0][counted], cpu[1][counted])
-    manifests = [json.loads((w / "results" / "gpu/correctness/manifest.json").read_text())
-                 for w in (workdir, second)]
-    seeds = {m["params"]["random_seed"] for m in manifests}
-    assert seeds == {0}
-
-
 def test_second_run_has_nothing_to_do(workdir):
     proc = snakemake(workdir, "-n")
     assert "Nothing to be done" in proc.stdout + proc.stderr
