@@ -273,6 +273,10 @@ def test_a_shard_killed_mid_run_is_the_only_one_run_again(tiny_run, tmp_path):
     root = copy_of_tiny_run(tiny_run, tmp_path / "killed")
     victim = "flashattention-d64-forward"
     (root / f"results/logs/gpu_timing_shard/{victim}.log").unlink()  # made again as the shard starts
+    # its outputs gone, as a shard's are that never ended: killed before it writes them (a shard
+    # without a GPU takes under a second), it leaves none, and the next run must make them
+    for made in (root / f"results/gpu/timing/shards/{victim}").iterdir():
+        made.unlink()
     log = root / f"results/logs/gpu_timing_shard/{victim}.log"
     run = subprocess.Popen([sys.executable, "-m", "snakemake", "--cores", "1", "--configfile",
                             str(root / "config" / "tiny.yaml"), "--forcerun", "gpu_timing_shard", *TARGETS],
