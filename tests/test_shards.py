@@ -273,9 +273,12 @@ def test_a_shard_killed_mid_run_is_the_only_one_run_again(tiny_run, tmp_path):
     root = copy_of_tiny_run(tiny_run, tmp_path / "killed")
     victim = "flashattention-d64-forward"
     (root / f"results/logs/gpu_timing_shard/{victim}.log").unlink()  # made again as the shard starts
-    # its outputs gone, as a shard's are that never ended: killed before it writes them (a shard
-    # without a GPU takes under a second), it leaves none, and the next run must make them
-    for made in (root / f"results/gpu/timing/shards/{victim}").iterdir():
+    # its outputs gone, and the gather's manifest, as in a first run that never ended: wherever the
+    # kill lands (a shard without a GPU takes under a second), the victim leaves no output, and
+    # the next run must make it and gather the shards (Snakemake makes a missing file again only
+    # where a job that needs it runs)
+    for made in [*(root / f"results/gpu/timing/shards/{victim}").iterdir(),
+                 root / "results" / contract.manifest("gpu_timing")]:
         made.unlink()
     log = root / f"results/logs/gpu_timing_shard/{victim}.log"
     run = subprocess.Popen([sys.executable, "-m", "snakemake", "--cores", "1", "--configfile",
