@@ -110,7 +110,12 @@ def no_gpu_order(each: Pass) -> tuple[int, int]:
     return contract.DIRECTIONS.index(each.direction), each.index
 
 
+def unwarmed_row(point: Point, direction: str, status: str) -> dict:
+    """The warm-up's row of a pass it did not warm, saying why (`status`)."""
+    return {**dataclasses.asdict(point), "direction": direction, "impl": None, "status": status,
+            "checked": None, "seconds": None}
+
+
 def no_gpu_warm_rows(cfg: dict) -> list[dict]:
     """Without CUDA: one warm-up row per timing pass, saying that nothing was compiled."""
-    return [{**dataclasses.asdict(each.point), "direction": each.direction, "impl": None,
-             "status": contract.NO_GPU_WARM, "checked": None, "seconds": None} for each in passes(cfg)]
+    return [unwarmed_row(each.point, each.direction, contract.NO_GPU_WARM) for each in passes(cfg)]

@@ -35,7 +35,7 @@ from tqdm import tqdm
 
 from minimodel.floor import contract
 from minimodel.gpu import timing
-from minimodel.gpu.grids import WARM_COLUMNS
+from minimodel.gpu.grids import WARM_COLUMNS, unwarmed_row
 from minimodel.gpu.implementations import Local, Remote
 from minimodel.gpu.timing_point import Clock, time_pass
 
@@ -83,8 +83,7 @@ def run(cfg: dict, random_seed: int, contenders=(), progress=None) -> dict:
         traceback.print_exc()
         reason = f"{type(err).__name__}: {(str(err).strip().splitlines() or [''])[0]}"
         result["stopped"] = f"{contract.FAILED}: the warm-up stopped at this pass ({reason})"
-        rows += [{**dataclasses.asdict(p), "direction": direction, "impl": None, "status": result["stopped"],
-                  "checked": None, "seconds": None} for p, direction, _ in passes[done:]]
+        rows += [unwarmed_row(p, direction, result["stopped"]) for p, direction, _ in passes[done:]]
         print(f"gpu_warm stopped after {done} of {len(passes)} passes ({reason}); the timing stage "
               "compiles the rest itself (the traceback is in the rule's log)", file=progress)
     return {"rows": rows, "seconds": {what: round(s, 1) for what, s in clock.most_common()}, **result}
